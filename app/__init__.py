@@ -1,0 +1,1 @@
+"""Enverif: a GraphQL API server for running LLM agents durably and safely."""

@@ -1,0 +1,287 @@
+"""Tables. Current state is denormalised on the row (run status, step status); history is
+append-only (run_events, memory_revisions). Relationships are ``lazy="raise"`` so async
+code never loads by accident: load what you need explicitly.
+
+Ids are integers (BIGINT on MySQL, INTEGER PRIMARY KEY on SQLite); clients only ever see
+opaque global ids.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+}
+
+# BIGINT on MySQL; SQLite only auto-increments a column declared exactly INTEGER.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+# LONGTEXT on MySQL: run results, tool output and memory values can be large.
+LongText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in Python; naive UTC with microseconds in the database.
+
+    Neither MySQL DATETIME nor SQLite keep an offset, so we store UTC and re-attach it.
+    """
+
+    impl = DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime())
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime passed to the database; use UTC-aware datetimes")
+        from datetime import UTC
+
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        from datetime import UTC
+
+        return value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Workspace(Base):
+    __tablename__ = "workspaces"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime]
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    # sha256 of the token: tokens are 256-bit random, so a slow hash buys nothing.
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str | None] = mapped_column(String(100))
+    created_at: Mapped[datetime]
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+    __table_args__ = (UniqueConstraint("workspace_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    description: Mapped[str | None] = mapped_column(Text)
+    instructions: Mapped[str | None] = mapped_column(LongText)
+    status: Mapped[str] = mapped_column(String(16))
+    model: Mapped[dict[str, Any]] = mapped_column(JSON)
+    tools: Mapped[list[Any]] = mapped_column(JSON)
+    policy: Mapped[dict[str, Any]] = mapped_column(JSON)
+    memory_max_items: Mapped[int] = mapped_column(Integer)
+    memory_max_chars: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class Memory(Base):
+    __tablename__ = "memories"
+    __table_args__ = (
+        UniqueConstraint("agent_id", "key"),
+        Index("ix_memories_workspace_id_agent_id", "workspace_id", "agent_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    agent_id: Mapped[int] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(200))
+    value: Mapped[str] = mapped_column(LongText)
+    tags: Mapped[list[Any]] = mapped_column(JSON)
+    importance: Mapped[float] = mapped_column(Float)
+    source_run_id: Mapped[int | None] = mapped_column(ForeignKey("agent_runs.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    last_used_at: Mapped[datetime | None]
+
+
+class MemoryRevision(Base):
+    """Every change to a memory, kept after the memory itself is deleted."""
+
+    __tablename__ = "memory_revisions"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    # No foreign key: the history outlives the memory it describes.
+    memory_id: Mapped[int] = mapped_column(Id, index=True)
+    agent_id: Mapped[int] = mapped_column(Id)
+    key: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(16))  # CREATE | UPDATE | DELETE
+    run_id: Mapped[int | None] = mapped_column(Id)
+    token_id: Mapped[int | None] = mapped_column(Id)
+    old_value: Mapped[str | None] = mapped_column(LongText)
+    new_value: Mapped[str | None] = mapped_column(LongText)
+    at: Mapped[datetime]
+
+
+class Run(Base):
+    __tablename__ = "agent_runs"
+    __table_args__ = (
+        Index("ix_agent_runs_workspace_id_status", "workspace_id", "status"),
+        Index("ix_agent_runs_status_lease_expires_at", "status", "lease_expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    agent_id: Mapped[int] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(20))
+    trigger: Mapped[str] = mapped_column(String(16))
+    input: Mapped[Any | None] = mapped_column(JSON)
+    result: Mapped[Any | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(LongText)
+    parent_run_id: Mapped[int | None] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"), index=True)
+    # Set right after insert for a root run (it is its own root); never null afterwards.
+    root_run_id: Mapped[int | None] = mapped_column(Id, index=True)
+    depth: Mapped[int] = mapped_column(Integer, default=0)
+    delegation_task: Mapped[str | None] = mapped_column(LongText)
+    parent_step_id: Mapped[int | None] = mapped_column(Id)
+    schedule_id: Mapped[int | None] = mapped_column(Id, index=True)
+    # [{"agent_id", "agent_name", "policy"}] from the root down to this run's own agent.
+    policy_chain: Mapped[list[Any]] = mapped_column(JSON)
+    injected_memory_ids: Mapped[list[Any] | None] = mapped_column(JSON)
+    cancel_reason: Mapped[str | None] = mapped_column(Text)
+
+    # Execution bookkeeping. `attempt` is the fencing token: every claim bumps it, and a
+    # worker's writes only land while the row still carries the attempt it claimed.
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # Bumped whenever the run is (re)queued; part of the arq job id so a resumed run is
+    # never deduplicated against the job of an earlier wake-up.
+    wake_count: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(100))
+    lease_expires_at: Mapped[datetime | None]
+    turns: Mapped[int] = mapped_column(Integer, default=0)
+    # Only meaningful on a root run: the last seq handed out for the tree's events.
+    last_event_seq: Mapped[int] = mapped_column(Integer, default=0)
+
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    queued_at: Mapped[datetime | None]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    agent: Mapped[Agent] = relationship(lazy="raise")
+
+
+class RunStep(Base):
+    __tablename__ = "run_steps"
+    __table_args__ = (UniqueConstraint("run_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    run_id: Mapped[int] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    turn: Mapped[int] = mapped_column(Integer)
+    # Null for the final answer.
+    tool: Mapped[str | None] = mapped_column(String(200))
+    arguments: Mapped[Any | None] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(20))
+    decision: Mapped[str | None] = mapped_column(String(20))
+    decision_reason: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[Any | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(LongText)
+    # Which claim executed (or is executing) the tool, for the post-mortem of a retried step.
+    executed_attempt: Mapped[int | None] = mapped_column(Integer)
+    child_run_id: Mapped[int | None] = mapped_column(Id, index=True)
+    approval_id: Mapped[int | None] = mapped_column(Id)
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class Approval(Base):
+    __tablename__ = "approvals"
+    __table_args__ = (Index("ix_approvals_workspace_id_status", "workspace_id", "status"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    run_id: Mapped[int] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"), index=True)
+    root_run_id: Mapped[int] = mapped_column(Id, index=True)
+    step_id: Mapped[int] = mapped_column(ForeignKey("run_steps.id", ondelete="CASCADE"), unique=True)
+    tool: Mapped[str] = mapped_column(String(200))
+    arguments: Mapped[Any | None] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    decided_by_token_id: Mapped[int | None] = mapped_column(Id)
+    requested_at: Mapped[datetime]
+    decided_at: Mapped[datetime | None]
+
+
+class Schedule(Base):
+    __tablename__ = "schedules"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    agent_id: Mapped[int] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"), index=True)
+    cron: Mapped[str] = mapped_column(String(100))
+    timezone: Mapped[str] = mapped_column(String(64))
+    input: Mapped[Any | None] = mapped_column(JSON)
+    enabled: Mapped[bool] = mapped_column(Boolean)
+    overlap_policy: Mapped[str] = mapped_column(String(8))
+    next_fire_at: Mapped[datetime | None] = mapped_column(index=True)
+    last_fired_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class RunEvent(Base):
+    """Append-only, numbered by ``seq`` per root run, gap-free: commit order is seq order."""
+
+    __tablename__ = "run_events"
+    __table_args__ = (UniqueConstraint("root_run_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    root_run_id: Mapped[int] = mapped_column(Id)
+    seq: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[int] = mapped_column(Id)
+    parent_run_id: Mapped[int | None] = mapped_column(Id)
+    type: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str | None] = mapped_column(String(20))
+    step_id: Mapped[int | None] = mapped_column(Id)
+    payload: Mapped[Any | None] = mapped_column(JSON)
+    at: Mapped[datetime]

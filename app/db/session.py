@@ -1,0 +1,66 @@
+"""Engine and sessions.
+
+SQLite (embedded default) runs in WAL mode with a busy timeout, and every transaction starts
+with ``BEGIN IMMEDIATE``: SQLite has no ``SELECT ... FOR UPDATE``, so taking the write lock
+up front is what serialises our read-check-write transitions there (and it avoids the
+"database is locked" error a deferred transaction gets when it upgrades to a writer).
+On MySQL/MariaDB the row locks are real (``with_for_update``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+MYSQL_POOL_RECYCLE_S = 1_800  # below the server's default wait_timeout (8 h) and most proxies'
+
+
+def create_engine(url: str, *, echo: bool = False, pool_size: int = 10) -> AsyncEngine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _configure_sqlite(engine)
+        return engine
+    if parsed.get_backend_name() == "mysql" and "charset" not in parsed.query:
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return create_async_engine(
+        parsed,
+        echo=echo,
+        pool_pre_ping=True,
+        pool_recycle=MYSQL_POOL_RECYCLE_S,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        isolation_level="READ COMMITTED",
+    )
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Stop the driver from issuing its own deferred BEGIN; we issue BEGIN IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+def is_mysql(engine: AsyncEngine) -> bool:
+    return engine.dialect.name in ("mysql", "mariadb")

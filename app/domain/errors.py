@@ -1,0 +1,64 @@
+"""Expected failures, each with a stable public code.
+
+    EnverifError                      (code)
+     ├── Unauthenticated              UNAUTHENTICATED
+     ├── Forbidden                    FORBIDDEN
+     ├── NotFound                     NOT_FOUND   (also for another workspace's objects)
+     ├── ValidationFailed             VALIDATION_FAILED (names the field)
+     ├── Conflict                     CONFLICT
+     ├── CredentialRejected           CREDENTIAL_REJECTED
+     ├── InvalidTransition            INVALID_TRANSITION
+     └── RateLimited                  RATE_LIMITED
+
+The GraphQL edge maps ``code`` to ``extensions.code``; anything that is not an
+``EnverifError`` is unexpected and is masked before it reaches a client.
+"""
+
+from __future__ import annotations
+
+
+class EnverifError(Exception):
+    code = "INTERNAL"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def extensions(self) -> dict[str, object]:
+        ext: dict[str, object] = {"code": self.code}
+        if self.field is not None:
+            ext["field"] = self.field
+        return ext
+
+
+class Unauthenticated(EnverifError):
+    code = "UNAUTHENTICATED"
+
+
+class Forbidden(EnverifError):
+    code = "FORBIDDEN"
+
+
+class NotFound(EnverifError):
+    code = "NOT_FOUND"
+
+
+class ValidationFailed(EnverifError):
+    code = "VALIDATION_FAILED"
+
+
+class Conflict(EnverifError):
+    code = "CONFLICT"
+
+
+class CredentialRejected(EnverifError):
+    code = "CREDENTIAL_REJECTED"
+
+
+class InvalidTransition(EnverifError):
+    code = "INVALID_TRANSITION"
+
+
+class RateLimited(EnverifError):
+    code = "RATE_LIMITED"

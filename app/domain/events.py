@@ -1,0 +1,16 @@
+"""Run event types: the append-only log of a run tree (DESIGN §6)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class EventType(enum.StrEnum):
+    RUN_CREATED = "RUN_CREATED"
+    RUN_STATUS_CHANGED = "RUN_STATUS_CHANGED"
+    STEP_STARTED = "STEP_STARTED"
+    STEP_FINISHED = "STEP_FINISHED"
+    APPROVAL_REQUESTED = "APPROVAL_REQUESTED"
+    APPROVAL_DECIDED = "APPROVAL_DECIDED"
+    MEMORY_INJECTED = "MEMORY_INJECTED"
+    MEMORY_WRITTEN = "MEMORY_WRITTEN"

