@@ -1,0 +1,184 @@
+"""Shared fixtures. Everything with I/O runs against the real thing: the database named by
+``ENVERIF_TEST_DB`` (``sqlite`` or ``mysql``), a real Redis, real arq workers.
+
+Each test session gets its own database (a temp SQLite file, or a fresh MariaDB schema) and
+its own Redis key prefix, so the SQLite and MariaDB legs can share one Redis server. Tests
+create their own workspaces instead of cleaning up after each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.db import migrate
+from app.db.session import create_engine, create_sessionmaker
+from app.domain.agents import Role
+from app.services import auth
+from app.settings import Settings
+
+DB_KIND = os.environ.get("ENVERIF_TEST_DB", "sqlite")
+MYSQL_SERVER_URL = os.environ.get("ENVERIF_TEST_MYSQL_URL", "mysql+asyncmy://root@127.0.0.1:3306/test")
+REDIS_URL = os.environ.get("ENVERIF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"enverif: database={DB_KIND} redis={REDIS_URL}"
+
+
+async def _create_mysql_database(name: str) -> str:
+    server = create_engine(MYSQL_SERVER_URL)
+    async with server.begin() as conn:
+        await conn.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"))
+    await server.dispose()
+    return make_url(MYSQL_SERVER_URL).set(database=name).render_as_string(hide_password=False)
+
+
+async def _drop_mysql_database(name: str) -> None:
+    server = create_engine(MYSQL_SERVER_URL)
+    async with server.begin() as conn:
+        await conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+    await server.dispose()
+
+
+async def _migrate(url: str) -> None:
+    engine = create_engine(url)
+    await migrate.upgrade(engine)
+    await engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if DB_KIND == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('db') / 'enverif.db'}"
+        asyncio.run(_migrate(url))
+        yield url
+    elif DB_KIND == "mysql":
+        name = f"enverif_t_{uuid.uuid4().hex[:12]}"
+        url = asyncio.run(_create_mysql_database(name))
+        asyncio.run(_migrate(url))
+        yield url
+        asyncio.run(_drop_mysql_database(name))
+    else:
+        raise RuntimeError(f"ENVERIF_TEST_DB must be sqlite or mysql, not {DB_KIND!r}")
+
+
+@pytest.fixture(scope="session")
+def redis_prefix() -> str:
+    return f"enverif-test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str, redis_prefix: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return Settings(
+        home=tmp_path_factory.mktemp("home"),
+        database_url=database_url,
+        redis_url=REDIS_URL,
+        redis_prefix=redis_prefix,
+        http_allow_private_networks=True,
+        lease_s=5.0,
+        sweep_interval_s=1,
+    )
+
+
+@pytest.fixture
+async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    eng = create_engine(settings.effective_database_url)
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return create_sessionmaker(engine)
+
+
+@dataclass
+class WorkspaceFixture:
+    id: int
+    name: str
+    admin: str
+    operator: str
+    viewer: str
+
+    def token(self, role: str) -> str:
+        return str(getattr(self, role))
+
+
+@pytest.fixture
+def make_workspace(sessionmaker: async_sessionmaker[AsyncSession]):  # type: ignore[no-untyped-def]
+    async def _make(name: str | None = None) -> WorkspaceFixture:
+        name = name or f"ws-{uuid.uuid4().hex[:10]}"
+        async with sessionmaker() as session:
+            workspace, admin = await auth.create_workspace(session, name=name)
+        async with sessionmaker() as session:
+            operator = await auth.create_token(session, workspace_name=name, role=Role.OPERATOR)
+        async with sessionmaker() as session:
+            viewer = await auth.create_token(session, workspace_name=name, role=Role.VIEWER)
+        return WorkspaceFixture(id=workspace.id, name=name, admin=admin, operator=operator, viewer=viewer)
+
+    return _make
+
+
+@pytest.fixture
+async def workspace(make_workspace) -> WorkspaceFixture:  # type: ignore[no-untyped-def]
+    return await make_workspace()
+
+
+@pytest.fixture
+async def app(settings: Settings) -> AsyncIterator[Any]:
+    """The real ASGI app with its lifespan (engine, Redis, event hub) running."""
+    from app.main import create_app
+
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://enverif.test") as c:
+        yield c
+
+
+class GraphQLClient:
+    """Posts GraphQL over HTTP exactly as a frontend would."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def raw(self, query: str, variables: dict[str, Any] | None = None, *, token: str | None) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        response = await self.http.post("/graphql", json={"query": query, "variables": variables or {}}, headers=headers)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def ok(self, query: str, variables: dict[str, Any] | None = None, *, token: str | None) -> dict[str, Any]:
+        body = await self.raw(query, variables, token=token)
+        assert not body.get("errors"), body["errors"]
+        data: dict[str, Any] = body["data"]
+        return data
+
+    async def error(self, query: str, variables: dict[str, Any] | None = None, *, token: str | None) -> dict[str, Any]:
+        """Returns the first error; asserts there is one."""
+        body = await self.raw(query, variables, token=token)
+        assert body.get("errors"), f"expected an error, got {body}"
+        err: dict[str, Any] = body["errors"][0]
+        return err
+
+
+@pytest.fixture
+def gql(client: httpx.AsyncClient) -> GraphQLClient:
+    return GraphQLClient(client)
