@@ -1,14 +1,35 @@
-"""Capability policy: decisions, risk classes and their evaluation (DESIGN §4)."""
+"""Capability policy: decisions, risk classes and their evaluation (DESIGN §4).
+
+Pure: no I/O, no clock. Three layers, each a function of the one below::
+
+    validate_policy / parse_policy    JSON on an agent -> Policy
+    decide_for_agent                  one agent's decision for one call (rules, default,
+                                      risk default, then the DESTRUCTIVE/SECRETS clamp)
+    effective_decision                the strictest over the run's policy chain, root first
+
+Strictness is ``ALLOW < REQUIRE_APPROVAL < DENY``. Because the effective decision is a
+maximum over the chain, a child can only tighten what its ancestors decided, never loosen it.
+"""
 
 from __future__ import annotations
 
 import enum
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.domain.errors import ValidationFailed
 
 
 class Decision(enum.StrEnum):
     ALLOW = "ALLOW"
     REQUIRE_APPROVAL = "REQUIRE_APPROVAL"
     DENY = "DENY"
+
+    @property
+    def strictness(self) -> int:
+        return _STRICTNESS[self]
 
 
 class RiskClass(enum.StrEnum):
@@ -17,3 +38,190 @@ class RiskClass(enum.StrEnum):
     EXTERNAL_WRITE = "EXTERNAL_WRITE"
     DESTRUCTIVE = "DESTRUCTIVE"
     SECRETS = "SECRETS"
+
+
+_STRICTNESS = {Decision.ALLOW: 0, Decision.REQUIRE_APPROVAL: 1, Decision.DENY: 2}
+
+# What an agent decides when neither a rule nor its default says anything.
+RISK_DEFAULTS: Mapping[RiskClass, Decision] = {
+    RiskClass.READ: Decision.ALLOW,
+    RiskClass.INTERNAL_WRITE: Decision.ALLOW,
+    RiskClass.EXTERNAL_WRITE: Decision.REQUIRE_APPROVAL,
+    RiskClass.DESTRUCTIVE: Decision.REQUIRE_APPROVAL,
+    RiskClass.SECRETS: Decision.REQUIRE_APPROVAL,
+}
+# No pattern and no default makes these silent: ALLOW is raised to REQUIRE_APPROVAL.
+CLAMPED_RISKS = frozenset({RiskClass.DESTRUCTIVE, RiskClass.SECRETS})
+
+MAX_RULES = 200
+MAX_PATTERN_CHARS = 200
+_POLICY_KEYS = frozenset({"default", "rules"})
+_RULE_KEYS = frozenset({"tool", "decision"})
+_DECISIONS = ", ".join(d.value for d in Decision)
+
+
+def strictest(a: Decision, b: Decision) -> Decision:
+    """The stricter of two decisions (``a`` when they are equal)."""
+    return b if b.strictness > a.strictness else a
+
+
+# -- parsing ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    tool: str  # fnmatch glob over tool names, case-sensitive
+    decision: Decision
+
+    def matches(self, tool_name: str) -> bool:
+        return fnmatch.fnmatchcase(tool_name, self.tool)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    default: Decision | None = None
+    rules: tuple[Rule, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "default": None if self.default is None else self.default.value,
+            "rules": [{"tool": r.tool, "decision": r.decision.value} for r in self.rules],
+        }
+
+
+def _fail(message: str) -> ValidationFailed:
+    return ValidationFailed(message, field="policy")
+
+
+def _parse_decision(value: object, where: str) -> Decision:
+    if isinstance(value, str):
+        try:
+            return Decision(value)
+        except ValueError:
+            pass
+    raise _fail(f"{where} must be one of {_DECISIONS}, got {value!r}")
+
+
+def parse_policy(obj: object) -> Policy:
+    """Parse policy JSON into a ``Policy``; ``None`` is the empty policy.
+
+    Strict on purpose: an unknown key (``"defualt"``) or a misspelt decision would otherwise
+    silently fall back to the risk defaults, which may be looser than the author meant.
+    """
+    if obj is None:
+        return Policy()
+    if not isinstance(obj, Mapping):
+        raise _fail("policy must be an object with optional 'default' and 'rules'")
+    unknown = sorted(str(k) for k in obj if k not in _POLICY_KEYS)
+    if unknown:
+        raise _fail(f"policy has unknown keys: {', '.join(unknown)} (allowed: default, rules)")
+    raw_default = obj.get("default")
+    default = None if raw_default is None else _parse_decision(raw_default, "policy.default")
+    raw_rules = obj.get("rules")
+    if raw_rules is None:
+        raw_rules = []
+    if not isinstance(raw_rules, list):
+        raise _fail("policy.rules must be a list of {tool, decision}")
+    if len(raw_rules) > MAX_RULES:
+        raise _fail(f"policy.rules has {len(raw_rules)} rules; at most {MAX_RULES} are allowed")
+    rules: list[Rule] = []
+    for i, raw in enumerate(raw_rules):
+        where = f"policy.rules[{i}]"
+        if not isinstance(raw, Mapping):
+            raise _fail(f"{where} must be an object {{tool, decision}}")
+        if set(raw) != _RULE_KEYS:
+            raise _fail(f"{where} must have exactly the keys 'tool' and 'decision'")
+        tool = raw["tool"]
+        if not isinstance(tool, str) or not tool.strip():
+            raise _fail(f"{where}.tool must be a non-empty glob pattern")
+        if len(tool) > MAX_PATTERN_CHARS:
+            raise _fail(f"{where}.tool is longer than {MAX_PATTERN_CHARS} characters")
+        rules.append(Rule(tool=tool, decision=_parse_decision(raw["decision"], f"{where}.decision")))
+    return Policy(default=default, rules=tuple(rules))
+
+
+def validate_policy(obj: object) -> dict[str, Any]:
+    """Validate policy JSON and return its normalised form (``default`` always present)."""
+    return parse_policy(obj).to_json()
+
+
+# -- one agent ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDecision:
+    decision: Decision
+    source: str  # what imposed it: "rule 'x.*'", "default", "risk default ...", "clamp ..."
+
+
+def decide_for_agent(policy: Policy, tool_name: str, risk: RiskClass) -> AgentDecision:
+    """One agent's decision for a call of ``tool_name`` (DESIGN §4).
+
+    Among several matching rules the strictest wins; among equally strict ones the first in
+    the policy is named as the source.
+    """
+    chosen: Rule | None = None
+    for rule in policy.rules:
+        if not rule.matches(tool_name):
+            continue
+        if chosen is None or rule.decision.strictness > chosen.decision.strictness:
+            chosen = rule
+    if chosen is not None:
+        decision, source = chosen.decision, f"rule '{chosen.tool}'"
+    elif policy.default is not None:
+        decision, source = policy.default, "default"
+    else:
+        decision, source = RISK_DEFAULTS[risk], f"risk default for {risk.value}"
+    if risk in CLAMPED_RISKS and decision is Decision.ALLOW:
+        return AgentDecision(
+            Decision.REQUIRE_APPROVAL, f"clamp for {risk.value} ({source} said {Decision.ALLOW.value})"
+        )
+    return AgentDecision(decision, source)
+
+
+# -- the run's chain ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyLink:
+    """One run's agent and the policy snapshotted when that run was created."""
+
+    agent_name: str
+    policy: Policy
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveDecision:
+    decision: Decision
+    reason: str  # e.g. "agent 'root-bot' rule 'webhook.*' -> DENY"
+
+
+def effective_decision(chain: Sequence[PolicyLink], tool_name: str, risk: RiskClass) -> EffectiveDecision:
+    """The strictest decision over ``chain`` (root ancestor first, the run's own agent last).
+
+    Ties go to the link nearest the root: that is the constraint no descendant can lift, so
+    it is the one an operator has to change to get a different outcome.
+    """
+    if not chain:
+        raise ValueError("a policy chain has at least the run's own agent")
+    best_link = chain[0]
+    best = decide_for_agent(best_link.policy, tool_name, risk)
+    for link in chain[1:]:
+        mine = decide_for_agent(link.policy, tool_name, risk)
+        if mine.decision.strictness > best.decision.strictness:
+            best_link, best = link, mine
+    return EffectiveDecision(
+        best.decision, f"agent '{best_link.agent_name}' {best.source} -> {best.decision.value}"
+    )
+
+
+def parse_chain(snapshot: object) -> list[PolicyLink]:
+    """Rebuild a chain from its JSON snapshot ``[{"agent_name", "policy", ...}]`` (root first)."""
+    if not isinstance(snapshot, list):
+        raise _fail("a policy chain must be a list")
+    links: list[PolicyLink] = []
+    for item in snapshot:
+        if not isinstance(item, Mapping) or not isinstance(item.get("agent_name"), str):
+            raise _fail("each policy chain link needs 'agent_name' and 'policy'")
+        links.append(PolicyLink(agent_name=item["agent_name"], policy=parse_policy(item.get("policy"))))
+    return links
