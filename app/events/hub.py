@@ -1,0 +1,293 @@
+"""One Redis pub/sub subscriber per API process, fanning run events out to local subscriptions.
+
+Pub/sub is at-most-once: whatever is published while our connection is down is gone, with
+no signal from Redis. So after every reconnect the hub tells every local subscription to
+``Resync`` (re-read ``run_events`` from the database from its last seq). The order matters:
+re-subscribe FIRST, then signal, so that nothing published between the subscriber's
+database read and its next live message can fall through the crack.
+
+A subscription's queue is bounded: a subscriber too slow to keep up loses its queued
+messages and gets a ``Resync`` instead, so one stuck websocket cannot grow the process's
+memory (the database replays what it missed).
+
+Everything here runs on the event loop thread; dispatching a message to the subscriptions is
+synchronous (no ``await`` between looking up the subscribers and queueing), so the
+subscription registry needs no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from app import keys
+from app.events.publish import EventMessage, decode_message
+
+if TYPE_CHECKING:
+    from app.services.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_QUEUE_MAX = 1_000
+# get_message blocks at most this long, so health-check PINGs go out during silence
+# (get_message's default timeout of 0 would spin the CPU: redis-py #3108).
+READ_TIMEOUT_S = 1.0
+HEALTH_CHECK_INTERVAL_S = 15
+CONNECT_TIMEOUT_S = 5.0
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 5.0
+
+
+class HubStopped(Exception):
+    """The hub shut down (process exit): no more live events will come."""
+
+
+def hub_client_name(prefix: str) -> str:
+    return f"{prefix}:event-hub"
+
+
+@dataclass(frozen=True, slots=True)
+class Resync:
+    """Live delivery had a hole: re-read the database from the last delivered seq."""
+
+    reason: str
+
+
+class Subscription:
+    """Live events of one run tree in one workspace, for one local consumer.
+
+    Use as an async context manager (unsubscribes on exit) and read with ``get`` (with an
+    idle timeout) or ``async for``.
+    """
+
+    def __init__(self, hub: EventHub, workspace_id: int, root_run_id: int, queue_max: int) -> None:
+        self.workspace_id = workspace_id
+        self.root_run_id = root_run_id
+        self._hub = hub
+        self._queue_max = queue_max
+        self._queue: collections.deque[EventMessage] = collections.deque()
+        self._resync: Resync | None = None
+        self._wakeup = asyncio.Event()
+        self._stopped = False
+        self.closed = False
+
+    # -- producer side (the hub's reader task) --------------------------------------------
+    def _offer(self, message: EventMessage) -> None:
+        if self._resync is not None:
+            # A database re-read is already due and will cover this message.
+            return
+        if len(self._queue) >= self._queue_max:
+            self._queue.clear()
+            self._resync = Resync("subscriber fell behind; queued events were dropped")
+        else:
+            self._queue.append(message)
+        self._wakeup.set()
+
+    def _signal_stopped(self) -> None:
+        self._stopped = True
+        self._wakeup.set()
+
+    def _signal_resync(self, reason: str) -> None:
+        # Anything still queued is older than the hole; the re-read covers it too.
+        self._queue.clear()
+        self._resync = Resync(reason)
+        self._wakeup.set()
+
+    # -- consumer side ---------------------------------------------------------------------
+    async def get(self, timeout_s: float | None = None) -> EventMessage | Resync | None:
+        """The next message or ``Resync``; ``None`` when ``timeout_s`` passed in silence.
+
+        Raises ``HubStopped`` once the hub has shut down.
+        """
+        while True:
+            if self._stopped:
+                raise HubStopped("the event hub has stopped")
+            if self._resync is not None:
+                resync, self._resync = self._resync, None
+                return resync
+            if self._queue:
+                return self._queue.popleft()
+            self._wakeup.clear()
+            if timeout_s is None:
+                await self._wakeup.wait()
+            else:
+                try:
+                    async with asyncio.timeout(timeout_s):
+                        await self._wakeup.wait()
+                except TimeoutError:
+                    return None
+
+    def __aiter__(self) -> AsyncIterator[EventMessage | Resync]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[EventMessage | Resync]:
+        while not self.closed:
+            try:
+                item = await self.get()
+            except HubStopped:
+                return
+            if item is not None:
+                yield item
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._hub._remove(self)
+
+    # Registering and unregistering never wait, so both context manager flavours work.
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class EventHub:
+    """The process's single subscriber on ``keys.events_channel``; see the module docstring."""
+
+    def __init__(self, runtime: Runtime, *, queue_max: int = DEFAULT_QUEUE_MAX) -> None:
+        self._settings = runtime.settings
+        self._channel = keys.events_channel(runtime.settings.redis_prefix)
+        self._queue_max = queue_max
+        self._subscriptions: dict[tuple[int, int], set[Subscription]] = {}
+        self._task: asyncio.Task[None] | None = None
+        # Set while the hub holds a live subscription on the channel.
+        self._connected = asyncio.Event()
+        self._client: aioredis.Redis | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    async def start(self, *, wait_s: float = CONNECT_TIMEOUT_S) -> None:
+        """Start reading; waits (bounded) for the first subscription to be in place.
+
+        If Redis is not reachable yet the process still starts: the reader keeps retrying,
+        and subscriptions get their events from the database until it is back.
+        """
+        if self._task is not None:
+            raise RuntimeError("EventHub already started")
+        # Our own client, not the arq pool: a subscribed connection can do nothing else, and
+        # the pool's connections must stay free for enqueues and publishes.
+        self._client = aioredis.from_url(
+            self._settings.effective_redis_url,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            socket_keepalive=True,
+            health_check_interval=HEALTH_CHECK_INTERVAL_S,
+            # Named so operators (and tests) can find this process's subscriber in CLIENT LIST.
+            client_name=hub_client_name(self._settings.redis_prefix),
+        )
+        self._task = asyncio.create_task(self._run(), name="enverif-event-hub")
+        try:
+            async with asyncio.timeout(wait_s):
+                await self._connected.wait()
+        except TimeoutError:
+            logger.warning("event hub: Redis not reachable yet; live events will follow once it is")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        # Wake consumers blocked in get(): they must not wait forever for a dead hub.
+        for subs in list(self._subscriptions.values()):
+            for sub in list(subs):
+                sub._signal_stopped()
+                sub.close()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def subscribe(self, workspace_id: int, root_run_id: int) -> Subscription:
+        """Register a local subscription; it receives everything dispatched from now on."""
+        sub = Subscription(self, workspace_id, root_run_id, self._queue_max)
+        self._subscriptions.setdefault((workspace_id, root_run_id), set()).add(sub)
+        return sub
+
+    def _remove(self, sub: Subscription) -> None:
+        key = (sub.workspace_id, sub.root_run_id)
+        subs = self._subscriptions.get(key)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._subscriptions[key]
+
+    @property
+    def subscription_count(self) -> int:
+        return sum(len(s) for s in self._subscriptions.values())
+
+    # -- reader ------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff_s = BACKOFF_MIN_S
+        first = True
+        while True:
+            assert self._client is not None
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._channel)
+                self._connected.set()
+                if not first:
+                    # Only now, with the subscription back in place, may subscribers re-read:
+                    # any event committed after their read will reach them live.
+                    self._resync_all("lost the Redis connection; events may have been missed")
+                    logger.info("event hub: re-subscribed to %s", self._channel)
+                first = False
+                backoff_s = BACKOFF_MIN_S
+                await self._read(pubsub)
+            except (RedisError, OSError) as exc:
+                logger.warning("event hub: Redis connection lost (%r); reconnecting in %.2fs", exc, backoff_s)
+            except Exception:
+                # Never let the process's only subscriber die: log, then recover like a disconnect.
+                logger.exception("event hub: unexpected error; reconnecting in %.2fs", backoff_s)
+            finally:
+                self._connected.clear()
+                # Shielded so a cancellation during stop() still releases the connection.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(pubsub.aclose())
+            first = False
+            await asyncio.sleep(backoff_s * random.uniform(0.8, 1.2))
+            backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+
+    async def _read(self, pubsub: Any) -> None:
+        while True:
+            raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=READ_TIMEOUT_S)
+            if raw is None or raw.get("type") != "message" or not self._subscriptions:
+                continue
+            try:
+                message = decode_message(raw["data"])
+            except ValueError as exc:
+                logger.warning("event hub: ignoring %s", exc)
+                continue
+            self._dispatch(message)
+
+    def _dispatch(self, message: EventMessage) -> None:
+        # Both keys: a subscription never sees another workspace's events, even for a
+        # colliding root id.
+        for sub in tuple(self._subscriptions.get((message.workspace_id, message.root_run_id), ())):
+            sub._offer(message)
+
+    def _resync_all(self, reason: str) -> None:
+        for subs in tuple(self._subscriptions.values()):
+            for sub in tuple(subs):
+                sub._signal_resync(reason)

@@ -1,0 +1,247 @@
+"""The per-process event hub and the publisher, against a real Redis (DESIGN §6)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from app.db import orm
+from app.embedded import redis_server_binary
+from app.events.hub import EventHub, HubStopped, Resync, Subscription, hub_client_name
+from app.events.publish import EventMessage, decode_message, encode_message, event_to_message, publish_events
+from app.services.runtime import Runtime, open_runtime
+from app.settings import Settings
+
+# Ids far from anything the database hands out, and distinct per test, so concurrent tests
+# sharing the session's channel never see each other's events.
+_ids = itertools.count(random.randint(10**9, 2 * 10**9) * 1000)
+
+
+def fresh_id() -> int:
+    return next(_ids)
+
+
+def event(workspace_id: int, root_run_id: int, seq: int, **extra: Any) -> orm.RunEvent:
+    return orm.RunEvent(
+        workspace_id=workspace_id,
+        root_run_id=root_run_id,
+        seq=seq,
+        run_id=extra.get("run_id", root_run_id),
+        parent_run_id=extra.get("parent_run_id"),
+        type=extra.get("type", "RUN_STATUS_CHANGED"),
+        status=extra.get("status", "RUNNING"),
+        step_id=extra.get("step_id"),
+        payload=extra.get("payload", {"n": seq}),
+        at=datetime.now(UTC),
+    )
+
+
+@pytest.fixture
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    rt = await open_runtime(settings)
+    yield rt
+    await rt.close()
+
+
+@pytest.fixture
+async def hub(runtime: Runtime) -> AsyncIterator[EventHub]:
+    h = EventHub(runtime)
+    await h.start()
+    assert h.connected
+    yield h
+    await h.stop()
+
+
+async def drain(sub: Subscription, *, quiet_s: float = 0.3) -> list[EventMessage | Resync]:
+    """Everything the subscription receives until it has been quiet for ``quiet_s``."""
+    got: list[EventMessage | Resync] = []
+    while (item := await sub.get(timeout_s=quiet_s)) is not None:
+        got.append(item)
+    return got
+
+
+async def test_delivers_only_the_subscribed_tree_of_the_subscribed_workspace(
+    hub: EventHub, runtime: Runtime
+) -> None:
+    ws, other_ws, root, other_root = fresh_id(), fresh_id(), fresh_id(), fresh_id()
+    prefix = runtime.settings.redis_prefix
+    with (
+        hub.subscribe(ws, root) as mine,
+        hub.subscribe(ws, root) as mine_too,
+        hub.subscribe(other_ws, root) as same_root_other_workspace,
+        hub.subscribe(ws, other_root) as other_tree,
+    ):
+        await publish_events(runtime.redis, prefix, [event(ws, root, 1), event(ws, root, 2, step_id=7)])
+        await publish_events(runtime.redis, prefix, [event(other_ws, other_root, 1)])
+        await publish_events(runtime.redis, prefix, [event(ws, root, 3, parent_run_id=5, payload=None)])
+
+        for sub in (mine, mine_too):
+            got = await drain(sub)
+            assert [m.seq for m in got if isinstance(m, EventMessage)] == [1, 2, 3]
+            assert all(
+                isinstance(m, EventMessage) and (m.workspace_id, m.root_run_id) == (ws, root) for m in got
+            )
+            assert isinstance(got[1], EventMessage) and got[1].step_id == 7
+            assert isinstance(got[2], EventMessage) and got[2].parent_run_id == 5 and got[2].payload is None
+        assert await drain(same_root_other_workspace) == []
+        assert await drain(other_tree) == []
+    assert hub.subscription_count == 0
+
+
+async def test_signals_resync_after_losing_the_connection_and_keeps_delivering(
+    hub: EventHub, runtime: Runtime
+) -> None:
+    ws, root = fresh_id(), fresh_id()
+    prefix = runtime.settings.redis_prefix
+    with hub.subscribe(ws, root) as sub:
+        await publish_events(runtime.redis, prefix, [event(ws, root, 1)])
+        first = await sub.get(timeout_s=5)
+        assert isinstance(first, EventMessage) and first.seq == 1
+
+        # Cut only this session's hub connection (other test sessions share the server).
+        killed = await _kill_clients_named(runtime.redis, hub_client_name(prefix))
+        assert killed >= 1
+
+        signal = await sub.get(timeout_s=10)
+        assert isinstance(signal, Resync), signal
+        assert hub.connected  # the resync is only signalled once the hub has re-subscribed
+
+        await publish_events(runtime.redis, prefix, [event(ws, root, 2)])
+        again = await sub.get(timeout_s=5)
+        assert isinstance(again, EventMessage) and again.seq == 2
+
+
+async def test_a_subscriber_that_falls_behind_gets_resync_instead_of_a_growing_queue(
+    runtime: Runtime,
+) -> None:
+    hub = EventHub(runtime, queue_max=5)
+    await hub.start()
+    try:
+        ws, root = fresh_id(), fresh_id()
+        prefix = runtime.settings.redis_prefix
+        with hub.subscribe(ws, root) as slow, hub.subscribe(ws, root) as fast:
+            received: list[int] = []
+
+            async def keep_up() -> None:
+                while len(received) < 12:
+                    item = await fast.get(timeout_s=5)
+                    assert isinstance(item, EventMessage), item
+                    received.append(item.seq)
+
+            reader = asyncio.create_task(keep_up())
+            for seq in range(1, 13):
+                await publish_events(runtime.redis, prefix, [event(ws, root, seq)])
+                await asyncio.sleep(0.01)  # let the fast reader keep up
+            await asyncio.wait_for(reader, 10)
+            assert received == list(range(1, 13))
+
+            got = await drain(slow)
+            assert isinstance(got[0], Resync)
+            assert len(got) == 1  # the dropped backlog is not replayed from memory
+
+            await publish_events(runtime.redis, prefix, [event(ws, root, 13)])
+            after = await slow.get(timeout_s=5)
+            assert isinstance(after, EventMessage) and after.seq == 13
+    finally:
+        await hub.stop()
+
+
+async def test_stopping_the_hub_wakes_waiting_consumers(runtime: Runtime) -> None:
+    hub = EventHub(runtime)
+    await hub.start()
+    sub = hub.subscribe(fresh_id(), fresh_id())
+    waiter = asyncio.create_task(sub.get())
+    await asyncio.sleep(0.05)
+    await hub.stop()
+    with pytest.raises(HubStopped):
+        await asyncio.wait_for(waiter, 5)
+    assert [item async for item in sub] == []
+
+
+async def test_a_hub_started_without_redis_catches_up_when_redis_appears(
+    runtime: Runtime, settings: Settings
+) -> None:
+    port = _free_port()
+    down = Settings(**{**settings.model_dump(), "redis_url": f"redis://127.0.0.1:{port}/0"})
+    hub = EventHub(replace(runtime, settings=down))
+    # Nothing listens there yet: start() must neither hang nor raise.
+    await hub.start(wait_s=0.3)
+    server: asyncio.subprocess.Process | None = None
+    try:
+        assert not hub.connected
+        ws, root = fresh_id(), fresh_id()
+        sub = hub.subscribe(ws, root)
+        assert await sub.get(timeout_s=0.2) is None
+
+        args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        server = await asyncio.create_subprocess_exec(
+            redis_server_binary(), *args, stdout=asyncio.subprocess.DEVNULL
+        )
+        # Subscriptions made while it was down may have missed events: they must re-read.
+        assert isinstance(await sub.get(timeout_s=15), Resync)
+        assert hub.connected
+        publisher = aioredis.Redis(host="127.0.0.1", port=port)
+        try:
+            await publish_events(publisher, down.redis_prefix, [event(ws, root, 1)])
+        finally:
+            await publisher.aclose()
+        live = await sub.get(timeout_s=5)
+        assert isinstance(live, EventMessage) and live.seq == 1
+    finally:
+        await hub.stop()
+        if server is not None:
+            server.terminate()
+            await server.wait()
+
+
+async def test_publish_swallows_redis_failures(caplog: pytest.LogCaptureFixture) -> None:
+    unreachable = aioredis.Redis(host="127.0.0.1", port=_free_port(), socket_connect_timeout=1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="app.events.publish"):
+            await publish_events(unreachable, "nowhere", [event(1, 1, 1), event(1, 1, 2)])
+            await publish_events(unreachable, "nowhere", [event(1, 1, 3)])
+    finally:
+        await unreachable.aclose()
+    assert sum("could not publish" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_message_round_trip_and_large_payloads_are_left_to_the_database() -> None:
+    small = event(3, 4, 5, run_id=6, parent_run_id=4, step_id=9, payload={"ok": "é"})
+    decoded = decode_message(encode_message(event_to_message(small)))
+    assert decoded == event_to_message(small)
+
+    big = event(3, 4, 6, payload={"blob": "x" * 100_000})
+    wire = encode_message(event_to_message(big))
+    assert len(wire) < 1_000
+    decoded_big = decode_message(wire)
+    assert decoded_big.payload_omitted and decoded_big.payload is None and decoded_big.seq == 6
+
+    with pytest.raises(ValueError):
+        decode_message(b'{"seq": 1}')
+    with pytest.raises(ValueError):
+        decode_message(b"not json")
+
+
+async def _kill_clients_named(client: aioredis.Redis, name: str) -> int:
+    killed = 0
+    for entry in await client.client_list():
+        if entry.get("name") == name:
+            killed += int(await client.client_kill_filter(_id=entry["id"]))
+    return killed
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
