@@ -182,3 +182,19 @@ class GraphQLClient:
 @pytest.fixture
 def gql(client: httpx.AsyncClient) -> GraphQLClient:
     return GraphQLClient(client)
+
+
+@pytest.fixture
+async def worker(settings: Settings) -> AsyncIterator[Any]:
+    """A real arq worker consuming this session's queue, in the test's event loop."""
+    from workers.main import build_worker
+
+    w = build_worker(settings, handle_signals=False)
+    task = asyncio.create_task(w.main())
+    yield w
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    await w.close()

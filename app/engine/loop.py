@@ -1,0 +1,341 @@
+"""The run loop (DESIGN §3): claim, ask the model, decide, execute, record, repeat.
+
+Durability rules this module keeps:
+- A step row exists (RUNNING, with its id) before its tool runs, so a side-effecting tool
+  always gets the same idempotency key, whichever worker (re)executes it.
+- A result is recorded once: the write is fenced by the claimed attempt and only moves a
+  RUNNING step to a terminal state. A step whose result was recorded is never run again.
+- A crash between running a tool and recording its result leaves the step RUNNING; the
+  next claim re-executes it (at-least-once, same idempotency key).
+- Model turns are asked outside transactions; for providers marked ``fast`` (scripted) the
+  next turn is computed before the previous result is committed, so recording a result and
+  starting the next call share one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from app.db.orm import Agent, Approval, Memory, Run, RunStep
+from app.domain.errors import EnverifError
+from app.domain.events import EventType
+from app.domain.policy import Decision, effective_decision, parse_chain
+from app.domain.runs import TERMINAL_STEP, WAITING_STEP, RunStatus, StepStatus, waiting_status_for
+from app.engine.base import (
+    FinalAnswer,
+    HistoryItem,
+    Provider,
+    ProviderError,
+    ToolCalls,
+    ToolContext,
+    ToolError,
+    Turn,
+    TurnContext,
+)
+from app.engine.providers import provider_for
+from app.engine.tools.registry import ToolRegistry
+from app.services import runs
+from app.services.runtime import Runtime
+from app.services.transitions import LeaseLost, TreeTx, tree_tx
+
+log = logging.getLogger(__name__)
+
+OPEN = frozenset({StepStatus.PENDING, StepStatus.RUNNING})
+
+
+@dataclass
+class Outcome:
+    status: StepStatus
+    result: Any
+    error: str | None = None
+
+
+async def execute_run(rt: Runtime, registry: ToolRegistry, run_id: int, *, owner: str) -> None:
+    """Entry point of the ``execute_run`` job. Safe to call any number of times."""
+    attempt = await runs.claim(rt, run_id, owner=owner)
+    if attempt is None:
+        return  # duplicate delivery, or the run was cancelled / taken meanwhile
+    executor = RunExecutor(rt, registry, run_id, attempt)
+    current = asyncio.current_task()
+    assert current is not None
+    renewer = asyncio.create_task(executor.keep_lease(current))
+    try:
+        await executor.drive()
+    except LeaseLost:
+        log.info("run %s: lease lost at attempt %s; stopping without writing", run_id, attempt)
+    except asyncio.CancelledError:
+        if executor.lease_lost:
+            log.info("run %s: cancelled or taken over; stopped", run_id)
+            return
+        # Worker shutdown: hand the run back now rather than after the lease expires.
+        with contextlib.suppress(Exception):
+            await asyncio.shield(runs.release(rt, run_id, attempt=attempt, reason="worker shutting down"))
+        raise
+    finally:
+        renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewer
+
+
+class RunExecutor:
+    def __init__(self, rt: Runtime, registry: ToolRegistry, run_id: int, attempt: int) -> None:
+        self.rt = rt
+        self.registry = registry
+        self.run_id = run_id
+        self.attempt = attempt
+        self.lease_lost = False
+
+    async def keep_lease(self, worker_task: asyncio.Task[Any]) -> None:
+        """Renew the lease every third of its length; stop the work when it is gone."""
+        interval = self.rt.settings.lease_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                ours = await runs.renew_lease(self.rt, self.run_id, attempt=self.attempt)
+            except Exception:  # noqa: BLE001 - a DB blip: try again; the fence still protects us
+                log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
+                continue
+            if not ours:
+                self.lease_lost = True
+                worker_task.cancel()
+                return
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def drive(self) -> None:
+        async with self.rt.sessionmaker() as session:
+            run = await session.get_one(Run, self.run_id)
+            agent = await session.get_one(Agent, run.agent_id)
+            memories = await _injected(session, run)
+        self.run = run
+        self.agent = agent
+        self.memories = memories
+        try:
+            self.provider: Provider = provider_for(agent.model, self.rt.settings)
+            self.chain = parse_chain(run.policy_chain)
+        except EnverifError as exc:
+            await self._fail(f"agent configuration: {exc.message}")
+            return
+        self.fast = bool(getattr(self.provider, "fast", False))
+        self.offered = self.registry.specs(list(agent.tools or []))
+
+        while True:
+            steps = await self._steps()
+            calls = [s for s in steps if s.tool is not None]
+            runnable = [s for s in calls if StepStatus(s.status) in OPEN]
+            if runnable:
+                step = runnable[0]
+                if step.status == StepStatus.PENDING:
+                    await self._mark_running(step)
+                outcome = await self._execute(step)
+                others_open = any(
+                    StepStatus(s.status) not in TERMINAL_STEP for s in calls if s.id != step.id
+                )
+                if others_open or not self.fast:
+                    await self._record(step, outcome)
+                    continue
+                turn = await self._ask(calls, recorded=(step, outcome))
+                if turn is None or await self._apply(turn, recorded=(step, outcome)):
+                    return
+                continue
+            if any(StepStatus(s.status) in WAITING_STEP for s in calls):
+                if await self._park():
+                    return
+                continue
+            turn = await self._ask(calls)
+            if turn is None or await self._apply(turn):
+                return
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def _steps(self) -> list[RunStep]:
+        async with self.rt.sessionmaker() as session:
+            result = await session.scalars(select(RunStep).where(RunStep.run_id == self.run_id).order_by(RunStep.seq))
+            return list(result)
+
+    # -- model ---------------------------------------------------------------------------
+
+    async def _ask(self, calls: list[RunStep], recorded: tuple[RunStep, Outcome] | None = None) -> Turn | None:
+        """The next turn, or None when the run was failed instead (provider gave up)."""
+        history = []
+        for s in calls:
+            status, result = (s.status, s.result)
+            if recorded is not None and s.id == recorded[0].id:
+                status, result = recorded[1].status.value, recorded[1].result
+            history.append(HistoryItem(tool=s.tool or "", args=s.arguments or {}, status=status, result=result))
+        turn_index = max((s.turn for s in calls), default=-1) + 1
+        if turn_index >= self.rt.settings.max_turns:
+            await self._fail(f"the run used its {self.rt.settings.max_turns} model turns", recorded=recorded)
+            return None
+        ctx = TurnContext(
+            run_id=self.run.id,
+            depth=self.run.depth,
+            instructions=self.agent.instructions or "",
+            input=self.run.input,
+            memories=self.memories,
+            tools=self.offered,
+            history=history,
+            turn=turn_index,
+        )
+        try:
+            return await self.provider.next_turn(ctx)
+        except ProviderError as exc:
+            await self._fail(f"model provider failed: {exc}", recorded=recorded)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a provider bug must fail the run, not strand it
+            log.exception("run %s: provider crashed", self.run_id)
+            await self._fail(f"model provider crashed: {type(exc).__name__}: {exc}", recorded=recorded)
+        return None
+
+    # -- writes (all fenced) -------------------------------------------------------------
+
+    async def _apply(self, turn: Turn, recorded: tuple[RunStep, Outcome] | None = None) -> bool:
+        """Persist a turn (and the previous result, if given). True when the run ended."""
+        async with tree_tx(self.rt, self.run_id) as tx:
+            run = await tx.fenced_run(self.run_id, self.attempt)
+            if recorded is not None:
+                await self._finish(tx, run, *recorded)
+            seq = await _next_seq(tx, run.id)
+            if isinstance(turn, FinalAnswer):
+                step = tx.add_step(run, seq=seq, turn=run.turns, tool=None, arguments=None, status=StepStatus.SUCCEEDED, result=turn.value)  # fmt: skip
+                await tx.session.flush()
+                tx.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload={"seq": seq, "tool": None, "final": True})  # fmt: skip
+                await tx.set_run_status(run, RunStatus.SUCCEEDED, result=turn.value)
+                return True
+            await self._add_calls(tx, run, turn, seq)
+            return False
+
+    async def _add_calls(self, tx: TreeTx, run: Run, turn: ToolCalls, seq: int) -> None:
+        turn_index = run.turns
+        run.turns += 1
+        started_one = False
+        for offset, call in enumerate(turn.calls):
+            tool = self.registry.get(call.tool)
+            offered = self.registry.offered(list(self.agent.tools or []), call.tool)
+            if tool is None or not offered:
+                why = "unknown tool" if tool is None else "tool not offered to this agent"
+                step = tx.add_step(run, seq=seq + offset, turn=turn_index, tool=call.tool, arguments=call.args,
+                                   status=StepStatus.FAILED, error=why,
+                                   result={"error": {"code": "UNKNOWN_TOOL", "message": f"{why}: {call.tool}"}})  # fmt: skip
+                await tx.session.flush()
+                tx.step_started(run, step)
+                tx.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload={"seq": step.seq, "tool": step.tool, "status": step.status})  # fmt: skip
+                continue
+            decision = effective_decision(self.chain, call.tool, tool.risk)
+            common = {"seq": seq + offset, "turn": turn_index, "tool": call.tool, "arguments": call.args,
+                      "decision": decision.decision.value, "decision_reason": decision.reason}  # fmt: skip
+            if decision.decision is Decision.DENY:
+                step = tx.add_step(run, **common, status=StepStatus.DENIED,
+                                   result={"error": {"code": "DENIED", "message": decision.reason}})  # fmt: skip
+                await tx.session.flush()
+                tx.step_started(run, step)
+                tx.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload={"seq": step.seq, "tool": step.tool, "status": step.status})  # fmt: skip
+            elif decision.decision is Decision.REQUIRE_APPROVAL:
+                step = tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
+                await tx.session.flush()
+                approval = Approval(workspace_id=run.workspace_id, run_id=run.id, root_run_id=tx.root.id,
+                                    step_id=step.id, tool=call.tool, arguments=call.args,
+                                    status="PENDING", requested_at=tx.now)  # fmt: skip
+                tx.session.add(approval)
+                await tx.session.flush()
+                step.approval_id = approval.id
+                tx.step_started(run, step)
+                tx.emit(run, EventType.APPROVAL_REQUESTED, status="PENDING", step_id=step.id,
+                        payload={"approvalId": approval.id, "tool": call.tool, "reason": decision.reason})  # fmt: skip
+            else:
+                # The first allowed call starts right away (one transaction saved); the rest
+                # wait their turn as PENDING and are executed in seq order.
+                status = StepStatus.PENDING if started_one else StepStatus.RUNNING
+                started_one = True
+                step = tx.add_step(run, **common, status=status, attempt=self.attempt)
+                await tx.session.flush()
+                tx.step_started(run, step)
+
+    async def _mark_running(self, step: RunStep) -> None:
+        async with tree_tx(self.rt, self.run_id) as tx:
+            run = await tx.fenced_run(self.run_id, self.attempt)
+            row = await tx.session.get_one(RunStep, step.id, with_for_update=True)
+            if row.status != StepStatus.PENDING:
+                raise LeaseLost(f"step {step.id} is {row.status}; someone else moved it")
+            row.status = StepStatus.RUNNING.value
+            row.started_at = tx.now
+            row.executed_attempt = self.attempt
+            tx.step_started(run, row)
+        step.status = StepStatus.RUNNING.value
+
+    async def _record(self, step: RunStep, outcome: Outcome) -> None:
+        async with tree_tx(self.rt, self.run_id) as tx:
+            run = await tx.fenced_run(self.run_id, self.attempt)
+            await self._finish(tx, run, step, outcome)
+
+    async def _finish(self, tx: TreeTx, run: Run, step: RunStep, outcome: Outcome) -> None:
+        row = await tx.session.get_one(RunStep, step.id, with_for_update=True)
+        if row.status != StepStatus.RUNNING:
+            # Never write a result twice: whoever recorded first wins, we stop.
+            raise LeaseLost(f"step {step.id} is already {row.status}")
+        await tx.finish_step(run, row, outcome.status, result=outcome.result, error=outcome.error)
+
+    async def _park(self) -> bool:
+        """Wait for an operator or a child. Re-checked under the lock: a decision that landed
+        while we were working means there is more to do now, so we do not park."""
+        async with tree_tx(self.rt, self.run_id) as tx:
+            run = await tx.fenced_run(self.run_id, self.attempt)
+            status = waiting_status_for([StepStatus(s.status) for s in await tx.steps(run.id)])
+            if status is None:
+                return False
+            await tx.set_run_status(run, status)
+            return True
+
+    async def _fail(self, error: str, recorded: tuple[RunStep, Outcome] | None = None) -> None:
+        async with tree_tx(self.rt, self.run_id) as tx:
+            run = await tx.fenced_run(self.run_id, self.attempt)
+            if recorded is not None:
+                await self._finish(tx, run, *recorded)
+            await tx.set_run_status(run, RunStatus.FAILED, error=error)
+
+    # -- tools ---------------------------------------------------------------------------
+
+    async def _execute(self, step: RunStep) -> Outcome:
+        tool = self.registry.get(step.tool or "")
+        if tool is None:  # the tool was unregistered since the step was created
+            return Outcome(StepStatus.FAILED, {"error": {"code": "UNKNOWN_TOOL", "message": step.tool}}, "unknown tool")
+        ctx = ToolContext(
+            workspace_id=self.run.workspace_id,
+            agent_id=self.run.agent_id,
+            run_id=self.run_id,
+            step_id=step.id,
+            settings=self.rt.settings,
+        )
+        try:
+            result = await tool.run(ctx, dict(step.arguments or {}))
+        except ToolError as exc:
+            return Outcome(StepStatus.FAILED, exc.as_result(), f"{exc.code}: {exc.message}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the model sees the failure; the run goes on
+            log.warning("run %s step %s: tool %s raised", self.run_id, step.id, step.tool, exc_info=True)
+            message = f"{type(exc).__name__}: {exc}"
+            return Outcome(StepStatus.FAILED, {"error": {"code": "TOOL_FAILED", "message": message}}, message)
+        return Outcome(StepStatus.SUCCEEDED, result)
+
+
+async def _next_seq(tx: TreeTx, run_id: int) -> int:
+    from sqlalchemy import func
+
+    current = await tx.session.scalar(select(func.max(RunStep.seq)).where(RunStep.run_id == run_id))
+    return int(current or 0) + 1
+
+
+async def _injected(session: Any, run: Run) -> list[dict[str, Any]]:
+    ids = list(run.injected_memory_ids or [])
+    if not ids:
+        return []
+    rows = {m.id: m for m in await session.scalars(select(Memory).where(Memory.id.in_(ids)))}
+    return [{"key": rows[i].key, "value": rows[i].value, "tags": rows[i].tags} for i in ids if i in rows]

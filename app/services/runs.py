@@ -1,0 +1,195 @@
+"""Run use cases: start, cancel, claim, lease. Every status change goes through
+``app.services.transitions`` (the chokepoint)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.clock import utcnow
+from app.db.orm import Agent, Memory, Run, RunEvent
+from app.domain.agents import AgentStatus, Role
+from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
+from app.domain.events import EventType
+from app.domain.memory import MemoryCandidate, select_for_injection
+from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
+from app.services.auth import Principal
+from app.services.runtime import Runtime
+from app.services.transitions import TreeTx, after_commit, tree_tx
+
+MAX_INPUT_BYTES = 256_000
+
+
+def policy_link(agent: Agent) -> dict[str, Any]:
+    return {"agent_id": agent.id, "agent_name": agent.name, "policy": agent.policy}
+
+
+async def start_run(
+    rt: Runtime,
+    principal: Principal,
+    *,
+    agent_id: int,
+    input: Any,
+    trigger: RunTrigger = RunTrigger.API,
+) -> Run:
+    """Create a QUEUED root run and enqueue it (after commit)."""
+    principal.require(Role.OPERATOR)
+    if len(json.dumps(input, default=str)) > MAX_INPUT_BYTES:
+        raise ValidationFailed(f"input is larger than {MAX_INPUT_BYTES} bytes", field="input")
+    async with rt.sessionmaker() as session:
+        async with session.begin():
+            agent = await session.scalar(
+                select(Agent).where(Agent.id == agent_id, Agent.workspace_id == principal.workspace_id)
+            )
+            if agent is None:
+                raise NotFound("agent not found", field="agentId")
+            if agent.status != AgentStatus.ACTIVE:
+                raise Conflict(f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId")
+            run, event = await create_root_run(session, agent=agent, input=input, trigger=trigger, now=utcnow())
+    await after_commit(rt, [event], [(run.id, run.wake_count)])
+    return run
+
+
+async def create_root_run(
+    session: AsyncSession,
+    *,
+    agent: Agent,
+    input: Any,
+    trigger: RunTrigger,
+    now: datetime,
+    schedule_id: int | None = None,
+) -> tuple[Run, RunEvent]:
+    """Insert a QUEUED root run and its RUN_CREATED event (seq 1) in the caller's transaction.
+
+    No lock is needed: nobody else can see the row before commit.
+    """
+    run = Run(
+        workspace_id=agent.workspace_id,
+        agent_id=agent.id,
+        status=RunStatus.QUEUED.value,
+        trigger=trigger.value,
+        input=input,
+        depth=0,
+        schedule_id=schedule_id,
+        policy_chain=[policy_link(agent)],
+        attempt=0,
+        wake_count=1,
+        turns=0,
+        last_event_seq=1,
+        created_at=now,
+        updated_at=now,
+        queued_at=now,
+    )
+    session.add(run)
+    await session.flush()
+    run.root_run_id = run.id
+    event = RunEvent(
+        workspace_id=run.workspace_id,
+        root_run_id=run.id,
+        seq=1,
+        run_id=run.id,
+        parent_run_id=None,
+        type=EventType.RUN_CREATED.value,
+        status=run.status,
+        payload={"agentId": agent.id, "agent": agent.name, "trigger": trigger.value, "depth": 0},
+        at=now,
+    )
+    session.add(event)
+    await session.flush()
+    return run, event
+
+
+async def get_run(session: AsyncSession, *, workspace_id: int, run_id: int) -> Run:
+    run = await session.scalar(select(Run).where(Run.id == run_id, Run.workspace_id == workspace_id))
+    if run is None:
+        raise NotFound("run not found", field="id")
+    return run
+
+
+async def cancel_run(rt: Runtime, principal: Principal, *, run_id: int, reason: str | None) -> Run:
+    """Cancel the run and every non-terminal descendant. A RUNNING run is cancelled here and
+    now; its worker finds out at its next write (fencing) and writes nothing more."""
+    principal.require(Role.OPERATOR)
+    if reason is not None and len(reason) > 2_000:
+        raise ValidationFailed("reason is longer than 2000 characters", field="reason")
+    async with rt.sessionmaker() as session:
+        await get_run(session, workspace_id=principal.workspace_id, run_id=run_id)
+    async with tree_tx(rt, run_id) as tx:
+        run = await tx.run(run_id)
+        if RunStatus(run.status) not in CANCELLABLE_RUN:
+            raise InvalidTransition(f"run is already {run.status}")
+        await cancel_subtree(tx, run, reason or "cancelled by operator")
+    return run
+
+
+async def cancel_subtree(tx: TreeTx, run: Run, reason: str) -> None:
+    # Children first, so each child's outcome is delivered to a parent step that is still
+    # waiting; the parent is cancelled right after and does not resume.
+    children = await tx.session.scalars(
+        select(Run.id).where(Run.parent_run_id == run.id, Run.status.in_([s.value for s in CANCELLABLE_RUN]))
+    )
+    for child_id in list(children):
+        await cancel_subtree(tx, await tx.run(child_id), reason)
+    if RunStatus(run.status) in CANCELLABLE_RUN:
+        await tx.set_run_status(run, RunStatus.CANCELLED, reason=reason)
+
+
+async def claim(rt: Runtime, run_id: int, *, owner: str) -> int | None:
+    """QUEUED -> RUNNING under a fresh lease. Returns the attempt (fencing token), or None
+    when the run is not claimable: a second delivery of the same job, a cancelled run, a run
+    another worker already took."""
+    lease_s = rt.settings.lease_s
+    async with tree_tx(rt, run_id) as tx:
+        run = await tx.run(run_id)
+        if run.status != RunStatus.QUEUED:
+            return None
+        run.attempt += 1
+        run.lease_owner = owner
+        run.lease_expires_at = tx.now + timedelta(seconds=lease_s)
+        await tx.set_run_status(run, RunStatus.RUNNING, reason=f"claimed by {owner}")
+        if run.injected_memory_ids is None:
+            await _inject_memories(tx, run)
+        return run.attempt
+    return None  # unreachable; keeps type checkers content about the context manager
+
+
+async def _inject_memories(tx: TreeTx, run: Run) -> None:
+    """On a run's first start: pick the agent's highest-value memories within its budget,
+    record them on the run and mark them used (DESIGN §3.2)."""
+    agent = await tx.session.get_one(Agent, run.agent_id)
+    rows = list(await tx.session.scalars(select(Memory).where(Memory.agent_id == run.agent_id)))
+    chosen = select_for_injection(
+        [MemoryCandidate(m.id, m.key, m.value, m.importance, m.updated_at, m.last_used_at) for m in rows],
+        now=tx.now,
+        max_items=agent.memory_max_items,
+        max_chars=agent.memory_max_chars,
+    )
+    run.injected_memory_ids = [m.id for m in chosen]
+    if chosen:
+        await tx.session.execute(
+            update(Memory).where(Memory.id.in_(run.injected_memory_ids)).values(last_used_at=tx.now)
+        )
+        tx.emit(run, EventType.MEMORY_INJECTED, payload={"keys": [m.key for m in chosen]})
+
+
+async def renew_lease(rt: Runtime, run_id: int, *, attempt: int) -> bool:
+    """Extend the lease; False when the run is no longer ours (stop working on it)."""
+    async with rt.sessionmaker() as session:
+        async with session.begin():
+            result = await session.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.attempt == attempt, Run.status == RunStatus.RUNNING.value)
+                .values(lease_expires_at=utcnow() + timedelta(seconds=rt.settings.lease_s))
+            )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def release(rt: Runtime, run_id: int, *, attempt: int, reason: str) -> None:
+    """Hand a run we are abandoning (worker shutting down) straight back to the queue."""
+    async with tree_tx(rt, run_id) as tx:
+        run = await tx.fenced_run(run_id, attempt)
+        await tx.set_run_status(run, RunStatus.QUEUED, reason=reason)

@@ -1,0 +1,47 @@
+"""Per-process resources shared by the API and the worker: created at start-up (app lifespan
+or worker ``on_startup``) and closed at shutdown. No module-level clients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arq.connections import ArqRedis, RedisSettings, create_pool
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.db.session import create_engine, create_sessionmaker
+from app.embedded import ensure_embedded_redis
+from app.settings import Settings
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    # One arq pool per process: enqueues jobs and publishes events.
+    redis: ArqRedis
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+        await self.engine.dispose()
+
+
+def redis_settings(settings: Settings) -> RedisSettings:
+    if settings.uses_embedded_redis:
+        ensure_embedded_redis(settings)
+    rs = RedisSettings.from_dsn(settings.effective_redis_url)
+    rs.conn_timeout = 5
+    rs.conn_retries = 3
+    return rs
+
+
+async def open_runtime(settings: Settings) -> Runtime:
+    engine = create_engine(settings.effective_database_url)
+    pool = await create_pool(redis_settings(settings), default_queue_name=_queue(settings))
+    return Runtime(settings=settings, engine=engine, sessionmaker=create_sessionmaker(engine), redis=pool)
+
+
+def _queue(settings: Settings) -> str:
+    from app.keys import queue_name
+
+    return queue_name(settings.redis_prefix)
