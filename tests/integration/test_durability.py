@@ -1,0 +1,121 @@
+"""At-least-once delivery made safe: duplicate deliveries, fencing, lease expiry, resumes."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select, update
+
+from app.clock import utcnow
+from app.db.orm import Agent, Run, RunStep
+from app.domain.runs import RunStatus
+from app.engine.loop import execute_run
+from app.engine.tools.registry import default_registry
+from app.services import runs
+from app.services.auth import Principal
+from app.domain.agents import Role
+from app.services.runtime import open_runtime
+from app.services.sweeper import sweep
+from app.services.transitions import LeaseLost, tree_tx
+from tests.support.runs import create_agent
+from tests.support.servers import sink_server
+
+ALLOW_WEBHOOK = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
+
+
+@pytest.fixture
+async def rt(settings):
+    runtime = await open_runtime(settings)
+    yield runtime
+    await runtime.close()
+
+
+@pytest.fixture
+async def registry(settings):
+    reg = default_registry(settings)
+    yield reg
+    await reg.aclose()
+
+
+async def _agent_row(sessionmaker, agent_gid: str) -> Agent:
+    from app.graphql.ids import from_global_id
+
+    _, agent_id = from_global_id(agent_gid)
+    async with sessionmaker() as session:
+        return await session.get_one(Agent, int(agent_id))
+
+
+async def test_a_second_delivery_does_not_run_the_run_twice(gql, workspace, rt, registry, sessionmaker) -> None:
+    async with sink_server(delay_s=0.3) as (sink, url):
+        agent_gid = await create_agent(
+            gql,
+            workspace.admin,
+            steps=[{"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}}, {"final": "ok"}],
+            policy=ALLOW_WEBHOOK,
+        )
+        agent = await _agent_row(sessionmaker, agent_gid)
+        principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
+        run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)
+        # Two deliveries of the same job at once (arq is at-least-once).
+        await asyncio.gather(
+            execute_run(rt, registry, run.id, owner="w1"), execute_run(rt, registry, run.id, owner="w2")
+        )
+    async with sessionmaker() as session:
+        done = await session.get_one(Run, run.id)
+    assert done.status == RunStatus.SUCCEEDED
+    assert done.attempt == 1
+    assert len(sink.deliveries) == 1
+
+
+async def test_a_worker_whose_lease_was_taken_over_cannot_write(gql, workspace, rt, sessionmaker) -> None:
+    agent_gid = await create_agent(gql, workspace.admin, steps=[{"final": "ok"}])
+    agent = await _agent_row(sessionmaker, agent_gid)
+    principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
+    run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)
+    first = await runs.claim(rt, run.id, owner="zombie")
+    assert first == 1
+    async with sessionmaker() as session, session.begin():
+        await session.execute(
+            update(Run).where(Run.id == run.id).values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+    report = await sweep(rt)
+    assert report.requeued_expired >= 1
+    second = await runs.claim(rt, run.id, owner="fresh")
+    assert second == 2
+    # The zombie wakes up and tries to finish the run: refused, nothing written.
+    with pytest.raises(LeaseLost):
+        async with tree_tx(rt, run.id) as tx:
+            stale = await tx.fenced_run(run.id, first)
+            await tx.set_run_status(stale, RunStatus.SUCCEEDED, result="stale")
+    assert not await runs.renew_lease(rt, run.id, attempt=first)
+    assert await runs.renew_lease(rt, run.id, attempt=second)
+    async with sessionmaker() as session:
+        row = await session.get_one(Run, run.id)
+    assert row.status == RunStatus.RUNNING and row.attempt == 2 and row.lease_owner == "fresh"
+
+
+async def test_a_resumed_run_really_runs_again(gql, workspace, worker, sessionmaker) -> None:
+    """Regression guard for arq job-id dedup: every wake-up gets its own job id."""
+    from tests.support.runs import DECIDE, start_run, wait_run
+
+    async with sink_server() as (_sink, url):
+        agent = await create_agent(
+            gql,
+            workspace.admin,
+            steps=[
+                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": 1}}},
+                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": 2}}},
+                {"final": "both"},
+            ],
+        )
+        run_id = await start_run(gql, workspace.operator, agent)
+        for _ in range(2):
+            run = await wait_run(gql, workspace.viewer, run_id, "WAITING_APPROVAL")
+            await gql.ok(DECIDE, {"id": run["pendingApprovals"][0]["id"], "approve": True}, token=workspace.operator)
+        run = await wait_run(gql, workspace.viewer, run_id)
+    assert run["status"] == "SUCCEEDED" and run["result"] == "both"
+    async with sessionmaker() as session:
+        steps = list(await session.scalars(select(RunStep).where(RunStep.workspace_id == workspace.id)))
+    assert sorted(s.status for s in steps) == ["SUCCEEDED"] * 3

@@ -1,0 +1,127 @@
+"""Fault tests with real processes: a worker killed mid-call, Redis losing everything.
+
+The workers here are real ``enverif worker`` processes against the leg's database and the
+test Redis, so a SIGKILL is a real crash: no cleanup code runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from sqlalchemy import select
+
+from app.db.orm import RunStep
+from app.settings import Settings
+from tests.support.runs import create_agent, start_run, wait_run
+from tests.support.servers import sink_server
+
+ALLOW_WEBHOOK = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
+ENVERIF = str(Path(sys.executable).parent / "enverif")
+
+
+def spawn_worker(settings: Settings, *, lease_s: float = 2.0) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "ENVERIF_HOME": str(settings.home),
+        "ENVERIF_DATABASE_URL": settings.effective_database_url,
+        "ENVERIF_REDIS_URL": settings.effective_redis_url,
+        "ENVERIF_REDIS_PREFIX": settings.redis_prefix,
+        "ENVERIF_LEASE_S": str(lease_s),
+        "ENVERIF_SWEEP_INTERVAL_S": "1",
+        "ENVERIF_HTTP_ALLOW_PRIVATE_NETWORKS": "true",
+        "ENVERIF_LOG_LEVEL": "warning",
+    }
+    return subprocess.Popen([ENVERIF, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        if p.stderr:
+            p.stderr.close()
+
+
+async def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_sigkill_mid_webhook_loses_nothing_and_repeats_no_recorded_step(
+    gql, workspace, settings, sessionmaker, processes
+) -> None:
+    async with sink_server(delay_s=1.0) as (sink, url):
+        agent = await create_agent(
+            gql,
+            workspace.admin,
+            steps=[
+                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": n}}} for n in (1, 2, 3)
+            ] + [{"final": "done"}],
+            policy=ALLOW_WEBHOOK,
+        )
+        first = spawn_worker(settings)
+        processes.append(first)
+        run_id = await start_run(gql, workspace.operator, agent)
+        await _wait_for(lambda: sink.in_flight() >= 1, 30, "the first delivery to be in flight")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        processes.append(spawn_worker(settings))
+        run = await wait_run(gql, workspace.viewer, run_id, timeout_s=60)
+
+    assert run["status"] == "SUCCEEDED", run
+    async with sessionmaker() as session:
+        steps = list(
+            await session.scalars(
+                select(RunStep).where(RunStep.workspace_id == workspace.id, RunStep.tool == "webhook.post")
+            )
+        )
+    assert len(steps) == 3
+    keys = {str(s.id): s for s in steps}
+    for key, step in keys.items():
+        assert sink.completions(key) == 1, f"step {key} completed {sink.completions(key)} times"
+        assert step.finished_at is not None
+        for delivery in sink.deliveries:
+            if delivery.key == key:
+                # Nothing was sent for a step after its result was recorded.
+                assert delivery.arrived_at <= step.finished_at.timestamp() + 0.001
+    # The killed call was retried with the same key (and deduplicated by the receiver).
+    retried = [k for k in keys if sum(1 for d in sink.deliveries if d.key == k) == 2]
+    assert len(retried) == 1
+    assert all(d.key in keys for d in sink.deliveries)
+
+
+async def test_flushall_while_queued_loses_no_run(gql, workspace, settings, processes) -> None:
+    agent = await create_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
+    run_ids = [await start_run(gql, workspace.operator, agent, {"n": n}) for n in range(5)]
+    client = aioredis.from_url(settings.effective_redis_url)
+    try:
+        assert await client.zcard(f"{settings.redis_prefix}:queue") >= 5
+        await client.flushall()
+    finally:
+        await client.aclose()
+    processes.append(spawn_worker(settings))
+    results = [await wait_run(gql, workspace.viewer, r, timeout_s=60) for r in run_ids]
+    assert [r["status"] for r in results] == ["SUCCEEDED"] * 5
+    assert [r["result"] for r in results] == list(range(5))
