@@ -1,0 +1,97 @@
+# Enverif. Two commands matter: `make run` (set up, then `enverif dev`) and `make test`
+# (set up, then every check CI runs). Needs only python3 (3.11+), gcc and git.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Installed once per change of pyproject.toml; delete it (or `make clean`) to force a reinstall.
+STAMP := $(VENV)/.installed
+PYTEST := $(BIN)/pytest -q -p no:cacheprovider
+PYTEST_ARGS ?=
+
+.PHONY: help setup run test schema schema-check lint fmt typecheck unit integration \
+	integration-sqlite integration-mysql bench chaos clean
+
+help:
+	@echo "make run      set up everything and start 'enverif dev' (API + worker + demo workspace)"
+	@echo "make test     set up everything and run the whole test suite (what CI runs)"
+	@echo "make setup    create .venv and install Enverif with its dev tools"
+	@echo "make schema   regenerate schema.graphql from the code"
+	@echo "make lint     ruff check + ruff format --check;  make fmt: ruff format + ruff check --fix"
+	@echo "make bench    run the throughput benchmark;  make chaos: the fault-injection tests"
+
+setup: $(STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# compat mode: a plain path entry, which mypy and every tool follow.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]' --config-settings editable_mode=compat
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/enverif dev
+
+test: setup schema-check
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(MAKE) --no-print-directory unit integration
+
+unit: setup
+	@echo "==== unit tests ===="
+	$(PYTEST) tests/unit $(PYTEST_ARGS)
+
+# The integration suite runs twice: once on SQLite (the embedded default) and once on
+# MariaDB/MySQL (production; the only leg where row locks are real).
+integration: integration-sqlite integration-mysql
+
+integration-sqlite: setup
+	@echo "==== integration tests: database leg SQLite (ENVERIF_TEST_DB=sqlite) ===="
+	ENVERIF_TEST_DB=sqlite $(call run_pytest,tests/integration)
+
+integration-mysql: setup
+	@echo "==== integration tests: database leg MariaDB/MySQL (ENVERIF_TEST_DB=mysql) ===="
+	ENVERIF_TEST_DB=mysql $(call run_pytest,tests/integration)
+
+# pytest exits 5 when it collected nothing: a leg that ran no test is a failure, said aloud.
+define run_pytest
+$(PYTEST) $(1) --durations=10 $(PYTEST_ARGS) || { rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "ERROR: no tests were collected in $(1)" >&2; fi; exit $$rc; }
+endef
+
+schema: setup
+	$(BIN)/python -c "from app.graphql.schema import schema; print(schema.as_str())" > schema.graphql.tmp
+	mv schema.graphql.tmp schema.graphql
+
+# Compared up to a final newline, so a file written by `strawberry export-schema` matches too.
+schema-check: setup
+	@echo "==== schema.graphql matches the code ===="
+	@diff -u <(sed -e '$$a\' schema.graphql) \
+		<($(BIN)/python -c "from app.graphql.schema import schema; print(schema.as_str())") \
+		|| { echo "schema.graphql is out of date with the code: run 'make schema' and commit it" >&2; exit 1; }
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: setup
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python bench/throughput.py
+
+chaos: setup
+	@if [ -d tests/chaos ]; then $(PYTEST) -m chaos tests/chaos $(PYTEST_ARGS); \
+	else echo "no chaos tests (tests/chaos does not exist)"; fi
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,435 @@
+"""The ``enverif`` command.
+
+    enverif dev [--host H] [--port P] [--reset]     API + worker + demo workspace, one process
+    enverif serve [--host H] [--port P]             the API (uvicorn)
+    enverif worker [--burst]                        an arq worker
+    enverif migrate [--revision REV | --downgrade REV]
+    enverif workspace create NAME [--json]          prints the workspace's first admin token
+    enverif token create --workspace NAME --role viewer|operator|admin [--json]
+
+Expected failures (a name taken, a workspace unknown, a bad setting, a database or Redis that
+does not answer) print one line ``enverif: error: ...`` on stderr and exit 2; no traceback.
+Output meant for scripts (``--json``) is exactly one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from typing import Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from pydantic import ValidationError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db import migrate
+from app.db.session import create_engine, create_sessionmaker
+from app.domain.errors import EnverifError
+from app.graphql.ids import to_global_id
+from app.settings import Settings, load_settings
+
+EXIT_USAGE = 2  # expected failures share argparse's exit code for a bad command line
+EXIT_FAILED = 1  # something broke that we did not foresee (logged with its traceback)
+
+
+class CliError(Exception):
+    """An expected failure: its message is the whole story for the operator."""
+
+
+# -- settings, database and Redis, with failures turned into one-line messages -------------
+
+
+def _settings(*, log: bool = True, **overrides: Any) -> Settings:
+    """Load settings; ``log`` turns on logging at ``ENVERIF_LOG_LEVEL`` (else warnings only)."""
+    try:
+        settings = load_settings(**overrides)
+    except ValidationError as exc:
+        raise CliError(_describe_settings_error(exc)) from None
+    logging.basicConfig(
+        level=settings.log_level.upper() if log else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return settings
+
+
+def _listen_address(args: argparse.Namespace, settings: Settings) -> tuple[str, int]:
+    host = args.host if args.host is not None else settings.host
+    port = args.port if args.port is not None else settings.port
+    if not 0 <= port <= 65535:
+        raise CliError(f"--port must be between 0 and 65535, not {port}")
+    return host, port
+
+
+def _describe_settings_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        loc = err.get("loc") or ()
+        if loc:
+            name = f"ENVERIF_{str(loc[0]).upper()}"
+            # Never echo URLs back: they may carry a password.
+            got = "" if "url" in name.lower() else f" (got {err.get('input')!r})"
+            msg = msg if msg.startswith(name) else f"{name}: {msg}{got}"
+        parts.append(msg)
+    return "invalid setting: " + "; ".join(parts)
+
+
+def _safe_db_url(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except SQLAlchemyError:
+        return "<unparseable database URL>"
+
+
+def _safe_redis_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip() or type(orig).__name__
+    return text.splitlines()[0]
+
+
+@contextlib.contextmanager
+def _database_errors(url: str) -> Iterator[None]:
+    try:
+        yield
+    except DBAPIError as exc:
+        text = _first_line(exc)
+        if "no such table" in text or "doesn't exist" in text:
+            raise CliError(
+                f"the database {_safe_db_url(url)} has no Enverif tables; run `enverif migrate`"
+            ) from None
+        raise CliError(f"cannot use the database {_safe_db_url(url)}: {text}") from None
+    except (OSError, SQLAlchemyError) as exc:
+        raise CliError(f"cannot use the database {_safe_db_url(url)}: {_first_line(exc)}") from None
+
+
+async def _current_revision(engine: AsyncEngine) -> str | None:
+    async with engine.connect() as conn:
+        return await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+
+
+def _head_revisions() -> tuple[str, ...]:
+    return tuple(ScriptDirectory.from_config(migrate.alembic_config()).get_heads())
+
+
+async def _check_database(engine: AsyncEngine, url: str) -> None:
+    """The database answers and is migrated to the head revision."""
+    with _database_errors(url):
+        current = await _current_revision(engine)
+    if current is None:
+        raise CliError(f"the database {_safe_db_url(url)} has no Enverif tables; run `enverif migrate`")
+    heads = _head_revisions()
+    if current not in heads:
+        raise CliError(
+            f"the database {_safe_db_url(url)} is at revision {current}, not the latest "
+            f"({', '.join(heads)}); run `enverif migrate`"
+        )
+
+
+async def _check_redis(settings: Settings) -> None:
+    from redis import RedisError
+    from redis.asyncio import Redis
+
+    from app.embedded import ensure_embedded_redis
+
+    if settings.uses_embedded_redis:
+        try:
+            ensure_embedded_redis(settings)
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+            raise CliError(
+                f"cannot start the embedded Redis under {settings.home.resolve()}: {exc}"
+            ) from None
+    client = Redis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
+    try:
+        await client.ping()
+    except (RedisError, OSError) as exc:
+        raise CliError(
+            f"cannot reach Redis at {_safe_redis_url(settings.effective_redis_url)}: {exc}"
+        ) from None
+    finally:
+        await client.aclose()
+
+
+async def _with_engine(settings: Settings, fn: Callable[[AsyncEngine], Any], *, check: bool = True) -> Any:
+    url = settings.effective_database_url
+    engine = create_engine(url)
+    try:
+        if check:
+            await _check_database(engine, url)
+        with _database_errors(url):
+            return await fn(engine)
+    finally:
+        await engine.dispose()
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    settings = _settings()
+
+    async def run(engine: AsyncEngine) -> str | None:
+        if args.downgrade:
+            await migrate.downgrade(engine, args.downgrade)
+        else:
+            await migrate.upgrade(engine, args.revision)
+        return await _current_revision(engine)
+
+    try:
+        current = asyncio.run(_with_engine(settings, run, check=False))
+    except CommandError as exc:  # e.g. an unknown revision
+        raise CliError(f"migration failed: {exc}") from None
+    url = _safe_db_url(settings.effective_database_url)
+    print(f"database {url} is at revision {current or 'base (no tables)'}")
+    return 0
+
+
+def cmd_workspace_create(args: argparse.Namespace) -> int:
+    from app.services import auth
+
+    settings = _settings(log=False)
+
+    async def run(engine: AsyncEngine) -> tuple[int, str]:
+        async with create_sessionmaker(engine)() as session:
+            workspace, token = await auth.create_workspace(session, name=args.name)
+        return workspace.id, token
+
+    workspace_id, token = asyncio.run(_with_engine(settings, run))
+    global_id = to_global_id("Workspace", workspace_id)
+    if args.json:
+        print(json.dumps({"workspace_id": global_id, "token": token}))
+    else:
+        print(f"Created workspace {args.name!r} (id {global_id}).")
+        print("Its admin token, shown only this once:")
+        print(token)
+    return 0
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    from app.services import auth
+
+    role = auth.parse_role(args.role)
+    settings = _settings(log=False)
+
+    async def run(engine: AsyncEngine) -> str:
+        async with create_sessionmaker(engine)() as session:
+            return await auth.create_token(session, workspace_name=args.workspace, role=role, name=args.name)
+
+    token: str = asyncio.run(_with_engine(settings, run))
+    if args.json:
+        print(json.dumps({"token": token, "workspace": args.workspace, "role": role.value}))
+    else:
+        print(f"Created a {role.value} token for workspace {args.workspace!r}, shown only this once:")
+        print(token)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app import dev
+
+    settings = _settings()
+    host, port = _listen_address(args, settings)
+
+    async def run() -> None:
+        await _preflight(settings)
+        sock = dev.bind_socket(host, port)
+        url = dev.base_url(sock)
+        await dev.run_stack(
+            settings, sock, worker=None, on_ready=lambda: print(f"Enverif API at {url}/graphql", flush=True)
+        )
+
+    _run_stack(run)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from workers.main import run_worker
+
+    settings = _settings()
+
+    async def run() -> None:
+        from app import dev
+
+        await _preflight(settings)
+        await dev.run_stack(settings, None, worker=lambda: run_worker(settings, burst=args.burst))
+
+    _run_stack(run)
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from app import dev
+
+    settings = _settings(dev_mode=True, graphiql=True, http_allow_private_networks=True)
+    host, port = _listen_address(args, settings)
+
+    async def run() -> None:
+        from workers.main import run_worker
+
+        sock = dev.bind_socket(host, port)
+        url = dev.base_url(sock)
+        await _check_redis(settings)
+        db_url = settings.effective_database_url
+        engine = create_engine(db_url)
+        try:
+            with _database_errors(db_url):
+                await migrate.upgrade(engine)
+                seed = await dev.seed_demo(create_sessionmaker(engine), base_url=url, reset=args.reset)
+        finally:
+            await engine.dispose()
+        await dev.run_stack(
+            settings,
+            sock,
+            worker=lambda: run_worker(settings, burst=False),
+            on_ready=lambda: print(_dev_banner(url, seed, settings), flush=True),
+        )
+
+    _run_stack(run)
+    print("Enverif dev stopped.", flush=True)
+    return 0
+
+
+def _dev_banner(url: str, seed: Any, settings: Settings) -> str:
+    query = json.dumps({"query": "{ agents(first: 10) { edges { node { id name status } } } }"})
+    where = "embedded" if settings.uses_embedded_redis else _safe_redis_url(settings.effective_redis_url)
+    return "\n".join(
+        [
+            "",
+            "Enverif dev is running: API and worker in this process.",
+            "",
+            f"  GraphQL    {url}/graphql   (GraphiQL when opened in a browser)",
+            f"  Workspace  {seed.workspace}   agents: {', '.join(seed.agents)}",
+            f"  Token      {seed.token}",
+            "             (admin; a fresh one is printed on every start)",
+            f"  Database   {_safe_db_url(settings.effective_database_url)}",
+            f"  Redis      {where}",
+            "",
+            "Try it:",
+            "",
+            f"  curl -s {url}/graphql \\",
+            f"    -H 'Authorization: Bearer {seed.token}' \\",
+            "    -H 'Content-Type: application/json' \\",
+            f"    -d '{query}'",
+            "",
+            "Press Ctrl-C to stop.",
+            "",
+        ]
+    )
+
+
+async def _preflight(settings: Settings) -> None:
+    await _with_engine(settings, lambda engine: asyncio.sleep(0))
+    await _check_redis(settings)
+
+
+def _run_stack(run: Callable[[], Any]) -> None:
+    from app.dev import StackError
+
+    try:
+        asyncio.run(run())
+    except StackError as exc:
+        raise CliError(str(exc)) from None
+
+
+# -- argument parsing ----------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="enverif", description="Enverif: a GraphQL API server for running LLM agents durably."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = commands.add_parser("dev", help="API + worker + demo workspace on embedded SQLite and Redis")
+    _add_listen_args(p)
+    p.add_argument(
+        "--reset", action="store_true", help="delete the demo workspace and everything in it first"
+    )
+    p.set_defaults(handler=cmd_dev)
+
+    p = commands.add_parser("serve", help="run the API server (uvicorn)")
+    _add_listen_args(p)
+    p.set_defaults(handler=cmd_serve)
+
+    p = commands.add_parser("worker", help="run a worker (arq): executes runs, fires schedules")
+    p.add_argument("--burst", action="store_true", help="exit once the queue is empty")
+    p.set_defaults(handler=cmd_worker)
+
+    p = commands.add_parser("migrate", help="migrate the database schema (alembic)")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--revision", default="head", help="upgrade to this revision (default: head)")
+    target.add_argument(
+        "--downgrade", metavar="REVISION", help="downgrade to REVISION ('base' drops everything)"
+    )
+    p.set_defaults(handler=cmd_migrate)
+
+    p = commands.add_parser("workspace", help="manage workspaces")
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    c = sub.add_parser("create", help="create a workspace and print its first admin token")
+    c.add_argument("name", metavar="NAME")
+    c.add_argument("--json", action="store_true", help='print {"workspace_id", "token"} as JSON')
+    c.set_defaults(handler=cmd_workspace_create)
+
+    p = commands.add_parser("token", help="manage API tokens")
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    c = sub.add_parser("create", help="create an API token for a workspace")
+    c.add_argument("--workspace", required=True, metavar="NAME")
+    c.add_argument("--role", required=True, metavar="ROLE", help="viewer, operator or admin")
+    c.add_argument("--name", help="a label for the token")
+    c.add_argument("--json", action="store_true", help='print {"token", "workspace", "role"} as JSON')
+    c.set_defaults(handler=cmd_token_create)
+    return parser
+
+
+def _add_listen_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help="address to listen on (default: ENVERIF_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on (default: ENVERIF_PORT or 8000; 0 picks one)")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("enverif")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"enverif: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_USAGE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except CliError as exc:
+        _fail(str(exc))
+    except EnverifError as exc:  # a service refused: name taken, workspace unknown, bad role
+        _fail(exc.message)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

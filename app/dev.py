@@ -1,0 +1,318 @@
+"""``enverif dev``: the whole stack in one process, plus a demo workspace to try it on.
+
+One event loop runs two tasks — the API (uvicorn) and the worker (arq) — against the
+embedded SQLite and Redis under ``ENVERIF_HOME`` unless ``ENVERIF_*`` say otherwise. The same
+``run_stack`` serves ``enverif serve`` (API only).
+
+Signals: we own SIGINT/SIGTERM for the whole process. uvicorn's own capture would stop only
+the API and then re-raise the signal after its shutdown (killing the process before the
+worker closed); arq's would stop only the worker. Whichever task ends first — by a signal or
+by failing — stops the other, so the process never keeps half a stack running.
+
+Seeding is idempotent: the ``demo`` workspace and its agents are reused when present (the
+agents are put back to their demo definition, whose URLs carry this start's port), and a
+fresh admin token is minted on every start because tokens are stored hashed and cannot be
+shown again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.clock import utcnow
+from app.db.orm import Agent, Workspace
+from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
+from app.domain.errors import Conflict
+from app.domain.policy import validate_policy
+from app.services import auth
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEMO_WORKSPACE = "demo"
+DEV_TOKEN_NAME = "enverif dev"
+# How long open connections (websocket subscriptions, slow requests) may hold up shutdown.
+GRACEFUL_SHUTDOWN_S = 5
+STOP_TIMEOUT_S = 15.0
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StackError(Exception):
+    """The stack could not start, or one of its halves died: a message for the operator."""
+
+
+# -- the demo workspace -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DemoAgent:
+    name: str
+    description: str
+    instructions: str
+    model: dict[str, Any]
+    tools: list[str]
+    policy: dict[str, Any] = field(default_factory=dict)
+
+
+def demo_agents(base_url: str) -> list[DemoAgent]:
+    """The demo agents; ``base_url`` is where this dev stack answers (its /dev routes)."""
+    return [
+        DemoAgent(
+            name="researcher",
+            description="Fetches the demo page and posts a summary of it to the demo webhook.",
+            instructions="Read the page, then post a one-line summary of it to the webhook.",
+            model={
+                "provider": "scripted",
+                "steps": [
+                    {"call": "http.get", "args": {"url": f"{base_url}/dev/page"}},
+                    {
+                        "call": "webhook.post",
+                        "args": {
+                            "url": f"{base_url}/dev/webhook",
+                            "payload": {"summary": "{{ results[-1].body[:80] }}"},
+                        },
+                    },
+                    {"final": {"fetched": "{{ results[0].status }}", "posted": "{{ results[1].status }}"}},
+                ],
+            },
+            tools=["http.get", "webhook.post"],
+            # webhook.post is EXTERNAL_WRITE and needs approval by its risk class anyway;
+            # the rule says so where an operator reading the policy will look.
+            policy={"rules": [{"tool": "webhook.post", "decision": "REQUIRE_APPROVAL"}]},
+        ),
+        DemoAgent(
+            name="greeter",
+            description="Greets whoever is named in the input, in one turn.",
+            instructions="Greet the person named in the input.",
+            model={
+                "provider": "scripted",
+                "steps": [{"final": "Hello, {{ input.name | default('world') }}!"}],
+            },
+            tools=[],
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class DemoSeed:
+    workspace_id: int
+    workspace: str
+    token: str
+    agents: list[str]
+
+
+async def seed_demo(
+    sessionmaker: async_sessionmaker[AsyncSession], *, base_url: str, reset: bool = False
+) -> DemoSeed:
+    """Create or reuse the demo workspace, mint a fresh admin token, and (re)write the agents."""
+    if reset:
+        async with sessionmaker() as session:
+            # Every table hangs off workspaces with ON DELETE CASCADE: runs, steps, events,
+            # memories, tokens and schedules of the demo go with it.
+            await session.execute(delete(Workspace).where(Workspace.name == DEMO_WORKSPACE))
+            await session.commit()
+
+    token: str | None = None
+    async with sessionmaker() as session:
+        workspace = await session.scalar(select(Workspace).where(Workspace.name == DEMO_WORKSPACE))
+    if workspace is None:
+        try:
+            async with sessionmaker() as session:
+                workspace, token = await auth.create_workspace(session, name=DEMO_WORKSPACE)
+        except Conflict:
+            pass  # another `enverif dev` on this database created it just now: reuse it
+    if token is None:
+        async with sessionmaker() as session:
+            token = await auth.create_token(
+                session, workspace_name=DEMO_WORKSPACE, role=Role.ADMIN, name=DEV_TOKEN_NAME
+            )
+            workspace = await session.scalar(select(Workspace).where(Workspace.name == DEMO_WORKSPACE))
+    assert workspace is not None
+
+    specs = demo_agents(base_url)
+    async with sessionmaker() as session:
+        for spec in specs:
+            await _upsert_agent(session, workspace_id=workspace.id, spec=spec)
+        await session.commit()
+    return DemoSeed(
+        workspace_id=workspace.id, workspace=DEMO_WORKSPACE, token=token, agents=[s.name for s in specs]
+    )
+
+
+async def _upsert_agent(session: AsyncSession, *, workspace_id: int, spec: DemoAgent) -> None:
+    policy = validate_policy(spec.policy)
+    wanted: dict[str, Any] = {
+        "description": spec.description,
+        "instructions": spec.instructions,
+        "status": AgentStatus.ACTIVE.value,
+        "model": spec.model,
+        "tools": spec.tools,
+        "policy": policy,
+        "memory_max_items": DEFAULT_MEMORY_MAX_ITEMS,
+        "memory_max_chars": DEFAULT_MEMORY_MAX_CHARS,
+    }
+    agent = await session.scalar(
+        select(Agent).where(Agent.workspace_id == workspace_id, Agent.name == spec.name)
+    )
+    now = utcnow()
+    if agent is None:
+        session.add(
+            Agent(workspace_id=workspace_id, name=spec.name, created_at=now, updated_at=now, **wanted)
+        )
+        return
+    changed = False
+    for key, value in wanted.items():
+        if getattr(agent, key) != value:
+            setattr(agent, key, value)
+            changed = True
+    if changed:
+        agent.updated_at = now
+
+
+# -- listening ----------------------------------------------------------------------------
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind the API's socket up front: a taken port is a clear error before anything starts,
+    and ``--port 0`` yields the real port for the URLs we print and seed."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise StackError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise StackError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def base_url(sock: socket.socket) -> str:
+    """The URL a client on this machine uses to reach the bound socket."""
+    host, port = sock.getsockname()[:2]
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+# -- running ------------------------------------------------------------------------------
+
+
+class _ApiServer(uvicorn.Server):
+    """uvicorn without its signal capture: ``run_stack`` owns SIGINT/SIGTERM (module docstring)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _serve_api(server: uvicorn.Server, sock: socket.socket) -> None:
+    try:
+        await server.serve(sockets=[sock])
+    except SystemExit:
+        # uvicorn exits the process when the app's lifespan fails to start; it has logged why.
+        raise StackError("the API failed to start (see the log above)") from None
+
+
+async def run_stack(
+    settings: Settings,
+    sock: socket.socket | None,
+    *,
+    worker: Callable[[], Coroutine[Any, Any, None]] | None,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Serve the API on ``sock`` and/or run ``worker()`` until a signal, or until one ends.
+
+    A worker that ends by itself (``--burst`` drained the queue) is a normal stop; the API
+    ending by itself, or either half raising, is a ``StackError``.
+    """
+    loop = asyncio.get_running_loop()
+    server: _ApiServer | None = None
+    if sock is not None:
+        from app.main import create_app
+
+        server = _ApiServer(
+            uvicorn.Config(
+                app=create_app(settings),
+                log_level=settings.log_level,
+                lifespan="on",
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+            )
+        )
+    stop = asyncio.Event()
+    signals_seen = 0
+
+    def _on_signal() -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if server is not None and signals_seen > 1:
+            server.force_exit = True  # a second Ctrl-C: stop waiting for open connections
+        stop.set()
+
+    def _own_signals() -> None:
+        for sig in _SIGNALS:
+            loop.add_signal_handler(sig, _on_signal)
+
+    _own_signals()
+    api_task = asyncio.create_task(_serve_api(server, sock), name="enverif-api") if server and sock else None
+    worker_task = asyncio.create_task(worker(), name="enverif-worker") if worker else None
+    # arq's Worker installs its own loop signal handlers when it is built, in the worker task's
+    # first step. They would stop only the worker's jobs, not this process: once that first
+    # step has run (one trip round the loop), take the signals back.
+    await asyncio.sleep(0)
+    _own_signals()
+    tasks = {t for t in (api_task, worker_task) if t is not None}
+    stop_task = asyncio.create_task(stop.wait(), name="enverif-stop")
+    done: set[asyncio.Task[Any]] = set()
+    try:
+        if server is not None and api_task is not None:
+            # uvicorn offers `started` only as a flag, no event to await.
+            while not server.started and not api_task.done() and not stop.is_set():  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        if on_ready is not None and (server is None or server.started) and not stop.is_set():
+            on_ready()
+        done, _ = await asyncio.wait({*tasks, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if server is not None:
+            server.should_exit = True
+        if worker_task is not None and not worker_task.done():
+            worker_task.cancel()
+        stop_task.cancel()
+        _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+        for late in pending:
+            log.warning("%s did not stop within %.0f s; cancelling it", late.get_name(), STOP_TIMEOUT_S)
+            late.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for sig in _SIGNALS:
+            loop.remove_signal_handler(sig)
+    if stop_task in done:
+        return
+    halves: list[tuple[asyncio.Task[None] | None, str]] = [(api_task, "API"), (worker_task, "worker")]
+    for task, what in halves:
+        if task is None or task not in done or task.cancelled():
+            continue
+        exc = task.exception()
+        if isinstance(exc, StackError):
+            raise exc
+        if exc is not None:
+            log.error("the %s stopped with an error", what, exc_info=exc)
+            raise StackError(f"the {what} stopped unexpectedly: {exc}") from None
+        if task is api_task:
+            raise StackError("the API stopped unexpectedly (see the log above)")

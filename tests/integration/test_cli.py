@@ -1,0 +1,181 @@
+"""The ``enverif`` command as an operator runs it: the installed console script, a real
+process, the session's database (either leg) and the test Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.orm import ApiToken, Workspace
+from app.domain.agents import Role
+from app.graphql.ids import parse_global_id
+from app.services import auth
+from tests.conftest import REDIS_URL
+
+_SCRIPT = Path(sys.executable).parent / "enverif"
+# The installed console script when there is one (the venv of `make test`), else the module.
+ENVERIF = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "app.cli"]
+
+
+Enverif = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _env(home: Path, **overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVERIF_")}
+    env["ENVERIF_HOME"] = str(home)
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture
+def enverif(database_url: str, tmp_path: Path) -> Enverif:
+    """Run ``enverif ARGS`` against the session's database; returns the CompletedProcess."""
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        merged = {"ENVERIF_DATABASE_URL": database_url, "ENVERIF_REDIS_URL": REDIS_URL, **env}
+        return subprocess.run(
+            [*ENVERIF, *args],
+            env=_env(tmp_path / "home", **merged),
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    return run
+
+
+def _name() -> str:
+    return f"cli-{uuid.uuid4().hex[:10]}"
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("enverif: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert proc.stdout == ""
+
+
+async def test_workspace_create_json_prints_a_working_admin_token(
+    enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    name = _name()
+    proc = enverif("workspace", "create", name, "--json")
+    assert proc.returncode == 0, proc.stderr
+
+    out = json.loads(proc.stdout)  # exactly one JSON document on stdout
+    assert set(out) == {"workspace_id", "token"}
+    async with sessionmaker() as session:
+        workspace = await session.scalar(select(Workspace).where(Workspace.name == name))
+        assert workspace is not None
+        assert parse_global_id(out["workspace_id"]) == ("Workspace", workspace.id)
+        principal = await auth.authenticate(session, token=out["token"])
+    assert principal.workspace_id == workspace.id
+    assert principal.role is Role.ADMIN
+
+
+async def test_tokens_are_stored_hashed_never_in_the_clear(
+    enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    name = _name()
+    token = json.loads(enverif("workspace", "create", name, "--json").stdout)["token"]
+    async with sessionmaker() as session:
+        rows = (await session.scalars(select(ApiToken).join(Workspace).where(Workspace.name == name))).all()
+    assert len(rows) == 1
+    stored = [str(getattr(rows[0], c.key)) for c in ApiToken.__table__.columns]
+    assert not any(token in value for value in stored)
+    assert rows[0].token_hash == auth.hash_token(token)
+
+
+def test_workspace_create_prints_the_token_for_humans(enverif: Enverif) -> None:
+    name = _name()
+    proc = enverif("workspace", "create", name)
+    assert proc.returncode == 0, proc.stderr
+    assert name in proc.stdout
+    assert any(line.startswith(auth.TOKEN_PREFIX) for line in proc.stdout.splitlines()), proc.stdout
+
+
+def test_duplicate_workspace_is_a_one_line_error(enverif: Enverif) -> None:
+    name = _name()
+    assert enverif("workspace", "create", name, "--json").returncode == 0
+    assert_one_line_error(enverif("workspace", "create", name, "--json"), name, "already exists")
+
+
+def test_invalid_workspace_name_is_a_one_line_error(enverif: Enverif) -> None:
+    assert_one_line_error(enverif("workspace", "create", "no spaces allowed"), "workspace name")
+
+
+async def test_token_create_for_a_role(
+    enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    name = _name()
+    assert enverif("workspace", "create", name).returncode == 0
+    proc = enverif("token", "create", "--workspace", name, "--role", "operator", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["workspace"] == name and out["role"] == "operator"
+    async with sessionmaker() as session:
+        principal = await auth.authenticate(session, token=out["token"])
+    assert principal.role is Role.OPERATOR
+    assert principal.role.allows(Role.VIEWER) and not principal.role.allows(Role.ADMIN)
+
+
+def test_token_for_unknown_workspace_is_a_one_line_error(enverif: Enverif) -> None:
+    missing = _name()
+    proc = enverif("token", "create", "--workspace", missing, "--role", "viewer")
+    assert_one_line_error(proc, missing)
+
+
+def test_unknown_role_is_a_one_line_error(enverif: Enverif) -> None:
+    name = _name()
+    assert enverif("workspace", "create", name).returncode == 0
+    proc = enverif("token", "create", "--workspace", name, "--role", "superuser")
+    assert_one_line_error(proc, "superuser", "viewer", "operator", "admin")
+
+
+def test_unreachable_database_is_a_one_line_error(enverif: Enverif) -> None:
+    # Port 1 on loopback: nothing listens there, the connection is refused at once.
+    url = "mysql+asyncmy://enverif:s3cret@127.0.0.1:1/enverif"
+    proc = enverif("workspace", "create", _name(), ENVERIF_DATABASE_URL=url)
+    assert_one_line_error(proc, "database", "127.0.0.1:1")
+    assert "s3cret" not in proc.stderr  # the password is never echoed
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "needle"),
+    [
+        ("ENVERIF_PORT", "eighty", "ENVERIF_PORT"),
+        ("ENVERIF_DATABASE_URL", "postgresql://db/enverif", "ENVERIF_DATABASE_URL"),
+        ("ENVERIF_MAX_DELEGATION_DEPTH", "-1", "ENVERIF_MAX_DELEGATION_DEPTH"),
+    ],
+)
+def test_bad_setting_is_a_one_line_error(enverif: Enverif, variable: str, value: str, needle: str) -> None:
+    assert_one_line_error(enverif("workspace", "create", _name(), **{variable: value}), needle)
+
+
+def test_migrate_a_fresh_sqlite_database_then_use_it(enverif: Enverif, tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}"
+    unmigrated = enverif("workspace", "create", "early", ENVERIF_DATABASE_URL=url)
+    assert_one_line_error(unmigrated, "enverif migrate")
+
+    proc = enverif("migrate", ENVERIF_DATABASE_URL=url)
+    assert proc.returncode == 0, proc.stderr
+    assert "revision" in proc.stdout
+    assert enverif("workspace", "create", "early", ENVERIF_DATABASE_URL=url).returncode == 0
+
+    down = enverif("migrate", "--downgrade", "base", ENVERIF_DATABASE_URL=url)
+    assert down.returncode == 0, down.stderr
+    assert_one_line_error(enverif("workspace", "create", "late", ENVERIF_DATABASE_URL=url), "enverif migrate")

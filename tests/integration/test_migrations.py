@@ -1,0 +1,96 @@
+"""Migrations on an empty database of the leg's kind: up to head, down to base, up again.
+
+MySQL and SQLite DDL is not transactional, so a migration whose downgrade forgets a table or
+an index only shows when it is actually run both ways on a fresh database.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db import migrate
+from app.db.orm import Base
+from app.db.session import create_engine
+from tests.conftest import DB_KIND, MYSQL_SERVER_URL
+
+APP_TABLES = set(Base.metadata.tables)
+
+
+@pytest.fixture
+async def empty_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    """A brand-new, empty database of this leg's kind, dropped afterwards."""
+    if DB_KIND == "mysql":
+        name = f"enverif_m_{uuid.uuid4().hex[:12]}"
+        server = create_engine(MYSQL_SERVER_URL)
+        async with server.begin() as conn:
+            await conn.execute(
+                text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
+            )
+        url = make_url(MYSQL_SERVER_URL).set(database=name).render_as_string(hide_password=False)
+        engine = create_engine(url)
+        try:
+            yield engine
+        finally:
+            await engine.dispose()
+            async with server.begin() as conn:
+                await conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+            await server.dispose()
+    else:
+        engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'migrations.db'}")
+        try:
+            yield engine
+        finally:
+            await engine.dispose()
+
+
+async def _tables(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as conn:
+        return set(await conn.run_sync(lambda sync: inspect(sync).get_table_names()))
+
+
+async def _revision(engine: AsyncEngine) -> str | None:
+    async with engine.connect() as conn:
+        return await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+
+
+def _schema_drift(sync: Connection) -> list[object]:
+    """What autogenerate would add to make the database match the ORM (types aside: MariaDB
+    reports JSON as LONGTEXT and SQLite has no real types, so those diffs are noise)."""
+    context = MigrationContext.configure(sync, opts={"compare_type": False})
+    return list(compare_metadata(context, Base.metadata))
+
+
+async def test_upgrade_downgrade_upgrade_on_an_empty_database(empty_engine: AsyncEngine) -> None:
+    head = ScriptDirectory.from_config(migrate.alembic_config()).get_current_head()
+    assert await _tables(empty_engine) == set()
+
+    await migrate.upgrade(empty_engine)
+    assert await _tables(empty_engine) == APP_TABLES | {"alembic_version"}
+    assert await _revision(empty_engine) == head
+    async with empty_engine.connect() as conn:
+        assert await conn.run_sync(_schema_drift) == []
+
+    await migrate.downgrade(empty_engine, "base")
+    # alembic keeps its own bookkeeping table, emptied; every table of ours is gone.
+    assert await _tables(empty_engine) - {"alembic_version"} == set()
+    assert await _revision(empty_engine) is None
+
+    await migrate.upgrade(empty_engine)
+    assert await _tables(empty_engine) == APP_TABLES | {"alembic_version"}
+    assert await _revision(empty_engine) == head
+
+
+async def test_upgrade_is_idempotent_at_head(empty_engine: AsyncEngine) -> None:
+    await migrate.upgrade(empty_engine)
+    await migrate.upgrade(empty_engine)
+    assert await _tables(empty_engine) == APP_TABLES | {"alembic_version"}
