@@ -1,0 +1,417 @@
+"""The openai provider against a real HTTP server on 127.0.0.1 speaking chat-completions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from app.domain.errors import ValidationFailed
+from app.domain.policy import RiskClass
+from app.engine.base import (
+    FinalAnswer,
+    HistoryItem,
+    ProviderError,
+    ToolCall,
+    ToolCalls,
+    ToolSpec,
+    TurnContext,
+)
+from app.engine.providers import provider_for, validate_model_config
+from app.engine.providers.openai import FunctionNames, OpenAIProvider, validate_openai_config
+from app.settings import Settings
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+@dataclass
+class FakeAPI:
+    """What the server will answer (in order) and what it was asked."""
+
+    replies: list[Reply] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+
+
+def make_app(api: FakeAPI) -> Starlette:
+    async def completions(request: Request) -> Response:
+        api.times.append(time.monotonic())
+        api.requests.append({"headers": dict(request.headers), "json": await request.json()})
+        reply = api.replies.pop(0) if api.replies else Reply(500, {"error": {"message": "no reply scripted"}})
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
+        return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
+
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+
+
+@dataclass
+class Server:
+    base_url: str
+    api: FakeAPI
+
+
+@pytest.fixture(scope="module")
+def _server_thread() -> Iterator[Server]:
+    api = FakeAPI()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(make_app(api), lifespan="off", ws="none", http="h11", log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not srv.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "test server failed to start"
+            time.sleep(0.01)
+        yield Server(base_url=f"http://127.0.0.1:{port}/v1", api=api)
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@pytest.fixture
+def server(_server_thread: Server) -> Server:
+    api = _server_thread.api
+    api.replies.clear()
+    api.requests.clear()
+    api.times.clear()
+    return _server_thread
+
+
+@pytest.fixture
+def key_env(monkeypatch: pytest.MonkeyPatch) -> str:
+    name = f"TEST_OPENAI_KEY_{uuid.uuid4().hex[:8].upper()}"
+    monkeypatch.setenv(name, "sk-test-123")
+    return name
+
+
+def settings(*, retries: int = 3, timeout_s: float = 2.0) -> Settings:
+    return Settings(provider_max_retries=retries, provider_timeout_s=timeout_s)
+
+
+def provider(
+    server: Server, key_env: str, *, retries: int = 3, timeout_s: float = 2.0, **cfg: Any
+) -> OpenAIProvider:
+    config = {
+        "provider": "openai",
+        "model": "test-model",
+        "base_url": server.base_url,
+        "api_key_env": key_env,
+        **cfg,
+    }
+    return OpenAIProvider(config, settings(retries=retries, timeout_s=timeout_s), backoff_base_s=0.01)
+
+
+TOOLS = [
+    ToolSpec(
+        "http.get",
+        "Fetch a URL",
+        {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]},
+        RiskClass.READ,
+    ),
+    ToolSpec("webhook.post", "POST JSON", {"type": "object"}, RiskClass.EXTERNAL_WRITE),
+]
+
+
+def ctx(history: list[HistoryItem] | None = None, tools: list[ToolSpec] | None = None) -> TurnContext:
+    return TurnContext(
+        run_id=9,
+        depth=0,
+        instructions="You check websites.",
+        input={"site": "https://example.com"},
+        memories=[{"key": "owner", "value": "Ada", "tags": ["people"]}],
+        tools=TOOLS if tools is None else tools,
+        history=history or [],
+        turn=len(history or []),
+    )
+
+
+def chat(message: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "cmpl-1", "object": "chat.completion", "choices": [{"index": 0, "message": message}]}
+
+
+def tool_call_reply(*calls: tuple[str, str]) -> Reply:
+    return Reply(
+        body=chat(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"x{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+                    for i, (name, arguments) in enumerate(calls)
+                ],
+            }
+        )
+    )
+
+
+def final_reply(content: str | None) -> Reply:
+    return Reply(body=chat({"role": "assistant", "content": content}))
+
+
+# -- turns --------------------------------------------------------------------------------
+
+
+async def test_tool_call_turn_and_the_request_it_sends(server: Server, key_env: str) -> None:
+    server.api.replies.append(
+        tool_call_reply(
+            ("http__get", '{"url": "https://example.com"}'), ("webhook__post", '{"url": "u", "payload": [1]}')
+        )
+    )
+    history = [
+        HistoryItem("http.get", {"url": "https://a.example"}, "SUCCEEDED", {"status": 200, "body": "ok"})
+    ]
+    turn = await provider(server, key_env, temperature=0.1, max_tokens=50).next_turn(ctx(history))
+
+    assert turn == ToolCalls(
+        [
+            ToolCall("http.get", {"url": "https://example.com"}),
+            ToolCall("webhook.post", {"url": "u", "payload": [1]}),
+        ]
+    )
+    (request,) = server.api.requests
+    assert request["headers"]["authorization"] == "Bearer sk-test-123"
+    body = request["json"]
+    assert body["model"] == "test-model"
+    assert body["temperature"] == 0.1 and body["max_tokens"] == 50
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "http__get",
+                "description": "Fetch a URL",
+                "parameters": TOOLS[0].parameters,
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "webhook__post",
+                "description": "POST JSON",
+                "parameters": {"type": "object"},
+            },
+        },
+    ]
+    system, user, assistant, tool = body["messages"]
+    assert system["role"] == "system"
+    assert "You check websites." in system["content"]
+    assert "- owner: Ada [tags: people]" in system["content"]
+    assert user == {"role": "user", "content": '{"site": "https://example.com"}'}
+    assert assistant["role"] == "assistant"
+    (call,) = assistant["tool_calls"]
+    assert call["function"]["name"] == "http__get"
+    assert json.loads(call["function"]["arguments"]) == {"url": "https://a.example"}
+    assert tool == {"role": "tool", "tool_call_id": call["id"], "content": '{"status": 200, "body": "ok"}'}
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('{"answer": 42, "ok": true}', {"answer": 42, "ok": True}),
+        ("[1, 2]", [1, 2]),
+        ("The site is up.", "The site is up."),
+        ("42", 42),
+        ("", ""),
+        (None, None),
+    ],
+)
+async def test_final_turn(server: Server, key_env: str, content: str | None, expected: Any) -> None:
+    server.api.replies.append(final_reply(content))
+    assert await provider(server, key_env).next_turn(ctx()) == FinalAnswer(expected)
+
+
+async def test_no_tools_means_no_tools_field(server: Server, key_env: str) -> None:
+    server.api.replies.append(final_reply("done"))
+    await provider(server, key_env).next_turn(ctx(tools=[]))
+    body = server.api.requests[0]["json"]
+    assert "tools" not in body and "temperature" not in body and "max_tokens" not in body
+
+
+@pytest.mark.parametrize("arguments", ["{not json", '"a string"', "[1]"])
+async def test_bad_tool_arguments_are_provider_errors(server: Server, key_env: str, arguments: str) -> None:
+    server.api.replies.append(tool_call_reply(("http__get", arguments)))
+    with pytest.raises(ProviderError, match="arguments for 'http__get'"):
+        await provider(server, key_env).next_turn(ctx())
+
+
+async def test_response_without_choices_is_a_provider_error(server: Server, key_env: str) -> None:
+    server.api.replies.append(Reply(body={"object": "chat.completion", "choices": []}))
+    with pytest.raises(ProviderError, match="no choices"):
+        await provider(server, key_env).next_turn(ctx())
+
+
+# -- retries ------------------------------------------------------------------------------
+
+
+async def test_429_then_success_is_retried(server: Server, key_env: str) -> None:
+    server.api.replies += [Reply(429, {"error": {"message": "slow down"}}), final_reply("ok")]
+    assert await provider(server, key_env).next_turn(ctx()) == FinalAnswer("ok")
+    assert len(server.api.requests) == 2
+
+
+async def test_retry_after_is_honoured(server: Server, key_env: str) -> None:
+    server.api.replies += [
+        Reply(429, {"error": {"message": "later"}}, headers={"Retry-After": "0.4"}),
+        final_reply("ok"),
+    ]
+    assert await provider(server, key_env).next_turn(ctx()) == FinalAnswer("ok")
+    first, second = server.api.times
+    assert second - first >= 0.35  # backoff_base_s is 0.01: only Retry-After explains the wait
+
+
+async def test_5xx_then_success_is_retried(server: Server, key_env: str) -> None:
+    server.api.replies += [
+        Reply(502, {"error": {"message": "bad gateway"}}),
+        Reply(503, {}),
+        final_reply("ok"),
+    ]
+    assert await provider(server, key_env).next_turn(ctx()) == FinalAnswer("ok")
+    assert len(server.api.requests) == 3
+
+
+async def test_5xx_exhausted_is_a_provider_error(server: Server, key_env: str) -> None:
+    server.api.replies += [Reply(500, {"error": {"message": "boom"}}) for _ in range(5)]
+    with pytest.raises(ProviderError) as info:
+        await provider(server, key_env, retries=2).next_turn(ctx())
+    assert len(server.api.requests) == 3  # 1 try + 2 retries
+    assert "after 3 attempt(s)" in str(info.value) and "HTTP 500: boom" in str(info.value)
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+async def test_other_4xx_fail_without_retry(server: Server, key_env: str, status: int) -> None:
+    server.api.replies += [Reply(status, {"error": {"message": "unknown parameter"}}), final_reply("never")]
+    with pytest.raises(ProviderError) as info:
+        await provider(server, key_env).next_turn(ctx())
+    assert len(server.api.requests) == 1
+    assert f"HTTP {status}" in str(info.value) and "unknown parameter" in str(info.value)
+    assert "sk-test-123" not in str(info.value)
+
+
+async def test_timeouts_are_retried_then_fail(server: Server, key_env: str) -> None:
+    server.api.replies += [Reply(body=chat({"content": "late"}), delay_s=0.5) for _ in range(2)]
+    with pytest.raises(ProviderError, match="timed out"):
+        await provider(server, key_env, retries=1, timeout_s=0.15).next_turn(ctx())
+    assert len(server.api.requests) == 2
+
+
+async def test_connection_errors_are_retried_then_fail(key_env: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = {
+        "provider": "openai",
+        "model": "m",
+        "base_url": f"http://127.0.0.1:{port}/v1",
+        "api_key_env": key_env,
+    }
+    started = time.monotonic()
+    with pytest.raises(ProviderError, match=r"after 3 attempt\(s\).*ConnectError"):
+        await OpenAIProvider(config, settings(retries=2), backoff_base_s=0.01).next_turn(ctx())
+    assert time.monotonic() - started < 1.5
+
+
+async def test_missing_key_is_a_provider_error_naming_the_variable(server: Server) -> None:
+    name = f"TEST_OPENAI_KEY_UNSET_{uuid.uuid4().hex[:8].upper()}"
+    with pytest.raises(ProviderError, match=name):
+        await provider(server, name).next_turn(ctx())
+    assert server.api.requests == []
+
+
+async def test_key_is_read_at_call_time(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = f"TEST_OPENAI_KEY_LATE_{uuid.uuid4().hex[:8].upper()}"
+    p = provider(server, name)
+    monkeypatch.setenv(name, "sk-rotated")
+    server.api.replies.append(final_reply("ok"))
+    await p.next_turn(ctx())
+    assert server.api.requests[0]["headers"]["authorization"] == "Bearer sk-rotated"
+
+
+async def test_provider_for_builds_a_working_openai_provider(server: Server, key_env: str) -> None:
+    server.api.replies.append(tool_call_reply(("http__get", '{"url": "https://x.example"}')))
+    config = {"provider": "openai", "model": "m", "base_url": server.base_url, "api_key_env": key_env}
+    turn = await provider_for(config, settings()).next_turn(ctx())
+    assert turn == ToolCalls([ToolCall("http.get", {"url": "https://x.example"})])
+
+
+# -- names and config ---------------------------------------------------------------------
+
+
+def test_function_names_round_trip() -> None:
+    names = FunctionNames(["http.get", "http__get", "a.b-c", "x" * 70 + ".y"])
+    fns = [names.function(t) for t in ["http.get", "http__get", "a.b-c", "x" * 70 + ".y"]]
+    assert fns[0] == "http__get" and fns[1] != fns[0]  # collision resolved
+    assert fns[2] == "a__b-c"
+    assert all(len(fn) <= 64 for fn in fns) and len(set(fns)) == 4
+    assert [names.tool(fn) for fn in fns] == ["http.get", "http__get", "a.b-c", "x" * 70 + ".y"]
+    assert names.tool("http.get") == "http.get"  # a model echoing the dotted name
+    assert names.tool("unknown__tool") == "unknown.tool"
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"provider": "openai", "model": "gpt-4o-mini"},
+        {
+            "provider": "openai",
+            "model": "m",
+            "base_url": "http://localhost:11434/v1",
+            "api_key_env": "OLLAMA_KEY",
+        },
+        {"provider": "openai", "model": "m", "temperature": 0, "max_tokens": 1},
+        {"provider": "openai", "model": "m", "temperature": 1.5},
+    ],
+)
+def test_valid_openai_configs(config: dict[str, Any]) -> None:
+    assert validate_openai_config(config) == config
+    assert validate_model_config(config) == config
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"provider": "openai"}, "model.model"),
+        ({"provider": "openai", "model": ""}, "model.model"),
+        ({"provider": "openai", "model": 4}, "model.model"),
+        ({"provider": "openai", "model": "m", "base_url": "ftp://x"}, "base_url"),
+        ({"provider": "openai", "model": "m", "base_url": "not a url"}, "base_url"),
+        ({"provider": "openai", "model": "m", "base_url": 3}, "base_url"),
+        ({"provider": "openai", "model": "m", "api_key_env": "has space"}, "api_key_env"),
+        ({"provider": "openai", "model": "m", "api_key_env": ""}, "api_key_env"),
+        ({"provider": "openai", "model": "m", "api_key_env": "ENVERIF_DATABASE_URL"}, "ENVERIF_"),
+        ({"provider": "openai", "model": "m", "api_key_env": "enverif_redis_url"}, "ENVERIF_"),
+        ({"provider": "openai", "model": "m", "temperature": 3}, "temperature"),
+        ({"provider": "openai", "model": "m", "temperature": "hot"}, "temperature"),
+        ({"provider": "openai", "model": "m", "temperature": True}, "temperature"),
+        ({"provider": "openai", "model": "m", "max_tokens": 0}, "max_tokens"),
+        ({"provider": "openai", "model": "m", "max_tokens": 1.5}, "max_tokens"),
+        ({"provider": "openai", "model": "m", "api_key": "sk-inline"}, "unknown keys: api_key"),
+    ],
+)
+def test_invalid_openai_configs(config: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValidationFailed) as info:
+        validate_model_config(config)
+    assert info.value.field == "model"
+    assert fragment in info.value.message
