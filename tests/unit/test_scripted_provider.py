@@ -309,6 +309,7 @@ def test_provider_for_dispatches() -> None:
 
 
 @pytest.mark.parametrize("config", [{"provider": "nope"}, {"provider": "scripted", "steps": [{}]}])
-def test_provider_for_turns_bad_stored_configs_into_provider_errors(config: Any) -> None:
-    with pytest.raises(ProviderError, match="invalid model config"):
+def test_provider_for_refuses_bad_stored_configs(config: Any) -> None:
+    with pytest.raises(ValidationFailed) as info:
         provider_for(config, Settings())
+    assert info.value.field == "model"

@@ -1,8 +1,9 @@
 """Model providers, chosen by the ``provider`` key of an agent's model config (DESIGN §5).
 
 ``validate_model_config`` runs when an agent is written (errors name the field ``model``);
-``provider_for`` runs in the worker and turns a stored config into a ``Provider``. A config
-that no longer validates fails the run with a ``ProviderError`` rather than crashing it.
+``provider_for`` runs in the worker and turns a stored config into a ``Provider``; a stored
+config that no longer validates raises the same ``ValidationFailed``, and the loop fails the
+run with its message.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import httpx
 
 from app.domain.errors import ValidationFailed
-from app.engine.base import Provider, ProviderError
+from app.engine.base import Provider
 from app.engine.providers.openai import OpenAIProvider, validate_openai_config
 from app.engine.providers.scripted import ScriptedProvider, validate_scripted_config
 from app.settings import Settings
@@ -40,11 +41,11 @@ def validate_model_config(config: object) -> dict[str, Any]:
 def provider_for(
     config: object, settings: Settings, *, http_client: httpx.AsyncClient | None = None
 ) -> Provider:
-    """The provider for a stored model config. ``http_client`` lets a worker share one client."""
-    try:
-        checked = validate_model_config(config)
-    except ValidationFailed as exc:
-        raise ProviderError(f"invalid model config: {exc.message}") from exc
+    """The provider for a stored model config; ``ValidationFailed`` if it is malformed.
+
+    ``http_client`` lets a worker share one connection pool between runs.
+    """
+    checked = validate_model_config(config)
     if checked["provider"] == "scripted":
         return ScriptedProvider(checked)
     return OpenAIProvider(checked, settings, client=http_client)

@@ -232,6 +232,9 @@ def validate_scripted_config(cfg: object) -> dict[str, Any]:
 
 
 class ScriptedProvider:
+    # Pure and local (no I/O): the loop may compute the next turn inside its transaction.
+    fast = True
+
     def __init__(self, config: dict[str, Any]) -> None:
         self._steps: list[dict[str, Any]] = validate_scripted_config(config)["steps"]
 
