@@ -11,7 +11,7 @@ from arq import cron
 from arq.worker import Worker, func
 
 from app.engine.tools.registry import default_registry
-from app.keys import queue_name
+from app.keys import queue_name, sweep_job_name
 from app.services.runtime import open_runtime, redis_settings
 from app.settings import Settings
 from workers.jobs import execute_run, sweep_runs
@@ -44,7 +44,7 @@ def build_worker(settings: Settings, *, burst: bool = False, **overrides: Any) -
                  timeout=settings.job_timeout_s),  # fmt: skip
         ],
         "cron_jobs": [
-            cron(sweep_runs, name="sweep_runs", second=set(range(0, 60, sweep_every)) if sweep_every < 60 else {0},
+            cron(sweep_runs, name=sweep_job_name(settings.redis_prefix), second=set(range(0, 60, sweep_every)) if sweep_every < 60 else {0},
                  run_at_startup=True, timeout=max(30, sweep_every * 5), keep_result=0),  # fmt: skip
         ],
         "redis_settings": redis_settings(settings),

@@ -320,7 +320,7 @@ async def enqueue_run(rt: Runtime, run_id: int, wake: int) -> None:
             "execute_run",
             run_id,
             wake,
-            _job_id=run_job_id(run_id, wake),
+            _job_id=run_job_id(rt.settings.redis_prefix, run_id, wake),
             _queue_name=queue_name(rt.settings.redis_prefix),
         )
     except Exception:  # noqa: BLE001 - Redis down: the sweeper will enqueue it again

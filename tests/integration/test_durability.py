@@ -19,7 +19,7 @@ from app.domain.agents import Role
 from app.services.runtime import open_runtime
 from app.services.sweeper import sweep
 from app.services.transitions import LeaseLost, tree_tx
-from tests.support.runs import create_agent
+from tests.support.runs import CANCEL_RUN, create_agent, start_run
 from tests.support.servers import sink_server
 
 ALLOW_WEBHOOK = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
@@ -42,9 +42,8 @@ async def registry(settings):
 async def _agent_row(sessionmaker, agent_gid: str) -> Agent:
     from app.graphql.ids import from_global_id
 
-    _, agent_id = from_global_id(agent_gid)
     async with sessionmaker() as session:
-        return await session.get_one(Agent, int(agent_id))
+        return await session.get_one(Agent, from_global_id(agent_gid, "Agent"))
 
 
 async def test_a_second_delivery_does_not_run_the_run_twice(gql, workspace, rt, registry, sessionmaker) -> None:
@@ -119,3 +118,11 @@ async def test_a_resumed_run_really_runs_again(gql, workspace, worker, sessionma
     async with sessionmaker() as session:
         steps = list(await session.scalars(select(RunStep).where(RunStep.workspace_id == workspace.id)))
     assert sorted(s.status for s in steps) == ["SUCCEEDED"] * 3
+
+
+async def test_cancel_a_queued_run(gql, workspace) -> None:
+    # No worker in this test: the run stays QUEUED.
+    agent = await create_agent(gql, workspace.admin, steps=[{"final": 1}])
+    run_id = await start_run(gql, workspace.operator, agent)
+    data = await gql.ok(CANCEL_RUN, {"id": run_id}, token=workspace.operator)
+    assert data["cancelRun"]["status"] == "CANCELLED"
