@@ -1,0 +1,220 @@
+"""Run throughput and latency, against a baseline measured in the same process.
+
+    .venv/bin/python bench/throughput.py [--runs 300] [--latency-runs 50] [--database-url URL]
+
+1. Baseline: raw arq no-op jobs/s through one worker with the same tuning as ours.
+2. Throughput: N runs of a 3-call scripted agent (three ``http.get`` calls to a local server
+   in another process, then a final answer) through one worker; runs/s and the ratio to (1).
+3. Latency: p50/p95 from ``startRun`` to ``SUCCEEDED`` of a 1-call run, with a worker
+   waiting; completion is seen on the live event channel, as a subscriber would see it.
+
+MariaDB by default (a fresh schema is created and dropped); Redis at 127.0.0.1:6379.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from arq import Worker  # noqa: E402
+from arq.connections import create_pool  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+
+from app.db import migrate  # noqa: E402
+from app.db.orm import Agent  # noqa: E402
+from app.db.session import create_engine  # noqa: E402
+from app.domain.agents import Role  # noqa: E402
+from app.keys import events_channel  # noqa: E402
+from app.services import auth, runs  # noqa: E402
+from app.services.runtime import open_runtime, redis_settings  # noqa: E402
+from app.settings import Settings  # noqa: E402
+from workers.main import build_worker  # noqa: E402
+
+PAGE_SERVER = """
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+async def page(request):
+    return PlainTextResponse("ok")
+uvicorn.run(Starlette(routes=[Route("/page", page)]), host="127.0.0.1", port={port}, log_level="error")
+"""
+
+
+async def noop(ctx: dict[str, Any]) -> None:
+    return None
+
+
+async def baseline_arq(settings: Settings, n: int) -> float:
+    queue = f"{settings.redis_prefix}:noop"
+    pool = await create_pool(redis_settings(settings), default_queue_name=queue)
+    for _ in range(n):
+        await pool.enqueue_job("noop", _queue_name=queue)
+    worker = Worker(
+        functions=[noop],
+        queue_name=queue,
+        redis_settings=redis_settings(settings),
+        burst=True,
+        poll_delay=settings.worker_poll_delay_s,
+        max_jobs=settings.worker_max_jobs,
+        keep_result=0,
+        handle_signals=False,
+    )
+    started = time.perf_counter()
+    await worker.main()
+    elapsed = time.perf_counter() - started
+    await worker.close()
+    await pool.aclose()
+    return n / elapsed
+
+
+async def make_agent(rt: Any, workspace_id: int, name: str, steps: list[dict[str, Any]]) -> int:
+    from app.clock import utcnow
+
+    async with rt.sessionmaker() as session, session.begin():
+        agent = Agent(
+            workspace_id=workspace_id,
+            name=name,
+            description=None,
+            instructions="benchmark",
+            status="ACTIVE",
+            model={"provider": "scripted", "steps": steps},
+            tools=["http.get"],
+            policy={},
+            memory_max_items=5,
+            memory_max_chars=1000,
+            created_at=utcnow(),
+            updated_at=utcnow(),
+        )
+        session.add(agent)
+        await session.flush()
+        return agent.id
+
+
+async def wait_statuses(rt: Any, run_ids: set[int], timeout_s: float) -> dict[int, float]:
+    """Wall-clock time each run reached SUCCEEDED, seen on the live event channel."""
+    done: dict[int, float] = {}
+    pubsub = rt.redis.pubsub()
+    await pubsub.subscribe(events_channel(rt.settings.redis_prefix))
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(done) < len(run_ids) and time.monotonic() < deadline:
+            msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if not msg:
+                continue
+            event = json.loads(msg["data"])
+            if event.get("run_id") in run_ids and event.get("status") == "SUCCEEDED":
+                done[event["run_id"]] = time.perf_counter()
+    finally:
+        await pubsub.aclose()
+    return done
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--latency-runs", type=int, default=50)
+    parser.add_argument("--noop-jobs", type=int, default=2000)
+    parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--port", type=int, default=18765)
+    args = parser.parse_args()
+
+    db = f"enverif_bench_{uuid.uuid4().hex[:8]}"
+    server = create_engine(args.server)
+    async with server.begin() as conn:
+        await conn.execute(text(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4"))
+    url = args.server.rsplit("/", 1)[0] + f"/{db}"
+    settings = Settings(
+        database_url=url,
+        redis_url=args.redis_url,
+        redis_prefix=f"enverif-bench-{uuid.uuid4().hex[:6]}",
+        http_allow_private_networks=True,
+        sweep_interval_s=30,
+    )
+    page = subprocess.Popen([sys.executable, "-c", PAGE_SERVER.format(port=args.port)])
+    engine = create_engine(url)
+    await migrate.upgrade(engine)
+    await engine.dispose()
+    rt = await open_runtime(settings)
+    try:
+        await asyncio.sleep(1.0)  # let the page server bind
+        async with rt.sessionmaker() as session:
+            workspace, _ = await auth.create_workspace(session, name="bench")
+        principal = auth.Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
+        call = {"call": "http.get", "args": {"url": f"http://127.0.0.1:{args.port}/page"}}
+        three = await make_agent(rt, workspace.id, "three-calls", [call, call, call, {"final": "done"}])
+        one = await make_agent(rt, workspace.id, "one-call", [call, {"final": "done"}])
+
+        noop_rate = await baseline_arq(settings, args.noop_jobs)
+
+        # Throughput: all runs queued first, then one worker drains them (like the baseline).
+        ids = set()
+        for _ in range(args.runs):
+            run = await runs.start_run(rt, principal, agent_id=three, input=None)
+            ids.add(run.id)
+        watcher = asyncio.create_task(wait_statuses(rt, ids, timeout_s=600))
+        await asyncio.sleep(0.2)
+        worker = build_worker(settings, handle_signals=False)
+        started = time.perf_counter()
+        worker_task = asyncio.create_task(worker.main())
+        done = await watcher
+        elapsed = max(done.values()) - started if done else float("nan")
+        run_rate = len(done) / elapsed
+
+        # Latency: one run at a time with the worker idle and waiting.
+        latencies = []
+        for _ in range(args.latency_runs):
+            pubsub = rt.redis.pubsub()
+            await pubsub.subscribe(events_channel(settings.redis_prefix))
+            t0 = time.perf_counter()
+            run = await runs.start_run(rt, principal, agent_id=one, input=None)
+            while True:
+                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+                if msg is None:
+                    raise RuntimeError("no completion seen within 5 s")
+                event = json.loads(msg["data"])
+                if event.get("run_id") == run.id and event.get("status") == "SUCCEEDED":
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                    break
+            await pubsub.aclose()
+        worker_task.cancel()
+        try:
+            await worker_task
+        except asyncio.CancelledError:
+            pass
+        await worker.close()
+
+        report = {
+            "database": "mariadb",
+            "baseline_arq_noop_jobs_per_s": round(noop_rate, 1),
+            "runs": args.runs,
+            "completed": len(done),
+            "runs_per_s_3_calls": round(run_rate, 1),
+            "ratio_to_arq_noop": round(run_rate / noop_rate, 4),
+            "p50_start_to_succeeded_ms_1_call": round(statistics.median(latencies), 1),
+            "p95_start_to_succeeded_ms_1_call": round(statistics.quantiles(latencies, n=20)[-1], 1),
+            "targets": {"runs_per_s": ">= 100", "p50_ms": "<= 50"},
+        }
+        print(json.dumps(report, indent=2))
+    finally:
+        await rt.close()
+        page.terminate()
+        page.wait()
+        async with server.begin() as conn:
+            await conn.execute(text(f"DROP DATABASE IF EXISTS `{db}`"))
+        await server.dispose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
