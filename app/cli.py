@@ -123,8 +123,15 @@ def _database_errors(url: str) -> Iterator[None]:
 
 
 async def _current_revision(engine: AsyncEngine) -> str | None:
-    async with engine.connect() as conn:
-        return await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+    # alembic announces its dialect at INFO on every look; only migrations are news.
+    alembic_log = logging.getLogger("alembic.runtime.migration")
+    level = alembic_log.level
+    alembic_log.setLevel(logging.WARNING)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+    finally:
+        alembic_log.setLevel(level)
 
 
 def _head_revisions() -> tuple[str, ...]:

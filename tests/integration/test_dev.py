@@ -1,0 +1,197 @@
+"""``enverif dev`` as a newcomer meets it: one command, embedded SQLite and Redis under
+ENVERIF_HOME, a demo workspace, a token on the screen, and a clean stop on Ctrl-C/SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.embedded import stop_embedded_redis
+from app.settings import Settings
+from tests.conftest import DB_KIND
+
+# It runs on the embedded defaults whatever the leg, so once (in the SQLite leg) is enough.
+pytestmark = pytest.mark.skipif(
+    DB_KIND != "sqlite", reason="enverif dev uses embedded SQLite; run in the sqlite leg"
+)
+
+_SCRIPT = Path(sys.executable).parent / "enverif"
+ENVERIF = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "app.cli"]
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+RUN_TIMEOUT_S = 30.0
+
+AGENTS = "{ agents(first: 10) { edges { node { id name status } } } }"
+START_RUN = "mutation($agent: ID!, $input: JSON) { startRun(agentId: $agent, input: $input) { id status } }"
+RUN = "query($id: ID!) { run(id: $id) { status result error steps { seq tool status decision } } }"
+PENDING = "{ approvals(status: PENDING, first: 20) { edges { node { id tool status run { id } } } } }"
+DECIDE = 'mutation($id: ID!) { decideApproval(id: $id, approve: true, reason: "demo") { id status } }'
+
+
+class DevStack:
+    """One ``enverif dev`` process; its output (stdout and stderr) goes to a file we read."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.log_path = home / f"dev-{time.monotonic_ns()}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.token = ""
+
+    def start(self, *args: str) -> DevStack:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ENVERIF_")}
+        env["ENVERIF_HOME"] = str(self.home)
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen(
+                [*ENVERIF, "dev", "--port", "0", *args],
+                env=env,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            output = self.output()
+            url = re.search(r"GraphQL\s+(http://\S+)/graphql", output)
+            token = re.search(r"Token\s+(evf_\S+)", output)
+            if url and token:
+                self.url, self.token = url.group(1), token.group(1)
+                return self
+            if self.proc.poll() is not None:
+                pytest.fail(f"enverif dev exited with {self.proc.returncode}:\n{output}")
+            time.sleep(0.1)
+        pytest.fail(f"enverif dev printed no URL and token within {START_TIMEOUT_S} s:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def gql(self, query: str, variables: dict[str, Any] | None = None, *, token: str | None = None) -> Any:
+        response = httpx.post(
+            f"{self.url}/graphql",
+            json={"query": query, "variables": variables or {}},
+            headers={"Authorization": f"Bearer {token or self.token}"},
+            timeout=10,
+        )
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert not body.get("errors"), body["errors"]
+        return body["data"]
+
+    def agent_ids(self) -> dict[str, str]:
+        edges = self.gql(AGENTS)["agents"]["edges"]
+        names = [e["node"]["name"] for e in edges]
+        assert len(names) == len(set(names)), f"demo agents seeded twice: {names}"
+        return {e["node"]["name"]: e["node"]["id"] for e in edges}
+
+    def wait_run(self, run_id: str, *statuses: str) -> dict[str, Any]:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while True:
+            run: dict[str, Any] = self.gql(RUN, {"id": run_id})["run"]
+            if run["status"] in statuses:
+                return run
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"run {run_id} is {run['status']}, not {statuses}:\n{run}\n{self.output()[-4000:]}"
+                )
+            time.sleep(0.1)
+
+    def stop(self, sig: signal.Signals) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"enverif dev did not stop on {sig.name} within {STOP_TIMEOUT_S} s:\n{self.output()}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def dev_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    # A short path: the embedded Redis listens on a unix socket in it (107-byte limit).
+    home = tmp_path_factory.mktemp("dev")
+    yield home
+    stop_embedded_redis(Settings(home=home))  # it daemonizes, so it outlives `enverif dev`
+
+
+def test_dev_serves_the_demo_workspace_and_stops_cleanly(dev_home: Path) -> None:
+    stack = DevStack(dev_home).start()
+    try:
+        assert httpx.get(f"{stack.url}/healthz", timeout=5).status_code == 200
+        agents = stack.agent_ids()
+        assert {"researcher", "greeter"} <= set(agents)
+        assert f"curl -s {stack.url}/graphql" in stack.output()
+        assert f"Authorization: Bearer {stack.token}" in stack.output()
+
+        # The worker runs in the same process: a run goes all the way through.
+        run = stack.gql(START_RUN, {"agent": agents["greeter"], "input": {"name": "Ada"}})["startRun"]
+        assert stack.wait_run(run["id"], "SUCCEEDED", "FAILED")["result"] == "Hello, Ada!"
+
+        assert stack.stop(signal.SIGINT) == 0, stack.output()  # Ctrl-C
+    finally:
+        stack.kill()
+    assert "Traceback" not in stack.output(), stack.output()
+    first_token = stack.token
+
+    # Again on the same home: the workspace and agents are reused, a fresh token is printed,
+    # and the earlier token still works.
+    again = DevStack(dev_home).start()
+    try:
+        assert again.token != first_token
+        assert set(again.agent_ids()) == set(agents)
+        assert again.gql("{ viewer { role workspace { name } } }", token=first_token)["viewer"] == {
+            "role": "admin",
+            "workspace": {"name": "demo"},
+        }
+        assert again.stop(signal.SIGTERM) == 0, again.output()
+    finally:
+        again.kill()
+    assert "Traceback" not in again.output(), again.output()
+
+
+def test_dev_researcher_demo_waits_for_approval_then_succeeds(dev_home: Path) -> None:
+    stack = DevStack(dev_home).start()
+    try:
+        agents = stack.agent_ids()
+        run_id = stack.gql(START_RUN, {"agent": agents["researcher"]})["startRun"]["id"]
+
+        waiting = stack.wait_run(run_id, "WAITING_APPROVAL", "FAILED", "SUCCEEDED")
+        assert waiting["status"] == "WAITING_APPROVAL", waiting
+        assert [(s["tool"], s["status"]) for s in waiting["steps"]] == [
+            ("http.get", "SUCCEEDED"),
+            ("webhook.post", "WAITING_APPROVAL"),
+        ]
+        pending = [
+            e["node"] for e in stack.gql(PENDING)["approvals"]["edges"] if e["node"]["run"]["id"] == run_id
+        ]
+        assert [p["tool"] for p in pending] == ["webhook.post"]
+
+        assert stack.gql(DECIDE, {"id": pending[0]["id"]})["decideApproval"]["status"] == "APPROVED"
+        done = stack.wait_run(run_id, "SUCCEEDED", "FAILED")
+        assert done["status"] == "SUCCEEDED", done
+        # A template that is one expression keeps its type (scripted provider): the statuses are ints.
+        assert done["result"] == {"fetched": 200, "posted": 200}
+
+        deliveries = httpx.get(f"{stack.url}/dev/webhook", timeout=5).json()["deliveries"]
+        assert len(deliveries) == 1
+        assert deliveries[0]["payload"]["summary"].startswith("Enverif demo page")
+        assert deliveries[0]["idempotencyKey"]
+        assert stack.stop(signal.SIGTERM) == 0, stack.output()
+    finally:
+        stack.kill()
