@@ -1,0 +1,188 @@
+"""Agent use cases: create and update (admin only). Agents are never deleted: archiving keeps
+their runs, memories and history meaningful.
+
+Everything is validated before the transaction opens, and the name check and the write share
+one transaction; the unique constraint on (workspace_id, name) settles a race between two
+creators, which we report as the same CONFLICT a sequential duplicate gets.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.clock import utcnow
+from app.db import orm
+from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
+from app.domain.errors import Conflict, ValidationFailed
+from app.domain.policy import validate_policy
+from app.engine.providers import validate_model_config
+from app.services.auth import Principal
+from app.services.queries import get_owned
+from app.services.runtime import Runtime
+from app.services.validation import KEEP, Keep, check_int_range, check_string_list, check_text
+
+NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+MAX_TOOL_PATTERNS = 100
+MAX_TOOL_PATTERN_CHARS = 200
+MEMORY_MAX_ITEMS_LIMIT = 200
+MEMORY_MAX_CHARS_LIMIT = 100_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentDraft:
+    name: str
+    model: Any
+    description: str | None = None
+    instructions: str | None = None
+    tools: list[str] | None = None
+    policy: Any = None
+    memory_max_items: int | None = None
+    memory_max_chars: int | None = None
+    status: AgentStatus | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentPatch:
+    """``KEEP`` leaves a field alone; ``None`` clears the nullable text fields."""
+
+    name: str | Keep = KEEP
+    description: str | Keep | None = KEEP
+    instructions: str | Keep | None = KEEP
+    model: Any = KEEP
+    tools: list[str] | Keep = KEEP
+    policy: Any = KEEP
+    memory_max_items: int | Keep = KEEP
+    memory_max_chars: int | Keep = KEEP
+    status: AgentStatus | Keep = KEEP
+
+
+def check_name(name: str) -> str:
+    if not NAME.fullmatch(name):
+        raise ValidationFailed(
+            "name must be 1-100 characters of letters, digits, '_', '.' and '-'", field="name"
+        )
+    return name
+
+
+def _check_tools(tools: list[str]) -> list[str]:
+    return check_string_list(
+        tools, field="tools", max_items=MAX_TOOL_PATTERNS, max_chars=MAX_TOOL_PATTERN_CHARS
+    )
+
+
+def _check_model(model: Any) -> dict[str, Any]:
+    if not isinstance(model, dict):
+        raise ValidationFailed("model must be a JSON object with a 'provider'", field="model")
+    checked = validate_model_config(model)
+    # The provider layer may normalise the config; store what it accepted.
+    return checked if isinstance(checked, dict) else model
+
+
+def _check_budget_items(value: int) -> int:
+    return check_int_range(value, field="memoryBudget.maxItems", low=0, high=MEMORY_MAX_ITEMS_LIMIT)
+
+
+def _check_budget_chars(value: int) -> int:
+    return check_int_range(value, field="memoryBudget.maxChars", low=0, high=MEMORY_MAX_CHARS_LIMIT)
+
+
+async def create_agent(rt: Runtime, principal: Principal, draft: AgentDraft) -> orm.Agent:
+    principal.require(Role.ADMIN)
+    max_chars = rt.settings.max_text_chars
+    now = utcnow()
+    row = orm.Agent(
+        workspace_id=principal.workspace_id,
+        name=check_name(draft.name),
+        description=_opt_text(draft.description, "description", max_chars),
+        instructions=_opt_text(draft.instructions, "instructions", max_chars),
+        status=(draft.status or AgentStatus.ACTIVE).value,
+        model=_check_model(draft.model),
+        tools=_check_tools(draft.tools or []),
+        policy=validate_policy(draft.policy),
+        memory_max_items=_check_budget_items(
+            DEFAULT_MEMORY_MAX_ITEMS if draft.memory_max_items is None else draft.memory_max_items
+        ),
+        memory_max_chars=_check_budget_chars(
+            DEFAULT_MEMORY_MAX_CHARS if draft.memory_max_chars is None else draft.memory_max_chars
+        ),
+        created_at=now,
+        updated_at=now,
+    )
+    async with rt.sessionmaker() as session, session.begin():
+        await _ensure_name_free(session, workspace_id=principal.workspace_id, name=row.name, agent_id=None)
+        session.add(row)
+        await _flush_unique_name(session, row.name)
+    return row
+
+
+async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patch: AgentPatch) -> orm.Agent:
+    principal.require(Role.ADMIN)
+    changes = _validated_changes(patch, max_chars=rt.settings.max_text_chars)
+    async with rt.sessionmaker() as session, session.begin():
+        row = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
+        if "name" in changes and changes["name"] != row.name:
+            await _ensure_name_free(
+                session, workspace_id=principal.workspace_id, name=changes["name"], agent_id=row.id
+            )
+        for attr, value in changes.items():
+            setattr(row, attr, value)
+        if changes:
+            row.updated_at = utcnow()
+        await _flush_unique_name(session, row.name)
+    return row
+
+
+def _validated_changes(patch: AgentPatch, *, max_chars: int) -> dict[str, Any]:
+    """Column -> new value for every given field, all checked before anything is written."""
+    changes: dict[str, Any] = {}
+    if not isinstance(patch.name, Keep):
+        changes["name"] = check_name(patch.name)
+    if not isinstance(patch.description, Keep):
+        changes["description"] = _opt_text(patch.description, "description", max_chars)
+    if not isinstance(patch.instructions, Keep):
+        changes["instructions"] = _opt_text(patch.instructions, "instructions", max_chars)
+    if patch.model is not KEEP:
+        changes["model"] = _check_model(patch.model)
+    if not isinstance(patch.tools, Keep):
+        changes["tools"] = _check_tools(patch.tools)
+    if patch.policy is not KEEP:
+        changes["policy"] = validate_policy(patch.policy)
+    if not isinstance(patch.memory_max_items, Keep):
+        changes["memory_max_items"] = _check_budget_items(patch.memory_max_items)
+    if not isinstance(patch.memory_max_chars, Keep):
+        changes["memory_max_chars"] = _check_budget_chars(patch.memory_max_chars)
+    if not isinstance(patch.status, Keep):
+        changes["status"] = patch.status.value
+    return changes
+
+
+def _opt_text(value: str | None, field: str, max_chars: int) -> str | None:
+    return None if value is None else check_text(value, field=field, max_chars=max_chars)
+
+
+async def _ensure_name_free(
+    session: AsyncSession, *, workspace_id: int, name: str, agent_id: int | None
+) -> None:
+    # Case-insensitive on every database (MariaDB's collation already is, SQLite is not), so
+    # "Bot" and "bot" never coexist: delegation finds agents by name.
+    stmt = select(orm.Agent.id).where(
+        orm.Agent.workspace_id == workspace_id, func.lower(orm.Agent.name) == name.lower()
+    )
+    existing = await session.scalar(stmt)
+    if existing is not None and existing != agent_id:
+        raise Conflict(f"an agent named {name!r} already exists in this workspace", field="name")
+
+
+async def _flush_unique_name(session: AsyncSession, name: str) -> None:
+    # Two concurrent writers can both pass _ensure_name_free; the unique index decides, and
+    # the loser gets the answer it would have got a moment later.
+    try:
+        await session.flush()
+    except IntegrityError:
+        raise Conflict(f"an agent named {name!r} already exists in this workspace", field="name") from None
