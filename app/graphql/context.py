@@ -1,0 +1,121 @@
+"""The typed per-request GraphQL context.
+
+Over HTTP a context lives for one request. Over a websocket strawberry builds it once per
+*connection* (PITFALLS: Strawberry), so anything cached on it would go stale for a long-lived
+subscription. Hence:
+
+* the principal is authenticated lazily on first need and cached: per request over HTTP,
+  per connection over a websocket (``on_ws_connect`` authenticates before any operation);
+* DataLoaders are replaced at the start of every operation (``FreshLoadersPerOperation``)
+  and a subscription calls ``fresh_loaders()`` before it emits each event, so every
+  emitted event resolves against the database as it is now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+
+import strawberry
+from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.websockets import WebSocket
+from strawberry.extensions import SchemaExtension
+
+from app.domain.errors import Unauthenticated
+from app.graphql.loaders import Loaders
+from app.services.auth import Principal, authenticate, bearer_token
+from app.services.runtime import Runtime
+from app.settings import Settings
+
+
+class Context:
+    def __init__(
+        self, *, runtime: Runtime, request: Request | WebSocket, response: Response | WebSocket | None = None
+    ) -> None:
+        self.runtime = runtime
+        self.request = request
+        self.response = response
+        # Set by strawberry from the websocket's connection_init payload.
+        self.connection_params: dict[str, object] | None = None
+        self._principal: Principal | None = None
+        self._auth_error: Unauthenticated | None = None
+        # Several top-level fields resolve concurrently; one token lookup serves them all.
+        self._auth_lock = asyncio.Lock()
+        self._loaders: Loaders | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self.runtime.settings
+
+    @property
+    def is_websocket(self) -> bool:
+        return isinstance(self.request, WebSocket)
+
+    def session(self) -> AsyncSession:
+        """A new short-lived session: one per read, never shared between concurrent resolvers."""
+        return self.runtime.sessionmaker()
+
+    async def principal(self) -> Principal:
+        """The caller, or UNAUTHENTICATED. Looked up once, then cached (failures too)."""
+        if self._principal is not None:
+            return self._principal
+        async with self._auth_lock:
+            if self._principal is None and self._auth_error is None:
+                try:
+                    async with self.session() as session:
+                        self._principal = await authenticate(session, token=self._token())
+                except Unauthenticated as exc:
+                    self._auth_error = exc
+        if self._auth_error is not None:
+            raise Unauthenticated(self._auth_error.message)
+        assert self._principal is not None
+        return self._principal
+
+    def _token(self) -> str | None:
+        if self.is_websocket:
+            return bearer_token(authorization_param(self.connection_params))
+        return bearer_token(self.request.headers.get("authorization"))
+
+    async def loaders(self) -> Loaders:
+        """The current DataLoaders, bound to the caller's workspace (authenticates first)."""
+        principal = await self.principal()
+        if self._loaders is None:
+            self._loaders = Loaders(self.runtime.sessionmaker, principal.workspace_id)
+        return self._loaders
+
+    def fresh_loaders(self) -> Loaders:
+        """Start a new cache generation: call before emitting each subscription event.
+
+        Needs an authenticated context (websockets authenticate in ``on_ws_connect``).
+        """
+        if self._principal is None:
+            raise RuntimeError("fresh_loaders() needs an authenticated context")
+        self._loaders = Loaders(self.runtime.sessionmaker, self._principal.workspace_id)
+        return self._loaders
+
+    def reset_loaders(self) -> None:
+        self._loaders = None
+
+
+def authorization_param(params: Mapping[str, object] | None) -> str | None:
+    """The ``Authorization`` entry of connection_init's payload; the key is case-insensitive."""
+    for key, value in (params or {}).items():
+        if isinstance(key, str) and key.lower() == "authorization" and isinstance(value, str):
+            return value
+    return None
+
+
+class FreshLoadersPerOperation(SchemaExtension):
+    """Over a websocket many operations share one context: give each its own loader cache."""
+
+    def on_operation(self) -> Iterator[None]:
+        context = self.execution_context.context
+        if isinstance(context, Context):
+            context.reset_loaders()
+        yield
+
+
+# What resolvers annotate their ``info`` parameter with.
+Info = strawberry.Info[Context, None]

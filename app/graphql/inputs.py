@@ -1,0 +1,185 @@
+"""Mutation inputs and their translation into the services' drafts and patches.
+
+In patches an omitted field means "keep" and an explicit ``null`` means "clear" where the
+field is nullable (description, instructions, schedule input). For a field that cannot be
+empty (an agent's name, a memory's value), ``null`` is rejected, naming the field, rather
+than silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import strawberry
+from strawberry.scalars import JSON
+
+from app.domain.agents import AgentStatus, OverlapPolicy
+from app.domain.errors import ValidationFailed
+from app.domain.policy import Decision
+from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
+from app.services.agents import AgentDraft, AgentPatch
+from app.services.memories import MemoryDraft
+from app.services.memories import MemoryPatch as MemoryChanges
+from app.services.schedules import ScheduleDraft
+from app.services.schedules import SchedulePatch as ScheduleChanges
+from app.services.validation import KEEP, Keep
+
+T = TypeVar("T")
+
+
+@strawberry.input(name="PolicyRuleInput")
+class PolicyRuleInput:
+    tool: str
+    decision: Decision
+
+
+@strawberry.input(name="PolicyInput")
+class PolicyInput:
+    default: Decision | None = None
+    rules: list[PolicyRuleInput] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "default": None if self.default is None else self.default.value,
+            "rules": [{"tool": r.tool, "decision": r.decision.value} for r in self.rules or []],
+        }
+
+
+@strawberry.input(name="MemoryBudgetInput")
+class MemoryBudgetInput:
+    max_items: int | None = strawberry.UNSET
+    max_chars: int | None = strawberry.UNSET
+
+
+@strawberry.input(name="CreateAgentInput")
+class CreateAgentInput:
+    name: str
+    model: JSON
+    description: str | None = None
+    instructions: str | None = None
+    tools: list[str] | None = None
+    policy: PolicyInput | None = None
+    memory_budget: MemoryBudgetInput | None = None
+    status: AgentStatus | None = None
+
+    def to_draft(self) -> AgentDraft:
+        budget = self.memory_budget
+        return AgentDraft(
+            name=self.name,
+            model=self.model,
+            description=self.description,
+            instructions=self.instructions,
+            tools=self.tools,
+            policy=None if self.policy is None else self.policy.to_json(),
+            memory_max_items=None if budget is None else _or_none(budget.max_items),
+            memory_max_chars=None if budget is None else _or_none(budget.max_chars),
+            status=self.status,
+        )
+
+
+@strawberry.input(name="UpdateAgentInput", description="Omitted fields are kept; null clears a nullable one.")
+class UpdateAgentInput:
+    name: str | None = strawberry.UNSET
+    description: str | None = strawberry.UNSET
+    instructions: str | None = strawberry.UNSET
+    model: JSON | None = strawberry.UNSET
+    tools: list[str] | None = strawberry.UNSET
+    policy: PolicyInput | None = strawberry.UNSET
+    memory_budget: MemoryBudgetInput | None = strawberry.UNSET
+    status: AgentStatus | None = strawberry.UNSET
+
+    def to_patch(self) -> AgentPatch:
+        budget = self.memory_budget if self.memory_budget else MemoryBudgetInput()
+        policy = _given(self.policy)
+        return AgentPatch(
+            name=_required(self.name, "name"),
+            description=_given(self.description),
+            instructions=_given(self.instructions),
+            model=_required(self.model, "model"),
+            # null tools or policy: back to "none offered" / the empty policy (risk defaults).
+            tools=KEEP if self.tools is strawberry.UNSET else (self.tools or []),
+            policy=policy if isinstance(policy, Keep) or policy is None else policy.to_json(),
+            memory_max_items=_required(budget.max_items, "memoryBudget.maxItems"),
+            memory_max_chars=_required(budget.max_chars, "memoryBudget.maxChars"),
+            status=_required(self.status, "status"),
+        )
+
+
+@strawberry.input(name="MemoryInput")
+class MemoryInput:
+    key: str
+    value: str
+    tags: list[str] | None = None
+    importance: float | None = None
+
+    def to_draft(self) -> MemoryDraft:
+        return MemoryDraft(key=self.key, value=self.value, tags=self.tags, importance=self.importance)
+
+
+@strawberry.input(name="MemoryPatch", description="Omitted fields are kept.")
+class MemoryPatch:
+    key: str | None = strawberry.UNSET
+    value: str | None = strawberry.UNSET
+    tags: list[str] | None = strawberry.UNSET
+    importance: float | None = strawberry.UNSET
+
+    def to_changes(self) -> MemoryChanges:
+        return MemoryChanges(
+            key=_required(self.key, "key"),
+            value=_required(self.value, "value"),
+            tags=KEEP if self.tags is strawberry.UNSET else (self.tags or []),
+            importance=_required(self.importance, "importance"),
+        )
+
+
+@strawberry.input(name="ScheduleInput")
+class ScheduleInput:
+    cron: str
+    timezone: str | None = None
+    input: JSON | None = None
+    enabled: bool | None = None
+    overlap_policy: OverlapPolicy | None = None
+
+    def to_draft(self) -> ScheduleDraft:
+        return ScheduleDraft(
+            cron=self.cron,
+            timezone=self.timezone,
+            input=self.input,
+            enabled=self.enabled,
+            overlap_policy=self.overlap_policy,
+        )
+
+
+@strawberry.input(name="SchedulePatch", description="Omitted fields are kept; null input clears it.")
+class SchedulePatch:
+    cron: str | None = strawberry.UNSET
+    timezone: str | None = strawberry.UNSET
+    input: JSON | None = strawberry.UNSET
+    enabled: bool | None = strawberry.UNSET
+    overlap_policy: OverlapPolicy | None = strawberry.UNSET
+
+    def to_changes(self) -> ScheduleChanges:
+        return ScheduleChanges(
+            cron=_required(self.cron, "cron"),
+            timezone=_required(self.timezone, "timezone"),
+            input=_given(self.input),
+            enabled=_required(self.enabled, "enabled"),
+            overlap_policy=_required(self.overlap_policy, "overlapPolicy"),
+        )
+
+
+def _given(value: T | None) -> T | Keep | None:
+    return KEEP if value is strawberry.UNSET else value
+
+
+def _required(value: T | None, field: str) -> T | Keep:
+    """A patch field that may be omitted but, when given, cannot be null."""
+    if value is strawberry.UNSET:
+        return KEEP
+    if value is None:
+        raise ValidationFailed(f"{field} cannot be null; omit it to keep the current value", field=field)
+    return value
+
+
+def _or_none(value: T | None) -> T | None:
+    return None if value is strawberry.UNSET else value

@@ -1,0 +1,123 @@
+"""Per-request DataLoaders: one query per kind of object per level of a GraphQL response,
+however many objects that level holds.
+
+A ``Loaders`` set is bound to one workspace and filters every query by it, so even an id
+that leaked from elsewhere cannot load another tenant's row. Each batch opens its own short
+session: resolvers run concurrently, an ``AsyncSession`` must not be shared between
+concurrent tasks, and a short read keeps SQLite's write lock (every SQLite transaction here
+is ``BEGIN IMMEDIATE``) for as little time as possible.
+
+The cache lives as long as the set: one HTTP request, one GraphQL operation over a
+websocket, or one emitted subscription event (``Context.fresh_loaders``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import InstrumentedAttribute
+from strawberry.dataloader import DataLoader
+
+from app.db import orm
+from app.domain.runs import ApprovalStatus
+
+# Bounds the IN (...) list of one query; a bigger batch becomes several queries.
+MAX_BATCH = 500
+
+M = TypeVar("M", bound=orm.Base)
+
+
+class Loaders:
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], workspace_id: int) -> None:
+        self._sessionmaker = sessionmaker
+        self.workspace_id = workspace_id
+        self.workspace = self._by_id(orm.Workspace, scoped=False)
+        self.agent = self._by_id(orm.Agent)
+        self.run = self._by_id(orm.Run)
+        self.step = self._by_id(orm.RunStep)
+        self.approval = self._by_id(orm.Approval)
+        self.memory = self._by_id(orm.Memory)
+        self.schedule = self._by_id(orm.Schedule)
+        self.children = self._grouped(orm.Run, orm.Run.parent_run_id, order=orm.Run.id, prime=self.run)
+        # A whole run tree by its root id: descendants, subtree approvals and ancestors'
+        # lookups all come from this one query per tree.
+        self.tree = self._grouped(orm.Run, orm.Run.root_run_id, order=orm.Run.id, prime=self.run)
+        self.steps = self._grouped(orm.RunStep, orm.RunStep.run_id, order=orm.RunStep.seq, prime=self.step)
+        self.pending_approvals = self._grouped(
+            orm.Approval,
+            orm.Approval.root_run_id,
+            order=orm.Approval.id,
+            prime=self.approval,
+            where=(orm.Approval.status == ApprovalStatus.PENDING.value,),
+        )
+        self.revisions = self._grouped(
+            orm.MemoryRevision, orm.MemoryRevision.memory_id, order=orm.MemoryRevision.id
+        )
+        self.schedules = self._grouped(
+            orm.Schedule, orm.Schedule.agent_id, order=orm.Schedule.id, prime=self.schedule
+        )
+
+    async def _select(self, stmt: Any) -> list[Any]:
+        async with self._sessionmaker() as session:
+            return list((await session.scalars(stmt)).all())
+
+    def _by_id(self, model: type[M], *, scoped: bool = True) -> DataLoader[int, M | None]:
+        id_col: InstrumentedAttribute[int] = model.id  # type: ignore[attr-defined]
+
+        async def load(keys: Sequence[int]) -> list[M | None]:
+            stmt = select(model).where(id_col.in_(keys))
+            if scoped:
+                stmt = stmt.where(model.workspace_id == self.workspace_id)  # type: ignore[attr-defined]
+            found = {row.id: row for row in await self._select(stmt)}
+            return [found.get(key) for key in keys]
+
+        return DataLoader(load_fn=load, max_batch_size=MAX_BATCH)
+
+    def _grouped(
+        self,
+        model: type[M],
+        key_col: InstrumentedAttribute[Any],
+        *,
+        order: InstrumentedAttribute[Any],
+        prime: DataLoader[int, M | None] | None = None,
+        where: Iterable[Any] = (),
+    ) -> DataLoader[int, list[M]]:
+        """Rows grouped by a foreign key (children by parent, steps by run, ...)."""
+
+        async def load(keys: Sequence[int]) -> list[list[M]]:
+            stmt = (
+                select(model)
+                .where(key_col.in_(keys), model.workspace_id == self.workspace_id, *where)  # type: ignore[attr-defined]
+                .order_by(order)
+            )
+            groups: dict[int, list[M]] = defaultdict(list)
+            key_of: Callable[[M], int] = lambda row: getattr(row, key_col.key)  # noqa: E731
+            for row in await self._select(stmt):
+                groups[key_of(row)].append(row)
+                if prime is not None:
+                    # Later `parent { ... }`/`root { ... }` lookups hit the cache, not the DB.
+                    prime.prime(row.id, row)  # type: ignore[attr-defined]
+            return [groups.get(key, []) for key in keys]
+
+        return DataLoader(load_fn=load, max_batch_size=MAX_BATCH)
+
+
+def subtree_ids(tree: Iterable[orm.Run], run_id: int) -> list[int]:
+    """Ids of ``run_id``'s descendants within its tree (breadth first, excluding itself)."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for row in tree:
+        if row.parent_run_id is not None:
+            children[row.parent_run_id].append(row.id)
+    found: list[int] = []
+    frontier = [run_id]
+    while frontier:
+        next_frontier: list[int] = []
+        for parent in frontier:
+            next_frontier.extend(children.get(parent, ()))
+        found.extend(next_frontier)
+        frontier = next_frontier
+    return found

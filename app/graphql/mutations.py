@@ -1,0 +1,140 @@
+"""The Mutation root: decode ids, call the service, map the row back.
+
+Services own the transactions and the role checks. The role is also checked here first, only
+so that a caller without the role gets FORBIDDEN whatever ids it sent (instead of NOT_FOUND
+for a malformed one) — the services stay the authority.
+"""
+
+from __future__ import annotations
+
+import strawberry
+from strawberry.scalars import JSON
+
+from app.domain.agents import Role
+from app.domain.runs import RunTrigger
+from app.graphql.context import Info
+from app.graphql.ids import from_global_id, to_global_id
+from app.graphql.inputs import (
+    CreateAgentInput,
+    MemoryInput,
+    MemoryPatch,
+    ScheduleInput,
+    SchedulePatch,
+    UpdateAgentInput,
+)
+from app.graphql.types.agents import Agent
+from app.graphql.types.approvals import Approval
+from app.graphql.types.memories import Memory
+from app.graphql.types.runs import Run
+from app.graphql.types.schedules import Schedule
+from app.services import agents, approvals, memories, runs, schedules
+from app.services.auth import Principal
+
+
+async def _caller(info: Info, role: Role) -> Principal:
+    principal = await info.context.principal()
+    principal.require(role)
+    return principal
+
+
+@strawberry.type(name="Mutation")
+class Mutation:
+    # -- agents (admin) ---------------------------------------------------------------------
+
+    @strawberry.mutation
+    async def create_agent(self, info: Info, input: CreateAgentInput) -> Agent:
+        principal = await _caller(info, Role.ADMIN)
+        row = await agents.create_agent(info.context.runtime, principal, input.to_draft())
+        return Agent.from_row(row)
+
+    @strawberry.mutation
+    async def update_agent(self, info: Info, id: strawberry.ID, input: UpdateAgentInput) -> Agent:
+        principal = await _caller(info, Role.ADMIN)
+        agent_id = from_global_id(id, "Agent", field="id")
+        row = await agents.update_agent(
+            info.context.runtime, principal, agent_id=agent_id, patch=input.to_patch()
+        )
+        return Agent.from_row(row)
+
+    # -- runs and approvals (operator) --------------------------------------------------------
+
+    @strawberry.mutation
+    async def start_run(self, info: Info, agent_id: strawberry.ID, input: JSON | None = None) -> Run:
+        principal = await _caller(info, Role.OPERATOR)
+        pk = from_global_id(agent_id, "Agent", field="agentId")
+        row = await runs.start_run(
+            info.context.runtime, principal, agent_id=pk, input=input, trigger=RunTrigger.API
+        )
+        return Run.from_row(row)
+
+    @strawberry.mutation(description="Cancels the run and every unfinished run below it.")
+    async def cancel_run(self, info: Info, id: strawberry.ID, reason: str | None = None) -> Run:
+        principal = await _caller(info, Role.OPERATOR)
+        pk = from_global_id(id, "Run", field="id")
+        row = await runs.cancel_run(info.context.runtime, principal, run_id=pk, reason=reason)
+        return Run.from_row(row)
+
+    @strawberry.mutation
+    async def decide_approval(
+        self, info: Info, id: strawberry.ID, approve: bool, reason: str | None = None
+    ) -> Approval:
+        principal = await _caller(info, Role.OPERATOR)
+        pk = from_global_id(id, "Approval", field="id")
+        row = await approvals.decide_approval(
+            info.context.runtime, principal, approval_id=pk, approve=approve, reason=reason
+        )
+        return Approval.from_row(row)
+
+    # -- memories (operator) ------------------------------------------------------------------
+
+    @strawberry.mutation
+    async def create_memory(self, info: Info, agent_id: strawberry.ID, input: MemoryInput) -> Memory:
+        principal = await _caller(info, Role.OPERATOR)
+        pk = from_global_id(agent_id, "Agent", field="agentId")
+        row = await memories.create_memory(
+            info.context.runtime, principal, agent_id=pk, draft=input.to_draft()
+        )
+        return Memory.from_row(row)
+
+    @strawberry.mutation
+    async def update_memory(self, info: Info, id: strawberry.ID, input: MemoryPatch) -> Memory:
+        principal = await _caller(info, Role.OPERATOR)
+        pk = from_global_id(id, "Memory", field="id")
+        row = await memories.update_memory(
+            info.context.runtime, principal, memory_id=pk, patch=input.to_changes()
+        )
+        return Memory.from_row(row)
+
+    @strawberry.mutation(description="Deletes the memory (its revisions are kept); returns its id.")
+    async def delete_memory(self, info: Info, id: strawberry.ID) -> strawberry.ID:
+        principal = await _caller(info, Role.OPERATOR)
+        pk = from_global_id(id, "Memory", field="id")
+        await memories.delete_memory(info.context.runtime, principal, memory_id=pk)
+        return strawberry.ID(to_global_id("Memory", pk))
+
+    # -- schedules (operator) -----------------------------------------------------------------
+
+    @strawberry.mutation
+    async def create_schedule(self, info: Info, agent_id: strawberry.ID, input: ScheduleInput) -> Schedule:
+        principal = await _caller(info, Role.OPERATOR)
+        pk = from_global_id(agent_id, "Agent", field="agentId")
+        row = await schedules.create_schedule(
+            info.context.runtime, principal, agent_id=pk, draft=input.to_draft()
+        )
+        return Schedule.from_row(row)
+
+    @strawberry.mutation
+    async def update_schedule(self, info: Info, id: strawberry.ID, input: SchedulePatch) -> Schedule:
+        principal = await _caller(info, Role.OPERATOR)
+        pk = from_global_id(id, "Schedule", field="id")
+        row = await schedules.update_schedule(
+            info.context.runtime, principal, schedule_id=pk, patch=input.to_changes()
+        )
+        return Schedule.from_row(row)
+
+    @strawberry.mutation
+    async def delete_schedule(self, info: Info, id: strawberry.ID) -> strawberry.ID:
+        principal = await _caller(info, Role.OPERATOR)
+        pk = from_global_id(id, "Schedule", field="id")
+        await schedules.delete_schedule(info.context.runtime, principal, schedule_id=pk)
+        return strawberry.ID(to_global_id("Schedule", pk))

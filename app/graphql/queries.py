@@ -1,0 +1,143 @@
+"""The Query root. Every field authenticates (viewer role is enough to read) and sees only
+the caller's workspace."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import strawberry
+
+from app.domain.agents import AgentStatus
+from app.domain.errors import NotFound
+from app.domain.runs import ApprovalStatus, RunStatus
+from app.graphql.context import Info
+from app.graphql.ids import from_global_id, parse_global_id
+from app.graphql.loaders import Loaders
+from app.graphql.types.agents import Agent, AgentConnection, agent_connection
+from app.graphql.types.approvals import Approval, ApprovalConnection, approval_connection
+from app.graphql.types.memories import Memory, MemoryConnection, memory_connection
+from app.graphql.types.node import Node
+from app.graphql.types.runs import Run, RunConnection, RunStep, run_connection
+from app.graphql.types.schedules import Schedule
+from app.graphql.types.workspace import Viewer, Workspace
+
+R = TypeVar("R")
+
+
+async def _node_of(type_name: str, pk: int, loaders: Loaders) -> Node | None:
+    """Loaders are scoped to the caller's workspace, so another tenant's row loads as None."""
+    match type_name:
+        case "Agent":
+            return _maybe(await loaders.agent.load(pk), Agent.from_row)
+        case "Run":
+            return _maybe(await loaders.run.load(pk), Run.from_row)
+        case "RunStep":
+            return _maybe(await loaders.step.load(pk), RunStep.from_row)
+        case "Memory":
+            return _maybe(await loaders.memory.load(pk), Memory.from_row)
+        case "Approval":
+            return _maybe(await loaders.approval.load(pk), Approval.from_row)
+        case "Schedule":
+            return _maybe(await loaders.schedule.load(pk), Schedule.from_row)
+    return None
+
+
+def _maybe(row: R | None, convert: Callable[[R], Node]) -> Node | None:
+    return None if row is None else convert(row)
+
+
+@strawberry.type(name="Query")
+class Query:
+    @strawberry.field
+    async def viewer(self, info: Info) -> Viewer:
+        principal = await info.context.principal()
+        workspace = await (await info.context.loaders()).workspace.load(principal.workspace_id)
+        if workspace is None:
+            raise NotFound("this token's workspace is gone")
+        return Viewer(workspace=Workspace.from_row(workspace), role=principal.role.value)
+
+    @strawberry.field(description="Any object by its global id; null when it does not exist for you.")
+    async def node(self, info: Info, id: strawberry.ID) -> Node | None:
+        principal = await info.context.principal()
+        parsed = parse_global_id(id)
+        if parsed is None:
+            raise NotFound("no object with this id", field="id")
+        type_name, pk = parsed
+        loaders = await info.context.loaders()
+        if type_name == "Workspace":
+            if pk != principal.workspace_id:
+                return None
+            row = await loaders.workspace.load(pk)
+            return None if row is None else Workspace.from_row(row)
+        return await _node_of(type_name, pk, loaders)
+
+    @strawberry.field
+    async def agents(
+        self,
+        info: Info,
+        first: int | None = None,
+        after: str | None = None,
+        status: AgentStatus | None = None,
+    ) -> AgentConnection:
+        return await agent_connection(info, first=first, after=after, status=status)
+
+    @strawberry.field
+    async def agent(self, info: Info, id: strawberry.ID) -> Agent | None:
+        loaders = await info.context.loaders()  # authenticate before judging the id
+        row = await loaders.agent.load(from_global_id(id, "Agent", field="id"))
+        if row is None:
+            raise NotFound("no agent with this id", field="id")
+        return Agent.from_row(row)
+
+    @strawberry.field
+    async def run(self, info: Info, id: strawberry.ID) -> Run | None:
+        loaders = await info.context.loaders()
+        row = await loaders.run.load(from_global_id(id, "Run", field="id"))
+        if row is None:
+            raise NotFound("no run with this id", field="id")
+        return Run.from_row(row)
+
+    @strawberry.field(description="Runs, newest first; rootsOnly leaves out delegated child runs.")
+    async def runs(
+        self,
+        info: Info,
+        first: int | None = None,
+        after: str | None = None,
+        status: list[RunStatus] | None = None,
+        agent_id: strawberry.ID | None = None,
+        roots_only: bool | None = None,
+    ) -> RunConnection:
+        loaders = await info.context.loaders()
+        agent_pk = None
+        if agent_id is not None:
+            agent_pk = from_global_id(agent_id, "Agent", field="agentId")
+            if await loaders.agent.load(agent_pk) is None:
+                raise NotFound("no agent with this id", field="agentId")
+        return await run_connection(
+            info, first=first, after=after, statuses=status, agent_id=agent_pk, roots_only=bool(roots_only)
+        )
+
+    @strawberry.field(description="An agent's memories, newest first. query: substring of key or value.")
+    async def memories(
+        self,
+        info: Info,
+        agent_id: strawberry.ID,
+        query: str | None = None,
+        tags: list[str] | None = None,
+        first: int | None = None,
+        after: str | None = None,
+    ) -> MemoryConnection:
+        await info.context.principal()
+        pk = from_global_id(agent_id, "Agent", field="agentId")
+        return await memory_connection(info, agent_id=pk, query=query, tags=tags, first=first, after=after)
+
+    @strawberry.field
+    async def approvals(
+        self,
+        info: Info,
+        status: ApprovalStatus | None = None,
+        first: int | None = None,
+        after: str | None = None,
+    ) -> ApprovalConnection:
+        return await approval_connection(info, status=status, first=first, after=after)

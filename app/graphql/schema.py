@@ -1,0 +1,58 @@
+"""The schema: roots, the Node types, and the per-operation extensions.
+
+``schema`` (default limits) is what ``schema.graphql`` is generated from::
+
+    .venv/bin/python -c 'from app.graphql.schema import schema; print(schema.as_str())' > schema.graphql
+
+``build_schema`` gives an app the same types with its configured depth limit. The limits
+matter because strawberry has no query-cost limiter (PITFALLS): depth, aliases and tokens
+bound the shape of a document, ``settings.max_page_size`` bounds each list.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
+
+from app.graphql.context import FreshLoadersPerOperation
+from app.graphql.errors import EnverifSchema, ErrorPresenter
+from app.graphql.mutations import Mutation
+from app.graphql.queries import Query
+from app.graphql.subscriptions import Subscription
+from app.graphql.types.agents import Agent
+from app.graphql.types.approvals import Approval
+from app.graphql.types.memories import Memory
+from app.graphql.types.runs import Run, RunStep
+from app.graphql.types.schedules import Schedule
+from app.graphql.types.workspace import Workspace
+from app.settings import Settings
+
+MAX_ALIASES = 50
+MAX_TOKENS = 5_000
+DEFAULT_MAX_QUERY_DEPTH: int = Settings.model_fields["max_query_depth"].default
+
+
+@functools.cache
+def build_schema(max_query_depth: int = DEFAULT_MAX_QUERY_DEPTH) -> EnverifSchema:
+    # Factories, not instances: strawberry builds fresh extensions for every operation.
+    extensions: list[Callable[[], SchemaExtension] | type[SchemaExtension]] = [
+        # First, so its on_operation exits last and sees every other extension's errors.
+        ErrorPresenter,
+        FreshLoadersPerOperation,
+        lambda: QueryDepthLimiter(max_depth=max_query_depth),
+        lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+        lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+    ]
+    return EnverifSchema(
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        extensions=extensions,
+        # Reachable only through node(id:) for some clients: list every Node explicitly.
+        types=[Workspace, Agent, Run, RunStep, Memory, Approval, Schedule],
+    )
+
+
+schema = build_schema()

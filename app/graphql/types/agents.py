@@ -1,0 +1,144 @@
+"""Agent, its policy and memory budget, and the agent connection."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+import strawberry
+from strawberry.scalars import JSON
+
+from app.db import orm
+from app.domain.agents import AgentStatus
+from app.domain.policy import Decision
+from app.domain.runs import RunStatus
+from app.graphql.context import Info
+from app.graphql.ids import to_global_id
+from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
+from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.services import queries
+
+if TYPE_CHECKING:
+    from app.graphql.types.memories import MemoryConnection
+    from app.graphql.types.runs import RunConnection
+    from app.graphql.types.schedules import Schedule
+
+
+@strawberry.type(name="PolicyRule")
+class PolicyRule:
+    tool: str = strawberry.field(description="Glob over tool names, e.g. 'webhook.*'.")
+    decision: Decision
+
+
+@strawberry.type(name="Policy")
+class Policy:
+    default: Decision | None
+    rules: list[PolicyRule]
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Policy:
+        # Stored policies were validated on the way in; read leniently all the same, so one
+        # odd row can never make an agent unreadable.
+        raw = raw if isinstance(raw, dict) else {}
+        rules = [
+            PolicyRule(tool=r["tool"], decision=Decision(r["decision"]))
+            for r in raw.get("rules") or []
+            if isinstance(r, dict)
+            and isinstance(r.get("tool"), str)
+            and r.get("decision") in Decision.__members__
+        ]
+        default = raw.get("default")
+        return cls(default=Decision(default) if default in Decision.__members__ else None, rules=rules)
+
+
+@strawberry.type(name="MemoryBudget", description="How much memory is injected at the start of a run.")
+class MemoryBudget:
+    max_items: int
+    max_chars: int
+
+
+@strawberry.type(name="Agent")
+class Agent(Node):
+    id: strawberry.ID
+    name: str
+    description: str | None
+    instructions: str | None = strawberry.field(description="The system prompt.")
+    status: AgentStatus
+    model: JSON
+    tools: list[str] = strawberry.field(description="Name patterns of the tools this agent is offered.")
+    policy: Policy
+    memory_budget: MemoryBudget
+    created_at: datetime
+    updated_at: datetime
+    row: strawberry.Private[orm.Agent]
+
+    @classmethod
+    def from_row(cls, row: orm.Agent) -> Agent:
+        return cls(
+            id=strawberry.ID(to_global_id("Agent", row.id)),
+            name=row.name,
+            description=row.description,
+            instructions=row.instructions,
+            status=AgentStatus(row.status),
+            model=row.model,
+            tools=[str(t) for t in row.tools or []],
+            policy=Policy.from_json(row.policy),
+            memory_budget=MemoryBudget(max_items=row.memory_max_items, max_chars=row.memory_max_chars),
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            row=row,
+        )
+
+    @strawberry.field
+    async def memories(
+        self,
+        info: Info,
+        query: str | None = None,
+        tags: list[str] | None = None,
+        first: int | None = None,
+        after: str | None = None,
+    ) -> Annotated[MemoryConnection, strawberry.lazy("app.graphql.types.memories")]:
+        from app.graphql.types.memories import memory_connection  # circular: Memory.agent
+
+        return await memory_connection(
+            info, agent_id=self.row.id, query=query, tags=tags, first=first, after=after
+        )
+
+    @strawberry.field
+    async def runs(
+        self,
+        info: Info,
+        first: int | None = None,
+        after: str | None = None,
+        status: list[RunStatus] | None = None,
+    ) -> Annotated[RunConnection, strawberry.lazy("app.graphql.types.runs")]:
+        from app.graphql.types.runs import run_connection  # circular: Run.agent
+
+        return await run_connection(info, first=first, after=after, statuses=status, agent_id=self.row.id)
+
+    @strawberry.field
+    async def schedules(
+        self, info: Info
+    ) -> list[Annotated[Schedule, strawberry.lazy("app.graphql.types.schedules")]]:
+        from app.graphql.types.schedules import Schedule  # circular: Schedule.agent
+
+        rows = await (await info.context.loaders()).schedules.load(self.row.id)
+        return [Schedule.from_row(r) for r in rows]
+
+
+@strawberry.type(name="AgentConnection")
+class AgentConnection(Connection[Agent]):
+    pass
+
+
+async def agent_connection(
+    info: Info, *, first: int | None, after: str | None, status: AgentStatus | None
+) -> AgentConnection:
+    principal = await info.context.principal()
+    request = page_request(first, after, info.context.settings)
+    async with info.context.session() as session:
+        page = await queries.list_agents(
+            session, workspace_id=principal.workspace_id, status=status, page=request
+        )
+    edges, page_info = build_edges(page, request, Agent.from_row)
+    return AgentConnection(edges=edges, page_info=page_info)

@@ -1,0 +1,74 @@
+"""Approval: a tool call paused until an operator decides."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+from strawberry.scalars import JSON
+
+from app.db import orm
+from app.domain.errors import NotFound
+from app.domain.runs import ApprovalStatus
+from app.graphql.context import Info
+from app.graphql.ids import to_global_id
+from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.graphql.types.runs import Run, RunStep
+from app.services import queries
+
+
+@strawberry.type(name="Approval")
+class Approval(Node):
+    id: strawberry.ID
+    tool: str
+    arguments: JSON | None
+    status: ApprovalStatus
+    reason: str | None = strawberry.field(description="The operator's reason for the decision.")
+    requested_at: datetime
+    decided_at: datetime | None
+    row: strawberry.Private[orm.Approval]
+
+    @classmethod
+    def from_row(cls, row: orm.Approval) -> Approval:
+        return cls(
+            id=strawberry.ID(to_global_id("Approval", row.id)),
+            tool=row.tool,
+            arguments=row.arguments,
+            status=ApprovalStatus(row.status),
+            reason=row.reason,
+            requested_at=row.requested_at,
+            decided_at=row.decided_at,
+            row=row,
+        )
+
+    @strawberry.field
+    async def run(self, info: Info) -> Run:
+        row = await (await info.context.loaders()).run.load(self.row.run_id)
+        if row is None:
+            raise NotFound("this approval's run is gone")
+        return Run.from_row(row)
+
+    @strawberry.field
+    async def step(self, info: Info) -> RunStep:
+        row = await (await info.context.loaders()).step.load(self.row.step_id)
+        if row is None:
+            raise NotFound("this approval's step is gone")
+        return RunStep.from_row(row)
+
+
+@strawberry.type(name="ApprovalConnection")
+class ApprovalConnection(Connection[Approval]):
+    pass
+
+
+async def approval_connection(
+    info: Info, *, status: ApprovalStatus | None, first: int | None, after: str | None
+) -> ApprovalConnection:
+    principal = await info.context.principal()
+    request = page_request(first, after, info.context.settings)
+    async with info.context.session() as session:
+        page = await queries.list_approvals(
+            session, workspace_id=principal.workspace_id, status=status, page=request
+        )
+    edges, page_info = build_edges(page, request, Approval.from_row)
+    return ApprovalConnection(edges=edges, page_info=page_info)

@@ -1,0 +1,132 @@
+"""Memory, its revision history, and the memory connection."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+
+from app.db import orm
+from app.domain.errors import NotFound
+from app.graphql.context import Info
+from app.graphql.ids import to_global_id
+from app.graphql.types.agents import Agent
+from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.graphql.types.runs import Run
+from app.services import queries
+from app.services.memories import RevisionAction
+
+
+async def _source_run(info: Info, run_id: int | None) -> Run | None:
+    if run_id is None:
+        return None
+    row = await (await info.context.loaders()).run.load(run_id)
+    return None if row is None else Run.from_row(row)
+
+
+@strawberry.type(
+    name="MemoryRevision", description="One change to a memory; kept after the memory is deleted."
+)
+class MemoryRevision:
+    action: RevisionAction
+    key: str = strawberry.field(description="The memory's key after this change.")
+    old_value: str | None
+    new_value: str | None
+    by_operator: bool = strawberry.field(description="True when an API token (not a run) made the change.")
+    at: datetime
+    row: strawberry.Private[orm.MemoryRevision]
+
+    @classmethod
+    def from_row(cls, row: orm.MemoryRevision) -> MemoryRevision:
+        return cls(
+            action=RevisionAction(row.action),
+            key=row.key,
+            old_value=row.old_value,
+            new_value=row.new_value,
+            by_operator=row.token_id is not None,
+            at=row.at,
+            row=row,
+        )
+
+    @strawberry.field(description="The run that made the change; null when an operator did.")
+    async def source_run(self, info: Info) -> Run | None:
+        return await _source_run(info, self.row.run_id)
+
+
+@strawberry.type(name="Memory")
+class Memory(Node):
+    id: strawberry.ID
+    key: str
+    value: str
+    tags: list[str]
+    importance: float = strawberry.field(description="0..1; with recency, decides what is injected first.")
+    created_at: datetime
+    updated_at: datetime
+    last_used_at: datetime | None = strawberry.field(description="When a run last had it injected.")
+    row: strawberry.Private[orm.Memory]
+
+    @classmethod
+    def from_row(cls, row: orm.Memory) -> Memory:
+        return cls(
+            id=strawberry.ID(to_global_id("Memory", row.id)),
+            key=row.key,
+            value=row.value,
+            tags=[str(t) for t in row.tags or []],
+            importance=row.importance,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            last_used_at=row.last_used_at,
+            row=row,
+        )
+
+    @strawberry.field
+    async def agent(self, info: Info) -> Agent:
+        row = await (await info.context.loaders()).agent.load(self.row.agent_id)
+        if row is None:
+            raise NotFound("this memory's agent is gone")
+        return Agent.from_row(row)
+
+    @strawberry.field(description="The run that created or last updated it; null when an operator wrote it.")
+    async def source_run(self, info: Info) -> Run | None:
+        return await _source_run(info, self.row.source_run_id)
+
+    @strawberry.field(description="Every change, oldest first.")
+    async def revisions(self, info: Info) -> list[MemoryRevision]:
+        rows = await (await info.context.loaders()).revisions.load(self.row.id)
+        # SQLite hands a deleted newest row's id to the next insert (no AUTOINCREMENT), so
+        # the history under this id may start with an earlier memory's, ending in its DELETE.
+        deletes = [i for i, r in enumerate(rows) if r.action == RevisionAction.DELETE.value]
+        if deletes:
+            rows = rows[deletes[-1] + 1 :]
+        return [MemoryRevision.from_row(r) for r in rows]
+
+
+@strawberry.type(name="MemoryConnection")
+class MemoryConnection(Connection[Memory]):
+    pass
+
+
+async def memory_connection(
+    info: Info,
+    *,
+    agent_id: int,
+    query: str | None,
+    tags: list[str] | None,
+    first: int | None,
+    after: str | None,
+) -> MemoryConnection:
+    principal = await info.context.principal()
+    request = page_request(first, after, info.context.settings)
+    async with info.context.session() as session:
+        # An agent of another workspace is NOT_FOUND, never an empty list that confirms it.
+        await queries.get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
+        page = await queries.list_memories(
+            session,
+            workspace_id=principal.workspace_id,
+            agent_id=agent_id,
+            page=request,
+            query=query,
+            tags=tags,
+        )
+    edges, page_info = build_edges(page, request, Memory.from_row)
+    return MemoryConnection(edges=edges, page_info=page_info)

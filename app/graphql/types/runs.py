@@ -1,0 +1,259 @@
+"""Run, RunStep and the delegation context: the execution tree.
+
+Every relation goes through the request's DataLoaders, and the tree-shaped ones
+(``descendants``, ``pendingApprovals``) come from one query per *tree* (runs by
+``root_run_id``), so a whole tree costs a bounded number of queries however many runs it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated
+
+import strawberry
+from strawberry.scalars import JSON
+
+from app.db import orm
+from app.domain.errors import NotFound
+from app.domain.policy import Decision
+from app.domain.runs import RunStatus, RunTrigger, StepStatus
+from app.graphql.context import Info
+from app.graphql.ids import to_global_id
+from app.graphql.loaders import subtree_ids
+from app.graphql.types.agents import Agent
+from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.services import queries
+
+if TYPE_CHECKING:
+    from app.graphql.types.approvals import Approval
+    from app.graphql.types.memories import Memory
+    from app.graphql.types.schedules import Schedule
+
+LazyApproval = Annotated["Approval", strawberry.lazy("app.graphql.types.approvals")]
+
+
+@strawberry.type(name="RunStep", description="One tool call of a run (or its final answer).")
+class RunStep(Node):
+    id: strawberry.ID
+    seq: int
+    turn: int = strawberry.field(description="The model turn (0-based) that asked for this call.")
+    tool: str | None = strawberry.field(description="Null for the final answer.")
+    arguments: JSON | None
+    status: StepStatus
+    decision: Decision | None
+    decision_reason: str | None
+    result: JSON | None
+    error: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    row: strawberry.Private[orm.RunStep]
+
+    @classmethod
+    def from_row(cls, row: orm.RunStep) -> RunStep:
+        return cls(
+            id=strawberry.ID(to_global_id("RunStep", row.id)),
+            seq=row.seq,
+            turn=row.turn,
+            tool=row.tool,
+            arguments=row.arguments,
+            status=StepStatus(row.status),
+            decision=None if row.decision is None else Decision(row.decision),
+            decision_reason=row.decision_reason,
+            result=row.result,
+            error=row.error,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            row=row,
+        )
+
+    @strawberry.field
+    async def run(self, info: Info) -> Run:
+        return Run.from_row(await _load_run(info, self.row.run_id))
+
+    @strawberry.field(description="The child run an agents.delegate step started.")
+    async def child_run(self, info: Info) -> Run | None:
+        if self.row.child_run_id is None:
+            return None
+        row = await (await info.context.loaders()).run.load(self.row.child_run_id)
+        return None if row is None else Run.from_row(row)
+
+    @strawberry.field
+    async def approval(self, info: Info) -> LazyApproval | None:
+        from app.graphql.types.approvals import Approval  # circular: Approval.step
+
+        if self.row.approval_id is None:
+            return None
+        row = await (await info.context.loaders()).approval.load(self.row.approval_id)
+        return None if row is None else Approval.from_row(row)
+
+
+@strawberry.type(name="Delegation", description="Why a child run exists: its parent's agents.delegate call.")
+class Delegation:
+    task: str
+    parent_step_id: strawberry.Private[int | None]
+
+    @strawberry.field
+    async def parent_step(self, info: Info) -> RunStep | None:
+        if self.parent_step_id is None:
+            return None
+        row = await (await info.context.loaders()).step.load(self.parent_step_id)
+        return None if row is None else RunStep.from_row(row)
+
+
+@strawberry.type(name="Run")
+class Run(Node):
+    id: strawberry.ID
+    status: RunStatus
+    trigger: RunTrigger
+    input: JSON | None
+    result: JSON | None
+    error: str | None
+    cancel_reason: str | None
+    depth: int = strawberry.field(description="0 for a root run, parent's depth + 1 for a child.")
+    policy_chain: JSON = strawberry.field(
+        description="The policies this run runs under, root agent first, as snapshotted at its creation."
+    )
+    turns: int
+    created_at: datetime
+    updated_at: datetime
+    queued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    row: strawberry.Private[orm.Run]
+
+    @classmethod
+    def from_row(cls, row: orm.Run) -> Run:
+        return cls(
+            id=strawberry.ID(to_global_id("Run", row.id)),
+            status=RunStatus(row.status),
+            trigger=RunTrigger(row.trigger),
+            input=row.input,
+            result=row.result,
+            error=row.error,
+            cancel_reason=row.cancel_reason,
+            depth=row.depth,
+            policy_chain=row.policy_chain or [],
+            turns=row.turns,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            queued_at=row.queued_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            row=row,
+        )
+
+    @property
+    def root_id(self) -> int:
+        # root_run_id is set right after a root run's insert; until then it is its own root.
+        return self.row.root_run_id or self.row.id
+
+    @strawberry.field
+    async def agent(self, info: Info) -> Agent:
+        row = await (await info.context.loaders()).agent.load(self.row.agent_id)
+        if row is None:
+            raise NotFound("this run's agent is gone")
+        return Agent.from_row(row)
+
+    @strawberry.field
+    async def parent(self, info: Info) -> Run | None:
+        if self.row.parent_run_id is None:
+            return None
+        return Run.from_row(await _load_run(info, self.row.parent_run_id))
+
+    @strawberry.field
+    async def root(self, info: Info) -> Run:
+        if self.root_id == self.row.id:
+            return self
+        return Run.from_row(await _load_run(info, self.root_id))
+
+    @strawberry.field(description="Direct children, oldest first.")
+    async def children(self, info: Info) -> list[Run]:
+        rows = await (await info.context.loaders()).children.load(self.row.id)
+        return [Run.from_row(r) for r in rows]
+
+    @strawberry.field(description="The whole subtree below this run, breadth first.")
+    async def descendants(self, info: Info) -> list[Run]:
+        tree = await (await info.context.loaders()).tree.load(self.root_id)
+        by_id = {r.id: r for r in tree}
+        return [Run.from_row(by_id[i]) for i in subtree_ids(tree, self.row.id)]
+
+    @strawberry.field
+    async def steps(self, info: Info) -> list[RunStep]:
+        rows = await (await info.context.loaders()).steps.load(self.row.id)
+        return [RunStep.from_row(r) for r in rows]
+
+    @strawberry.field
+    def delegation(self) -> Delegation | None:
+        if self.row.parent_run_id is None and self.row.delegation_task is None:
+            return None
+        return Delegation(task=self.row.delegation_task or "", parent_step_id=self.row.parent_step_id)
+
+    @strawberry.field(description="The memories put into this run's context when it started.")
+    async def injected_memories(
+        self, info: Info
+    ) -> list[Annotated[Memory, strawberry.lazy("app.graphql.types.memories")]]:
+        from app.graphql.types.memories import Memory  # circular: Memory.sourceRun
+
+        ids = [int(i) for i in self.row.injected_memory_ids or []]
+        rows = await (await info.context.loaders()).memory.load_many(ids)
+        # A memory deleted since the run started is simply no longer listed.
+        return [Memory.from_row(r) for r in rows if r is not None]
+
+    @strawberry.field(description="Approvals waiting for an operator anywhere in this run's subtree.")
+    async def pending_approvals(self, info: Info) -> list[LazyApproval]:
+        from app.graphql.types.approvals import Approval  # circular: Approval.run
+
+        loaders = await info.context.loaders()
+        pending = await loaders.pending_approvals.load(self.root_id)
+        if self.root_id != self.row.id and pending:
+            scope = {self.row.id, *subtree_ids(await loaders.tree.load(self.root_id), self.row.id)}
+            pending = [a for a in pending if a.run_id in scope]
+        return [Approval.from_row(a) for a in pending]
+
+    @strawberry.field(description="The schedule that started this run, if any.")
+    async def schedule(
+        self, info: Info
+    ) -> Annotated[Schedule, strawberry.lazy("app.graphql.types.schedules")] | None:
+        from app.graphql.types.schedules import Schedule  # circular: Schedule.agent
+
+        if self.row.schedule_id is None:
+            return None
+        row = await (await info.context.loaders()).schedule.load(self.row.schedule_id)
+        return None if row is None else Schedule.from_row(row)
+
+
+@strawberry.type(name="RunConnection")
+class RunConnection(Connection[Run]):
+    pass
+
+
+async def _load_run(info: Info, run_id: int) -> orm.Run:
+    row = await (await info.context.loaders()).run.load(run_id)
+    if row is None:
+        raise NotFound("no run with this id")
+    return row
+
+
+async def run_connection(
+    info: Info,
+    *,
+    first: int | None,
+    after: str | None,
+    statuses: Sequence[RunStatus] | None = None,
+    agent_id: int | None = None,
+    roots_only: bool = False,
+) -> RunConnection:
+    principal = await info.context.principal()
+    request = page_request(first, after, info.context.settings)
+    async with info.context.session() as session:
+        page = await queries.list_runs(
+            session,
+            workspace_id=principal.workspace_id,
+            page=request,
+            statuses=statuses,
+            agent_id=agent_id,
+            roots_only=roots_only,
+        )
+    edges, page_info = build_edges(page, request, Run.from_row)
+    return RunConnection(edges=edges, page_info=page_info)
