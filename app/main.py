@@ -1,0 +1,131 @@
+"""The ASGI app: ``/graphql`` (HTTP and graphql-transport-ws), ``/healthz``, dev routes.
+
+The lifespan owns the process's resources (STYLE: no module-level clients): the runtime
+(database engine, Redis pool) and the event hub (one Redis subscriber fanning run events out
+to this process's subscriptions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from sqlalchemy import text
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket
+from strawberry.asgi import GraphQL
+from strawberry.exceptions import ConnectionRejectionError
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.types.unset import UNSET, UnsetType
+
+from app.domain.errors import EnverifError
+from app.events.hub import EventHub
+from app.graphql.context import Context
+from app.graphql.schema import build_schema
+from app.services.runtime import Runtime, open_runtime
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+HEALTH_TIMEOUT_S = 2.0
+
+
+class GraphQLApp(GraphQL[Context, None]):
+    async def get_context(
+        self, request: Request | WebSocket, response: Response | WebSocket | None
+    ) -> Context:
+        return Context(runtime=request.app.state.runtime, request=request, response=response)
+
+    async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
+        # Browsers cannot set headers on a websocket: the token comes in connection_init's
+        # payload. Rejecting here closes the socket (4403) before any operation can run.
+        try:
+            await context.principal()
+        except EnverifError as exc:
+            raise ConnectionRejectionError({"message": exc.message, "code": exc.code}) from None
+        except Exception:
+            logger.exception("authenticating a websocket failed")
+            raise ConnectionRejectionError({"message": "Internal server error", "code": "INTERNAL"}) from None
+        return UNSET
+
+
+def create_app(settings: Settings) -> Starlette:
+    graphql = GraphQLApp(
+        build_schema(settings.max_query_depth),
+        graphql_ide="graphiql" if settings.graphiql or settings.dev_mode else None,
+        allow_queries_via_get=False,
+        # Only graphql-transport-ws: the legacy graphql-ws protocol had auth-bypass advisories.
+        subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL],
+    )
+    routes: list[BaseRoute] = [
+        Route("/graphql", graphql),
+        WebSocketRoute("/graphql", graphql),
+        Route("/healthz", healthz, methods=["GET"]),
+    ]
+    if settings.dev_mode:
+        # Only the dev stack serves these (in-memory webhook sink, demo page).
+        from app.dev_routes import routes as dev_routes
+
+        routes.extend(dev_routes)
+    return Starlette(routes=routes, lifespan=_lifespan(settings))
+
+
+def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        runtime = await open_runtime(settings)
+        try:
+            hub = EventHub(runtime)
+            await hub.start()
+            try:
+                app.state.runtime = runtime
+                app.state.event_hub = hub
+                yield
+            finally:
+                await hub.stop()
+        finally:
+            await runtime.close()
+
+    return lifespan
+
+
+async def healthz(request: Request) -> JSONResponse:
+    runtime: Runtime = request.app.state.runtime
+    database, redis = await asyncio.gather(
+        _probe("database", lambda: _ping_database(runtime)), _probe("redis", lambda: _ping_redis(runtime))
+    )
+    healthy = database == "ok" and redis == "ok"
+    return JSONResponse(
+        {"status": "ok" if healthy else "degraded", "database": database, "redis": redis},
+        status_code=200 if healthy else 503,
+    )
+
+
+async def _ping_database(runtime: Runtime) -> None:
+    async with runtime.engine.connect() as conn:
+        await conn.execute(text("SELECT 1"))
+
+
+async def _ping_redis(runtime: Runtime) -> None:
+    await runtime.redis.ping()
+
+
+async def _probe(name: str, check: Callable[[], Awaitable[Any]]) -> str:
+    """ "ok", or a short error naming the failure's kind. Details go to the log only: the
+    endpoint is unauthenticated and a driver's message can carry host names or queries."""
+    try:
+        async with asyncio.timeout(HEALTH_TIMEOUT_S):
+            await check()
+    except TimeoutError:
+        logger.warning("health check: %s timed out after %ss", name, HEALTH_TIMEOUT_S)
+        return f"error: timed out after {HEALTH_TIMEOUT_S}s"
+    except Exception as exc:
+        logger.warning("health check: %s failed", name, exc_info=True)
+        return f"error: {type(exc).__name__}"
+    return "ok"
