@@ -1,0 +1,251 @@
+"""Memories through GraphQL: CRUD, revision history, search, and refused writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.graphql_support import (
+    CREATE_MEMORY,
+    Rows,
+    create_agent,
+    create_memory,
+    gid,
+    pk,
+    unique,
+)
+
+UPDATE_MEMORY = """
+mutation($id: ID!, $input: MemoryPatch!) {
+  updateMemory(id: $id, input: $input) { id key value tags importance updatedAt }
+}
+"""
+DELETE_MEMORY = "mutation($id: ID!) { deleteMemory(id: $id) }"
+MEMORY = """
+query($id: ID!) {
+  node(id: $id) {
+    ... on Memory {
+      id key value tags importance createdAt updatedAt lastUsedAt agent { id } sourceRun { id }
+      revisions { action key oldValue newValue byOperator sourceRun { id } at }
+    }
+  }
+}
+"""
+SEARCH = """
+query($agentId: ID!, $query: String, $tags: [String!]) {
+  memories(agentId: $agentId, query: $query, tags: $tags) { edges { node { key } } }
+}
+"""
+
+
+async def test_create_update_delete_with_revisions(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    created = await create_memory(
+        gql,
+        workspace.operator,
+        agent["id"],
+        key="favourite",
+        value="blue",
+        tags=["prefs", "prefs"],
+        importance=0.8,
+    )
+    assert created["tags"] == ["prefs"]
+    assert created["importance"] == 0.8
+    assert created["sourceRun"] is None
+
+    updated = (
+        await gql.ok(
+            UPDATE_MEMORY,
+            {"id": created["id"], "input": {"value": "green", "tags": []}},
+            token=workspace.operator,
+        )
+    )["updateMemory"]
+    assert updated["value"] == "green"
+    assert updated["key"] == "favourite"  # omitted: kept
+    assert updated["tags"] == []
+    assert updated["importance"] == 0.8
+
+    memory = (await gql.ok(MEMORY, {"id": created["id"]}, token=workspace.viewer))["node"]
+    assert memory["agent"]["id"] == agent["id"]
+    assert [(r["action"], r["oldValue"], r["newValue"], r["byOperator"]) for r in memory["revisions"]] == [
+        ("CREATE", None, "blue", True),
+        ("UPDATE", "blue", "green", True),
+    ]
+
+    deleted = await gql.ok(DELETE_MEMORY, {"id": created["id"]}, token=workspace.operator)
+    assert deleted["deleteMemory"] == created["id"]
+    assert (await gql.ok(MEMORY, {"id": created["id"]}, token=workspace.viewer))["node"] is None
+    error = await gql.error(DELETE_MEMORY, {"id": created["id"]}, token=workspace.operator)
+    assert error["extensions"]["code"] == "NOT_FOUND"
+
+
+async def test_delete_keeps_a_revision(gql: Any, workspace: Any, sessionmaker: Any) -> None:
+    from sqlalchemy import select
+
+    from app.db import orm
+
+    agent = await create_agent(gql, workspace.admin)
+    created = await create_memory(gql, workspace.operator, agent["id"], value="to be forgotten")
+    await gql.ok(DELETE_MEMORY, {"id": created["id"]}, token=workspace.operator)
+    async with sessionmaker() as session:
+        rows = (
+            await session.scalars(
+                select(orm.MemoryRevision)
+                .where(
+                    orm.MemoryRevision.memory_id == pk(created["id"]),
+                    orm.MemoryRevision.agent_id == pk(agent["id"]),
+                )
+                .order_by(orm.MemoryRevision.id)
+            )
+        ).all()
+    assert [(r.action, r.old_value, r.new_value) for r in rows] == [
+        ("CREATE", None, "to be forgotten"),
+        ("DELETE", "to be forgotten", None),
+    ]
+    assert all(r.token_id is not None for r in rows)
+
+
+async def test_a_new_memory_never_shows_a_deleted_ones_history(gql: Any, workspace: Any) -> None:
+    # On SQLite the next insert can reuse a deleted newest row's id.
+    agent = await create_agent(gql, workspace.admin)
+    old = await create_memory(gql, workspace.operator, agent["id"], value="old")
+    await gql.ok(DELETE_MEMORY, {"id": old["id"]}, token=workspace.operator)
+    new = await create_memory(gql, workspace.operator, agent["id"], value="new")
+    memory = (await gql.ok(MEMORY, {"id": new["id"]}, token=workspace.viewer))["node"]
+    assert [(r["action"], r["newValue"]) for r in memory["revisions"]] == [("CREATE", "new")]
+
+
+async def test_source_run_is_shown_and_cleared_by_an_operator_write(
+    gql: Any, workspace: Any, sessionmaker: Any
+) -> None:
+    from app.db import orm
+
+    agent = await create_agent(gql, workspace.admin)
+    run = await Rows(sessionmaker, workspace.id).run(pk(agent["id"]))
+    created = await create_memory(gql, workspace.operator, agent["id"])
+    async with sessionmaker() as session, session.begin():
+        row = await session.get_one(orm.Memory, pk(created["id"]))
+        row.source_run_id = run.id
+    memory = (await gql.ok(MEMORY, {"id": created["id"]}, token=workspace.viewer))["node"]
+    assert memory["sourceRun"] == {"id": gid("Run", run.id)}
+    await gql.ok(UPDATE_MEMORY, {"id": created["id"], "input": {"importance": 0.1}}, token=workspace.operator)
+    memory = (await gql.ok(MEMORY, {"id": created["id"]}, token=workspace.viewer))["node"]
+    assert memory["sourceRun"] is None
+
+
+async def test_search_by_substring_and_tags(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    other_agent = await create_agent(gql, workspace.admin)
+    await create_memory(gql, workspace.operator, agent["id"], key="Home city", value="Berlin", tags=["place"])
+    await create_memory(
+        gql, workspace.operator, agent["id"], key="pet", value="A cat named BERLINER", tags=["pet"]
+    )
+    await create_memory(
+        gql, workspace.operator, agent["id"], key="100% sure", value="x", tags=["place", "pet"]
+    )
+    await create_memory(gql, workspace.operator, other_agent["id"], key="berlin elsewhere", value="berlin")
+
+    async def keys(**variables: Any) -> list[str]:
+        data = await gql.ok(SEARCH, {"agentId": agent["id"], **variables}, token=workspace.viewer)
+        return [e["node"]["key"] for e in data["memories"]["edges"]]
+
+    assert await keys(query="berlin") == ["pet", "Home city"]  # newest first, case-insensitive
+    assert await keys(query="CITY") == ["Home city"]
+    assert await keys(query="%") == ["100% sure"]  # a literal percent sign, not a wildcard
+    assert await keys(query="_") == []
+    assert await keys(tags=["place"]) == ["100% sure", "Home city"]
+    assert await keys(tags=["place", "pet"]) == ["100% sure"]
+    assert await keys(tags=["nope"]) == []
+    assert await keys(query="berlin", tags=["pet"]) == ["pet"]
+    # The same list through Agent.memories.
+    data = await gql.ok(
+        'query($id: ID!) { agent(id: $id) { memories(query: "city") { edges { node { key } } } } }',
+        {"id": agent["id"]},
+        token=workspace.viewer,
+    )
+    assert [e["node"]["key"] for e in data["agent"]["memories"]["edges"]] == ["Home city"]
+
+
+async def test_duplicate_key_is_a_conflict(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    first = await create_memory(gql, workspace.operator, agent["id"], key="k1")
+    second = await create_memory(gql, workspace.operator, agent["id"], key="k2")
+    error = await gql.error(
+        CREATE_MEMORY,
+        {"agentId": agent["id"], "input": {"key": "k1", "value": "v"}},
+        token=workspace.operator,
+    )
+    assert error["extensions"] == {"code": "CONFLICT", "field": "key"}
+    error = await gql.error(
+        UPDATE_MEMORY, {"id": second["id"], "input": {"key": "k1"}}, token=workspace.operator
+    )
+    assert error["extensions"] == {"code": "CONFLICT", "field": "key"}
+    # The same key for another agent is fine.
+    other = await create_agent(gql, workspace.admin)
+    await create_memory(gql, workspace.operator, other["id"], key="k1")
+    memory = (await gql.ok(MEMORY, {"id": first["id"]}, token=workspace.viewer))["node"]
+    assert [r["action"] for r in memory["revisions"]] == ["CREATE"]
+
+
+@pytest.mark.parametrize(
+    ("memory_input", "field"),
+    [
+        ({"key": "", "value": "v"}, "key"),
+        ({"key": "k" * 201, "value": "v"}, "key"),
+        ({"key": "k", "value": ""}, "value"),
+        ({"key": "k", "value": "v" * 100_001}, "value"),
+        ({"key": "k", "value": "v", "importance": 1.5}, "importance"),
+        ({"key": "k", "value": "v", "importance": -0.1}, "importance"),
+        ({"key": "k", "value": "v", "tags": ["t"] * 0 + [f"t{i}" for i in range(33)]}, "tags"),
+        ({"key": "k", "value": "v", "tags": ["x" * 65]}, "tags"),
+        ({"key": "k", "value": "v", "tags": [" "]}, "tags"),
+    ],
+)
+async def test_create_validation(gql: Any, workspace: Any, memory_input: dict[str, Any], field: str) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    error = await gql.error(
+        CREATE_MEMORY, {"agentId": agent["id"], "input": memory_input}, token=workspace.operator
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": field}
+    data = await gql.ok(SEARCH, {"agentId": agent["id"]}, token=workspace.viewer)
+    assert data["memories"]["edges"] == []
+
+
+async def test_failed_update_changes_nothing_and_writes_no_revision(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    created = await create_memory(gql, workspace.operator, agent["id"], value="original", importance=0.3)
+    error = await gql.error(
+        UPDATE_MEMORY,
+        {"id": created["id"], "input": {"value": "changed", "importance": 1.5}},
+        token=workspace.operator,
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "importance"}
+    memory = (await gql.ok(MEMORY, {"id": created["id"]}, token=workspace.viewer))["node"]
+    assert memory["value"] == "original"
+    assert memory["importance"] == 0.3
+    assert [r["action"] for r in memory["revisions"]] == ["CREATE"]
+
+
+async def test_viewer_cannot_write_memories(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    error = await gql.error(
+        CREATE_MEMORY,
+        {"agentId": agent["id"], "input": {"key": unique(), "value": "v"}},
+        token=workspace.viewer,
+    )
+    assert error["extensions"]["code"] == "FORBIDDEN"
+    created = await create_memory(gql, workspace.operator, agent["id"])
+    for mutation, variables in [
+        (UPDATE_MEMORY, {"id": created["id"], "input": {"value": "x"}}),
+        (DELETE_MEMORY, {"id": created["id"]}),
+    ]:
+        error = await gql.error(mutation, variables, token=workspace.viewer)
+        assert error["extensions"]["code"] == "FORBIDDEN"
+    memory = (await gql.ok(MEMORY, {"id": created["id"]}, token=workspace.viewer))["node"]
+    assert memory["value"] == "some value"
+
+
+async def test_memories_of_an_unknown_agent_is_not_found(gql: Any, workspace: Any) -> None:
+    error = await gql.error(SEARCH, {"agentId": gid("Agent", 987654321)}, token=workspace.viewer)
+    assert error["extensions"]["code"] == "NOT_FOUND"
