@@ -132,6 +132,7 @@ async def main() -> None:
     parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--port", type=int, default=18765)
+    parser.add_argument("--keep", action="store_true", help="keep the database for a post-mortem")
     args = parser.parse_args()
 
     db = f"enverif_bench_{uuid.uuid4().hex[:8]}"
@@ -171,12 +172,14 @@ async def main() -> None:
         await asyncio.sleep(0.2)
         worker = build_worker(settings, handle_signals=False)
         started = time.perf_counter()
+        cpu_started = time.process_time()
         worker_task = asyncio.create_task(worker.main())
         done = await watcher
+        cpu_ms_per_run = (time.process_time() - cpu_started) * 1000 / max(len(done), 1)
         elapsed = max(done.values()) - started if done else float("nan")
         run_rate = len(done) / elapsed
         print(f"throughput: {len(done)}/{len(ids)} runs in {elapsed:.2f}s = {run_rate:.1f} runs/s "
-              f"(arq no-op baseline {noop_rate:.0f} jobs/s)", flush=True)
+              f"(arq no-op baseline {noop_rate:.0f} jobs/s), {cpu_ms_per_run:.1f} ms CPU per run", flush=True)
 
         # Latency: one run at a time with the worker idle and waiting.
         latencies = []
@@ -209,6 +212,7 @@ async def main() -> None:
             "completed": len(done),
             "runs_per_s_3_calls": round(run_rate, 1),
             "ratio_to_arq_noop": round(run_rate / noop_rate, 4),
+            "worker_process_cpu_ms_per_run": round(cpu_ms_per_run, 1),
             "p50_start_to_succeeded_ms_1_call": round(statistics.median(latencies), 1),
             "p95_start_to_succeeded_ms_1_call": round(statistics.quantiles(latencies, n=20)[-1], 1),
             "targets": {"runs_per_s": ">= 100", "p50_ms": "<= 50"},
@@ -218,8 +222,11 @@ async def main() -> None:
         await rt.close()
         page.terminate()
         page.wait()
-        async with server.begin() as conn:
-            await conn.execute(text(f"DROP DATABASE IF EXISTS `{db}`"))
+        if args.keep:
+            print(f"kept database {db}")
+        else:
+            async with server.begin() as conn:
+                await conn.execute(text(f"DROP DATABASE IF EXISTS `{db}`"))
         await server.dispose()
 
 
