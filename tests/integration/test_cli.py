@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -179,3 +183,56 @@ def test_migrate_a_fresh_sqlite_database_then_use_it(enverif: Enverif, tmp_path:
     down = enverif("migrate", "--downgrade", "base", ENVERIF_DATABASE_URL=url)
     assert down.returncode == 0, down.stderr
     assert_one_line_error(enverif("workspace", "create", "late", ENVERIF_DATABASE_URL=url), "enverif migrate")
+
+
+def test_serve_answers_then_stops_cleanly_on_sigterm(database_url: str, tmp_path: Path) -> None:
+    env = _env(
+        tmp_path / "home",
+        ENVERIF_DATABASE_URL=database_url,
+        ENVERIF_REDIS_URL=REDIS_URL,
+        ENVERIF_REDIS_PREFIX=f"cli-{uuid.uuid4().hex[:8]}",
+    )
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(
+            [*ENVERIF, "serve", "--port", "0"],
+            env=env,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not (found := re.search(r"Enverif API at (http://\S+)/graphql", log_path.read_text())):
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        health = httpx.get(f"{found.group(1)}/healthz", timeout=5)
+        assert health.status_code == 200 and health.json()["status"] == "ok", health.text
+        # Not dev mode: the demo routes do not exist.
+        assert httpx.get(f"{found.group(1)}/dev/page", timeout=5).status_code == 404
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in log_path.read_text()
+
+
+def test_serve_refuses_an_unmigrated_database(enverif: Enverif, tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+    assert_one_line_error(enverif("serve", "--port", "0", ENVERIF_DATABASE_URL=url), "enverif migrate")
+
+
+def test_worker_burst_exits_when_the_queue_is_empty(enverif: Enverif) -> None:
+    proc = enverif("worker", "--burst", ENVERIF_REDIS_PREFIX=f"cli-{uuid.uuid4().hex[:8]}")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_worker_names_an_unreachable_redis(enverif: Enverif) -> None:
+    proc = enverif("worker", "--burst", ENVERIF_REDIS_URL="redis://127.0.0.1:1/0")
+    assert_one_line_error(proc, "Redis", "127.0.0.1:1")
