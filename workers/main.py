@@ -40,12 +40,23 @@ def build_worker(settings: Settings, *, burst: bool = False, **overrides: Any) -
     sweep_every = settings.sweep_interval_s
     options: dict[str, Any] = {
         "functions": [
-            func(execute_run, name="execute_run", keep_result=0, max_tries=RUN_JOB_MAX_TRIES,
-                 timeout=settings.job_timeout_s),  # fmt: skip
+            func(
+                execute_run,
+                name="execute_run",
+                keep_result=0,
+                max_tries=RUN_JOB_MAX_TRIES,
+                timeout=settings.job_timeout_s,
+            ),
         ],
         "cron_jobs": [
-            cron(sweep_runs, name=sweep_job_name(settings.redis_prefix), second=set(range(0, 60, sweep_every)) if sweep_every < 60 else {0},
-                 run_at_startup=True, timeout=max(30, sweep_every * 5), keep_result=0),  # fmt: skip
+            cron(
+                sweep_runs,
+                name=sweep_job_name(settings.redis_prefix),
+                second=set(range(0, 60, sweep_every)) if sweep_every < 60 else {0},
+                run_at_startup=True,
+                timeout=max(30, sweep_every * 5),
+                keep_result=0,
+            ),
         ],
         "redis_settings": redis_settings(settings),
         "queue_name": queue_name(settings.redis_prefix),

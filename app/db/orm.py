@@ -174,7 +174,9 @@ class Run(Base):
     input: Mapped[Any | None] = mapped_column(JSON)
     result: Mapped[Any | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(LongText)
-    parent_run_id: Mapped[int | None] = mapped_column(ForeignKey("agent_runs.id", ondelete="CASCADE"), index=True)
+    parent_run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("agent_runs.id", ondelete="CASCADE"), index=True
+    )
     # Set right after insert for a root run (it is its own root); never null afterwards.
     root_run_id: Mapped[int | None] = mapped_column(Id, index=True)
     depth: Mapped[int] = mapped_column(Integer, default=0)

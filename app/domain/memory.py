@@ -23,7 +23,8 @@ def value_score(memory: MemoryCandidate, now: datetime) -> float:
     """importance x recency, recency halving every RECENCY_HALF_LIFE_DAYS since last touched."""
     touched = max(memory.updated_at, memory.last_used_at or memory.updated_at)
     age_days = max((now - touched).total_seconds(), 0.0) / 86_400
-    return memory.importance * 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
+    recency: float = 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
+    return memory.importance * recency
 
 
 def injection_size(memory: MemoryCandidate) -> int:

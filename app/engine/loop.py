@@ -98,7 +98,7 @@ class RunExecutor:
             await asyncio.sleep(interval)
             try:
                 ours = await runs.renew_lease(self.rt, self.run_id, attempt=self.attempt)
-            except Exception:  # noqa: BLE001 - a DB blip: try again; the fence still protects us
+            except Exception:
                 log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
                 continue
             if not ours:
@@ -113,7 +113,9 @@ class RunExecutor:
             run = await session.get_one(Run, self.run_id)
             agent = await session.get_one(Agent, run.agent_id)
             memories = await _injected(session, run)
+            self.steps = await _load_steps(session, self.run_id)
         self.run = run
+        self.root_id = run.root_run_id or run.id
         self.agent = agent
         self.memories = memories
         try:
@@ -125,18 +127,18 @@ class RunExecutor:
         self.fast = bool(getattr(self.provider, "fast", False))
         self.offered = self.registry.specs(list(agent.tools or []))
 
+        # `self.steps` is this worker's view of the run's steps. While we hold the fence,
+        # nobody else adds or finishes our steps except by deciding an approval or ending a
+        # child (both only touch WAITING steps), so the view is only re-read after waiting.
         while True:
-            steps = await self._steps()
-            calls = [s for s in steps if s.tool is not None]
+            calls = [s for s in self.steps if s.tool is not None]
             runnable = [s for s in calls if StepStatus(s.status) in OPEN]
             if runnable:
                 step = runnable[0]
                 if step.status == StepStatus.PENDING:
                     await self._mark_running(step)
                 outcome = await self._execute(step)
-                others_open = any(
-                    StepStatus(s.status) not in TERMINAL_STEP for s in calls if s.id != step.id
-                )
+                others_open = any(StepStatus(s.status) not in TERMINAL_STEP for s in calls if s.id != step.id)
                 if others_open or not self.fast:
                     await self._record(step, outcome)
                     continue
@@ -147,28 +149,27 @@ class RunExecutor:
             if any(StepStatus(s.status) in WAITING_STEP for s in calls):
                 if await self._park():
                     return
+                async with self.rt.sessionmaker() as session:
+                    self.steps = await _load_steps(session, self.run_id)
                 continue
             turn = await self._ask(calls)
             if turn is None or await self._apply(turn):
                 return
 
-    # -- reads ---------------------------------------------------------------------------
-
-    async def _steps(self) -> list[RunStep]:
-        async with self.rt.sessionmaker() as session:
-            result = await session.scalars(select(RunStep).where(RunStep.run_id == self.run_id).order_by(RunStep.seq))
-            return list(result)
-
     # -- model ---------------------------------------------------------------------------
 
-    async def _ask(self, calls: list[RunStep], recorded: tuple[RunStep, Outcome] | None = None) -> Turn | None:
+    async def _ask(
+        self, calls: list[RunStep], recorded: tuple[RunStep, Outcome] | None = None
+    ) -> Turn | None:
         """The next turn, or None when the run was failed instead (provider gave up)."""
         history = []
         for s in calls:
             status, result = (s.status, s.result)
             if recorded is not None and s.id == recorded[0].id:
                 status, result = recorded[1].status.value, recorded[1].result
-            history.append(HistoryItem(tool=s.tool or "", args=s.arguments or {}, status=status, result=result))
+            history.append(
+                HistoryItem(tool=s.tool or "", args=s.arguments or {}, status=status, result=result)
+            )
         turn_index = max((s.turn for s in calls), default=-1) + 1
         if turn_index >= self.rt.settings.max_turns:
             await self._fail(f"the run used its {self.rt.settings.max_turns} model turns", recorded=recorded)
@@ -189,7 +190,7 @@ class RunExecutor:
             await self._fail(f"model provider failed: {exc}", recorded=recorded)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a provider bug must fail the run, not strand it
+        except Exception as exc:
             log.exception("run %s: provider crashed", self.run_id)
             await self._fail(f"model provider crashed: {type(exc).__name__}: {exc}", recorded=recorded)
         return None
@@ -198,21 +199,39 @@ class RunExecutor:
 
     async def _apply(self, turn: Turn, recorded: tuple[RunStep, Outcome] | None = None) -> bool:
         """Persist a turn (and the previous result, if given). True when the run ended."""
-        async with tree_tx(self.rt, self.run_id) as tx:
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             if recorded is not None:
                 await self._finish(tx, run, *recorded)
-            seq = await _next_seq(tx, run.id)
+            seq = max((s.seq for s in self.steps), default=0) + 1
             if isinstance(turn, FinalAnswer):
-                step = tx.add_step(run, seq=seq, turn=run.turns, tool=None, arguments=None, status=StepStatus.SUCCEEDED, result=turn.value)  # fmt: skip
+                step = tx.add_step(
+                    run,
+                    seq=seq,
+                    turn=run.turns,
+                    tool=None,
+                    arguments=None,
+                    status=StepStatus.SUCCEEDED,
+                    result=turn.value,
+                )
                 await tx.session.flush()
-                tx.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload={"seq": seq, "tool": None, "final": True})  # fmt: skip
-                await tx.set_run_status(run, RunStatus.SUCCEEDED, result=turn.value)
+                tx.emit(
+                    run,
+                    EventType.STEP_FINISHED,
+                    status=step.status,
+                    step_id=step.id,
+                    payload={"seq": seq, "tool": None, "final": True},
+                )
+                # Every step is finished (we only ask the model then), so there is no open
+                # work to close: skip those queries.
+                await tx.set_run_status(run, RunStatus.SUCCEEDED, result=turn.value, quiet=True)
                 return True
-            await self._add_calls(tx, run, turn, seq)
-            return False
+            added = await self._add_calls(tx, run, turn, seq)
+        self.steps.extend(added)
+        return False
 
-    async def _add_calls(self, tx: TreeTx, run: Run, turn: ToolCalls, seq: int) -> None:
+    async def _add_calls(self, tx: TreeTx, run: Run, turn: ToolCalls, seq: int) -> list[RunStep]:
+        added: list[RunStep] = []
         turn_index = run.turns
         run.turns += 1
         started_one = False
@@ -221,34 +240,76 @@ class RunExecutor:
             offered = self.registry.offered(list(self.agent.tools or []), call.tool)
             if tool is None or not offered:
                 why = "unknown tool" if tool is None else "tool not offered to this agent"
-                step = tx.add_step(run, seq=seq + offset, turn=turn_index, tool=call.tool, arguments=call.args,
-                                   status=StepStatus.FAILED, error=why,
-                                   result={"error": {"code": "UNKNOWN_TOOL", "message": f"{why}: {call.tool}"}})  # fmt: skip
+                step = tx.add_step(
+                    run,
+                    seq=seq + offset,
+                    turn=turn_index,
+                    tool=call.tool,
+                    arguments=call.args,
+                    status=StepStatus.FAILED,
+                    error=why,
+                    result={"error": {"code": "UNKNOWN_TOOL", "message": f"{why}: {call.tool}"}},
+                )
                 await tx.session.flush()
                 tx.step_started(run, step)
-                tx.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload={"seq": step.seq, "tool": step.tool, "status": step.status})  # fmt: skip
+                tx.emit(
+                    run,
+                    EventType.STEP_FINISHED,
+                    status=step.status,
+                    step_id=step.id,
+                    payload={"seq": step.seq, "tool": step.tool, "status": step.status},
+                )
+                added.append(step)
                 continue
             decision = effective_decision(self.chain, call.tool, tool.risk)
-            common = {"seq": seq + offset, "turn": turn_index, "tool": call.tool, "arguments": call.args,
-                      "decision": decision.decision.value, "decision_reason": decision.reason}  # fmt: skip
+            common = {
+                "seq": seq + offset,
+                "turn": turn_index,
+                "tool": call.tool,
+                "arguments": call.args,
+                "decision": decision.decision.value,
+                "decision_reason": decision.reason,
+            }
             if decision.decision is Decision.DENY:
-                step = tx.add_step(run, **common, status=StepStatus.DENIED,
-                                   result={"error": {"code": "DENIED", "message": decision.reason}})  # fmt: skip
+                step = tx.add_step(
+                    run,
+                    **common,
+                    status=StepStatus.DENIED,
+                    result={"error": {"code": "DENIED", "message": decision.reason}},
+                )
                 await tx.session.flush()
                 tx.step_started(run, step)
-                tx.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload={"seq": step.seq, "tool": step.tool, "status": step.status})  # fmt: skip
+                tx.emit(
+                    run,
+                    EventType.STEP_FINISHED,
+                    status=step.status,
+                    step_id=step.id,
+                    payload={"seq": step.seq, "tool": step.tool, "status": step.status},
+                )
             elif decision.decision is Decision.REQUIRE_APPROVAL:
                 step = tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
                 await tx.session.flush()
-                approval = Approval(workspace_id=run.workspace_id, run_id=run.id, root_run_id=tx.root.id,
-                                    step_id=step.id, tool=call.tool, arguments=call.args,
-                                    status="PENDING", requested_at=tx.now)  # fmt: skip
+                approval = Approval(
+                    workspace_id=run.workspace_id,
+                    run_id=run.id,
+                    root_run_id=tx.root.id,
+                    step_id=step.id,
+                    tool=call.tool,
+                    arguments=call.args,
+                    status="PENDING",
+                    requested_at=tx.now,
+                )
                 tx.session.add(approval)
                 await tx.session.flush()
                 step.approval_id = approval.id
                 tx.step_started(run, step)
-                tx.emit(run, EventType.APPROVAL_REQUESTED, status="PENDING", step_id=step.id,
-                        payload={"approvalId": approval.id, "tool": call.tool, "reason": decision.reason})  # fmt: skip
+                tx.emit(
+                    run,
+                    EventType.APPROVAL_REQUESTED,
+                    status="PENDING",
+                    step_id=step.id,
+                    payload={"approvalId": approval.id, "tool": call.tool, "reason": decision.reason},
+                )
             else:
                 # The first allowed call starts right away (one transaction saved); the rest
                 # wait their turn as PENDING and are executed in seq order.
@@ -257,9 +318,11 @@ class RunExecutor:
                 step = tx.add_step(run, **common, status=status, attempt=self.attempt)
                 await tx.session.flush()
                 tx.step_started(run, step)
+            added.append(step)
+        return added
 
     async def _mark_running(self, step: RunStep) -> None:
-        async with tree_tx(self.rt, self.run_id) as tx:
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             row = await tx.session.get_one(RunStep, step.id, with_for_update=True)
             if row.status != StepStatus.PENDING:
@@ -271,21 +334,24 @@ class RunExecutor:
         step.status = StepStatus.RUNNING.value
 
     async def _record(self, step: RunStep, outcome: Outcome) -> None:
-        async with tree_tx(self.rt, self.run_id) as tx:
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             await self._finish(tx, run, step, outcome)
 
     async def _finish(self, tx: TreeTx, run: Run, step: RunStep, outcome: Outcome) -> None:
-        row = await tx.session.get_one(RunStep, step.id, with_for_update=True)
-        if row.status != StepStatus.RUNNING:
-            # Never write a result twice: whoever recorded first wins, we stop.
-            raise LeaseLost(f"step {step.id} is already {row.status}")
-        await tx.finish_step(run, row, outcome.status, result=outcome.result, error=outcome.error)
+        # Never write a result twice: the update only moves a RUNNING step.
+        if not await tx.finish_running_step(
+            run, step, outcome.status, result=outcome.result, error=outcome.error
+        ):
+            raise LeaseLost(f"step {step.id} is no longer running")
+        step.status = outcome.status.value
+        step.result = outcome.result
+        step.error = outcome.error
 
     async def _park(self) -> bool:
         """Wait for an operator or a child. Re-checked under the lock: a decision that landed
         while we were working means there is more to do now, so we do not park."""
-        async with tree_tx(self.rt, self.run_id) as tx:
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             status = waiting_status_for([StepStatus(s.status) for s in await tx.steps(run.id)])
             if status is None:
@@ -294,7 +360,7 @@ class RunExecutor:
             return True
 
     async def _fail(self, error: str, recorded: tuple[RunStep, Outcome] | None = None) -> None:
-        async with tree_tx(self.rt, self.run_id) as tx:
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             if recorded is not None:
                 await self._finish(tx, run, *recorded)
@@ -305,7 +371,9 @@ class RunExecutor:
     async def _execute(self, step: RunStep) -> Outcome:
         tool = self.registry.get(step.tool or "")
         if tool is None:  # the tool was unregistered since the step was created
-            return Outcome(StepStatus.FAILED, {"error": {"code": "UNKNOWN_TOOL", "message": step.tool}}, "unknown tool")
+            return Outcome(
+                StepStatus.FAILED, {"error": {"code": "UNKNOWN_TOOL", "message": step.tool}}, "unknown tool"
+            )
         ctx = ToolContext(
             workspace_id=self.run.workspace_id,
             agent_id=self.run.agent_id,
@@ -319,18 +387,11 @@ class RunExecutor:
             return Outcome(StepStatus.FAILED, exc.as_result(), f"{exc.code}: {exc.message}")
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the model sees the failure; the run goes on
+        except Exception as exc:
             log.warning("run %s step %s: tool %s raised", self.run_id, step.id, step.tool, exc_info=True)
             message = f"{type(exc).__name__}: {exc}"
             return Outcome(StepStatus.FAILED, {"error": {"code": "TOOL_FAILED", "message": message}}, message)
         return Outcome(StepStatus.SUCCEEDED, result)
-
-
-async def _next_seq(tx: TreeTx, run_id: int) -> int:
-    from sqlalchemy import func
-
-    current = await tx.session.scalar(select(func.max(RunStep.seq)).where(RunStep.run_id == run_id))
-    return int(current or 0) + 1
 
 
 async def _injected(session: Any, run: Run) -> list[dict[str, Any]]:
@@ -339,3 +400,7 @@ async def _injected(session: Any, run: Run) -> list[dict[str, Any]]:
         return []
     rows = {m.id: m for m in await session.scalars(select(Memory).where(Memory.id.in_(ids)))}
     return [{"key": rows[i].key, "value": rows[i].value, "tags": rows[i].tags} for i in ids if i in rows]
+
+
+async def _load_steps(session: Any, run_id: int) -> list[RunStep]:
+    return list(await session.scalars(select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq)))

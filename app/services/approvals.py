@@ -29,13 +29,17 @@ async def decide_approval(
         raise ValidationFailed("reason is longer than 2000 characters", field="reason")
     async with rt.sessionmaker() as session:
         found = await session.scalar(
-            select(Approval.run_id).where(Approval.id == approval_id, Approval.workspace_id == principal.workspace_id)
+            select(Approval.run_id).where(
+                Approval.id == approval_id, Approval.workspace_id == principal.workspace_id
+            )
         )
     if found is None:
         raise NotFound("approval not found", field="id")
     async with tree_tx(rt, found) as tx:
         run = await tx.run(found)
-        approval = await tx.session.scalar(select(Approval).where(Approval.id == approval_id).with_for_update())
+        approval = await tx.session.scalar(
+            select(Approval).where(Approval.id == approval_id).with_for_update()
+        )
         assert approval is not None
         if approval.status != ApprovalStatus.PENDING:
             raise InvalidTransition(f"approval is already {approval.status}")

@@ -68,7 +68,9 @@ async def create_workspace(session: AsyncSession, *, name: str) -> tuple[Workspa
     return workspace, token
 
 
-async def create_token(session: AsyncSession, *, workspace_name: str, role: Role, name: str | None = None) -> str:
+async def create_token(
+    session: AsyncSession, *, workspace_name: str, role: Role, name: str | None = None
+) -> str:
     workspace = await session.scalar(select(Workspace).where(Workspace.name == workspace_name))
     if workspace is None:
         raise NotFound(f"no workspace named {workspace_name!r}", field="workspace")

@@ -48,8 +48,12 @@ async def start_run(
             if agent is None:
                 raise NotFound("agent not found", field="agentId")
             if agent.status != AgentStatus.ACTIVE:
-                raise Conflict(f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId")
-            run, event = await create_root_run(session, agent=agent, input=input, trigger=trigger, now=utcnow())
+                raise Conflict(
+                    f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId"
+                )
+            run, event = await create_root_run(
+                session, agent=agent, input=input, trigger=trigger, now=utcnow()
+            )
     await after_commit(rt, [event], [(run.id, run.wake_count)])
     return run
 

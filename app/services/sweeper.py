@@ -50,7 +50,11 @@ async def sweep(rt: Runtime) -> SweepReport:
         async with tree_tx(rt, run_id) as tx:
             run = await tx.run(run_id)
             # Re-checked under the lock: the owner may have renewed or finished meanwhile.
-            if run.status != RunStatus.RUNNING or run.lease_expires_at is None or run.lease_expires_at >= tx.now:
+            if (
+                run.status != RunStatus.RUNNING
+                or run.lease_expires_at is None
+                or run.lease_expires_at >= tx.now
+            ):
                 continue
             await tx.set_run_status(run, RunStatus.QUEUED, reason=f"lease of {run.lease_owner} expired")
             report.requeued_expired += 1
@@ -58,7 +62,10 @@ async def sweep(rt: Runtime) -> SweepReport:
         queued = list(
             await session.execute(
                 select(Run.id, Run.wake_count)
-                .where(Run.status == RunStatus.QUEUED.value, Run.queued_at < now - timedelta(seconds=QUEUED_GRACE_S))
+                .where(
+                    Run.status == RunStatus.QUEUED.value,
+                    Run.queued_at < now - timedelta(seconds=QUEUED_GRACE_S),
+                )
                 .order_by(Run.queued_at)
                 .limit(BATCH)
             )

@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
@@ -124,11 +124,14 @@ class TreeTx:
         result: Any = None,
         error: str | None = None,
         reason: str | None = None,
+        quiet: bool = False,
     ) -> None:
         """Move a (locked) run to ``to``, with everything that goes with it.
 
-        Terminal: open steps are cancelled and pending approvals closed; a child's outcome is
-        handed to its parent's delegation step. QUEUED: a fresh wake-up is enqueued.
+        Terminal: open steps are cancelled and pending approvals closed (``quiet``: the
+        caller knows there are none, e.g. the worker finishing after its last step); a
+        child's outcome is handed to its parent's delegation step. QUEUED: a fresh wake-up
+        is enqueued.
         """
         current = RunStatus(run.status)
         check_run_transition(current, to)
@@ -162,7 +165,8 @@ class TreeTx:
             payload["reason"] = reason
         self.emit(run, EventType.RUN_STATUS_CHANGED, status=to.value, payload=payload)
         if to in TERMINAL_RUN:
-            await self._close_open_work(run, to, reason or error)
+            if not quiet:
+                await self._close_open_work(run, to, reason or error)
             if run.parent_step_id is not None:
                 await self._deliver_to_parent(run)
 
@@ -174,7 +178,9 @@ class TreeTx:
                 run,
                 step,
                 StepStatus.CANCELLED,
-                result={"error": {"code": "RUN_ENDED", "message": f"run {to.value.lower()}: {why or ''}".strip()}},
+                result={
+                    "error": {"code": "RUN_ENDED", "message": f"run {to.value.lower()}: {why or ''}".strip()}
+                },
             )
         approvals = await self.session.scalars(
             select(Approval)
@@ -197,7 +203,9 @@ class TreeTx:
         """A delegated child ended: its outcome is the result of the parent's tool call."""
         assert child.parent_run_id is not None and child.parent_step_id is not None
         parent = await self.run(child.parent_run_id)
-        step = await self.session.scalar(select(RunStep).where(RunStep.id == child.parent_step_id).with_for_update())
+        step = await self.session.scalar(
+            select(RunStep).where(RunStep.id == child.parent_step_id).with_for_update()
+        )
         if step is None or StepStatus(step.status) is not StepStatus.WAITING_CHILD:
             return  # the parent already moved on (e.g. it was cancelled first)
         outcome = {"status": child.status, "result": child.result, "error": child.error, "runId": child.id}
@@ -264,6 +272,28 @@ class TreeTx:
             payload={"seq": step.seq, "tool": step.tool, "decision": step.decision},
         )
 
+    async def finish_running_step(
+        self, run: Run, step: RunStep, to: StepStatus, *, result: Any = None, error: str | None = None
+    ) -> bool:
+        """Record the result of a step the caller is executing, in one conditional UPDATE.
+        False when the step is not RUNNING any more (its result was recorded already)."""
+        check_step_transition(StepStatus.RUNNING, to)
+        done = await self.session.execute(
+            update(RunStep)
+            .where(RunStep.id == step.id, RunStep.status == StepStatus.RUNNING.value)
+            .values(status=to.value, result=result, error=error, finished_at=self.now)
+        )
+        if not done.rowcount:  # type: ignore[attr-defined]
+            return False
+        self.emit(
+            run,
+            EventType.STEP_FINISHED,
+            status=to.value,
+            step_id=step.id,
+            payload={"seq": step.seq, "tool": step.tool, "status": to.value},
+        )
+        return True
+
     async def finish_step(
         self, run: Run, step: RunStep, to: StepStatus, *, result: Any = None, error: str | None = None
     ) -> None:
@@ -283,15 +313,17 @@ class TreeTx:
 
 
 @asynccontextmanager
-async def tree_tx(rt: Runtime, run_id: int) -> AsyncIterator[TreeTx]:
-    """One write transaction over the tree that ``run_id`` belongs to.
+async def tree_tx(rt: Runtime, run_id: int, *, root_id: int | None = None) -> AsyncIterator[TreeTx]:
+    """One write transaction over the tree that ``run_id`` belongs to (callers that already
+    know the root pass it: a run's root never changes).
 
     Commits on normal exit, then publishes the events and enqueues the wake-ups.
     """
     now = utcnow()
     async with rt.sessionmaker() as session:
         async with session.begin():
-            root_id = await session.scalar(select(Run.root_run_id).where(Run.id == run_id))
+            if root_id is None:
+                root_id = await session.scalar(select(Run.root_run_id).where(Run.id == run_id))
             if root_id is None:
                 raise NotFound(f"run {run_id} not found")
             root = await session.scalar(select(Run).where(Run.id == root_id).with_for_update())
@@ -323,5 +355,5 @@ async def enqueue_run(rt: Runtime, run_id: int, wake: int) -> None:
             _job_id=run_job_id(rt.settings.redis_prefix, run_id, wake),
             _queue_name=queue_name(rt.settings.redis_prefix),
         )
-    except Exception:  # noqa: BLE001 - Redis down: the sweeper will enqueue it again
+    except Exception:
         log.warning("could not enqueue run %s (wake %s); the sweeper will retry", run_id, wake, exc_info=True)

@@ -10,12 +10,12 @@ from sqlalchemy import select, update
 
 from app.clock import utcnow
 from app.db.orm import Agent, Run, RunStep
+from app.domain.agents import Role
 from app.domain.runs import RunStatus
 from app.engine.loop import execute_run
 from app.engine.tools.registry import default_registry
 from app.services import runs
 from app.services.auth import Principal
-from app.domain.agents import Role
 from app.services.runtime import open_runtime
 from app.services.sweeper import sweep
 from app.services.transitions import LeaseLost, tree_tx
@@ -46,7 +46,9 @@ async def _agent_row(sessionmaker, agent_gid: str) -> Agent:
         return await session.get_one(Agent, from_global_id(agent_gid, "Agent"))
 
 
-async def test_a_second_delivery_does_not_run_the_run_twice(gql, workspace, rt, registry, sessionmaker) -> None:
+async def test_a_second_delivery_does_not_run_the_run_twice(
+    gql, workspace, rt, registry, sessionmaker
+) -> None:
     async with sink_server(delay_s=0.3) as (sink, url):
         agent_gid = await create_agent(
             gql,
@@ -112,7 +114,9 @@ async def test_a_resumed_run_really_runs_again(gql, workspace, worker, sessionma
         run_id = await start_run(gql, workspace.operator, agent)
         for _ in range(2):
             run = await wait_run(gql, workspace.viewer, run_id, "WAITING_APPROVAL")
-            await gql.ok(DECIDE, {"id": run["pendingApprovals"][0]["id"], "approve": True}, token=workspace.operator)
+            await gql.ok(
+                DECIDE, {"id": run["pendingApprovals"][0]["id"], "approve": True}, token=workspace.operator
+            )
         run = await wait_run(gql, workspace.viewer, run_id)
     assert run["status"] == "SUCCEEDED" and run["result"] == "both"
     async with sessionmaker() as session:

@@ -77,8 +77,10 @@ async def test_sigkill_mid_webhook_loses_nothing_and_repeats_no_recorded_step(
             gql,
             workspace.admin,
             steps=[
-                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": n}}} for n in (1, 2, 3)
-            ] + [{"final": "done"}],
+                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": n}}}
+                for n in (1, 2, 3)
+            ]
+            + [{"final": "done"}],
             policy=ALLOW_WEBHOOK,
         )
         first = spawn_worker(settings)

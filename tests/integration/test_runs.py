@@ -33,7 +33,10 @@ async def test_three_call_scripted_run_succeeds_with_its_steps(gql, workspace) -
             steps=[
                 {"call": "http.get", "args": {"url": url + "/page?n={{ input.n }}"}},
                 {"call": "http.get", "args": {"url": url + "/page?n=2"}},
-                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"got": "{{ results[0].body }}"}}},
+                {
+                    "call": "webhook.post",
+                    "args": {"url": url + "/hook", "payload": {"got": "{{ results[0].body }}"}},
+                },
                 {"final": {"first": "{{ results[0].body }}", "second": "{{ results[1].body }}"}},
             ],
             policy=ALLOW_WEBHOOK,
@@ -98,7 +101,9 @@ async def test_approve_runs_the_tool_when_the_run_resumes(gql, workspace) -> Non
         assert pending["id"] in [e["node"]["id"] for e in listed["approvals"]["edges"]]
         assert sink.deliveries == []  # nothing is sent before an operator says so
 
-        decided = await gql.ok(DECIDE, {"id": pending["id"], "approve": True, "reason": "ok"}, token=workspace.operator)
+        decided = await gql.ok(
+            DECIDE, {"id": pending["id"], "approve": True, "reason": "ok"}, token=workspace.operator
+        )
         assert decided["decideApproval"]["status"] == "APPROVED"
         run = await wait_run(gql, workspace.viewer, run_id)
 
@@ -114,7 +119,9 @@ async def test_reject_shows_the_rejection_to_the_model(gql, workspace) -> None:
     async with sink_server() as (sink, url):
         run_id, run = await _approval_run(gql, workspace, url)
         approval_id = run["pendingApprovals"][0]["id"]
-        await gql.ok(DECIDE, {"id": approval_id, "approve": False, "reason": "not today"}, token=workspace.operator)
+        await gql.ok(
+            DECIDE, {"id": approval_id, "approve": False, "reason": "not today"}, token=workspace.operator
+        )
         run = await wait_run(gql, workspace.viewer, run_id)
     assert run["status"] == "SUCCEEDED"
     assert run["steps"][0]["status"] == "REJECTED"
@@ -125,7 +132,9 @@ async def test_reject_shows_the_rejection_to_the_model(gql, workspace) -> None:
 async def test_viewer_cannot_decide(gql, workspace) -> None:
     async with sink_server() as (_sink, url):
         _run_id, run = await _approval_run(gql, workspace, url)
-        err = await gql.error(DECIDE, {"id": run["pendingApprovals"][0]["id"], "approve": True}, token=workspace.viewer)
+        err = await gql.error(
+            DECIDE, {"id": run["pendingApprovals"][0]["id"], "approve": True}, token=workspace.viewer
+        )
     assert err["extensions"]["code"] == "FORBIDDEN"
 
 
@@ -162,7 +171,9 @@ async def test_cancel_a_waiting_run_closes_its_approvals(gql, workspace) -> None
     assert sink.deliveries == []
 
 
-async def test_cancel_a_running_run_stops_it_and_the_worker_writes_nothing_more(gql, workspace, sessionmaker) -> None:
+async def test_cancel_a_running_run_stops_it_and_the_worker_writes_nothing_more(
+    gql, workspace, sessionmaker
+) -> None:
     async with sink_server() as (sink, url):
         agent = await create_agent(
             gql,
@@ -228,7 +239,9 @@ async def test_a_failing_provider_fails_the_run(gql, workspace) -> None:
             workspace.admin,
             model={"provider": "openai", "model": "m", "base_url": url + "/down", "api_key_env": "PATH"},
         )
-        run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent), timeout_s=60)
+        run = await wait_run(
+            gql, workspace.viewer, await start_run(gql, workspace.operator, agent), timeout_s=60
+        )
     assert run["status"] == "FAILED"
     assert "provider" in run["error"]
 
@@ -243,7 +256,9 @@ async def test_a_template_error_fails_the_run_with_a_clear_error(gql, workspace)
 async def test_paused_agent_cannot_start(gql, workspace) -> None:
     agent = await create_agent(gql, workspace.admin, steps=[{"final": 1}])
     await gql.ok(
-        "mutation($id: ID!) { updateAgent(id: $id, input: {status: PAUSED}) { id } }", {"id": agent}, token=workspace.admin
+        "mutation($id: ID!) { updateAgent(id: $id, input: {status: PAUSED}) { id } }",
+        {"id": agent},
+        token=workspace.admin,
     )
     err = await gql.error(
         "mutation($a: ID!) { startRun(agentId: $a) { id } }", {"a": agent}, token=workspace.operator
@@ -254,7 +269,9 @@ async def test_paused_agent_cannot_start(gql, workspace) -> None:
 async def test_another_workspace_cannot_touch_runs(gql, workspace, make_workspace) -> None:
     other = await make_workspace()
     agent = await create_agent(gql, workspace.admin, steps=[{"final": 1}])
-    err = await gql.error("mutation($a: ID!) { startRun(agentId: $a) { id } }", {"a": agent}, token=other.operator)
+    err = await gql.error(
+        "mutation($a: ID!) { startRun(agentId: $a) { id } }", {"a": agent}, token=other.operator
+    )
     assert err["extensions"]["code"] == "NOT_FOUND"
     run_id = await start_run(gql, workspace.operator, agent)
     err = await gql.error(CANCEL_RUN, {"id": run_id}, token=other.operator)
