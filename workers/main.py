@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -74,8 +75,19 @@ def build_worker(settings: Settings, *, burst: bool = False, **overrides: Any) -
 
 
 async def run_worker(settings: Settings, *, burst: bool = False) -> None:
-    worker = build_worker(settings, burst=burst)
+    """Run until cancelled (the CLI owns SIGINT/SIGTERM and cancels this task).
+
+    On cancellation the in-flight runs are cancelled too: each hands its run straight back
+    to the queue (``engine.loop.execute_run``) instead of waiting for its lease to expire.
+    """
+    worker = build_worker(settings, burst=burst, handle_signals=False)
     try:
         await worker.main()
+    except asyncio.CancelledError:
+        jobs = [t for t in worker.tasks.values() if not t.done()]
+        for task in jobs:
+            task.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        raise
     finally:
         await worker.close()

@@ -127,3 +127,31 @@ async def test_flushall_while_queued_loses_no_run(gql, workspace, settings, proc
     results = [await wait_run(gql, workspace.viewer, r, timeout_s=60) for r in run_ids]
     assert [r["status"] for r in results] == ["SUCCEEDED"] * 5
     assert [r["result"] for r in results] == list(range(5))
+
+
+async def test_sigterm_hands_the_run_back_at_once(gql, workspace, settings, processes) -> None:
+    """A graceful stop does not leave the run to wait out its (long) lease."""
+    from tests.support.runs import get_run
+
+    async with sink_server(delay_s=1.0) as (sink, url):
+        agent = await create_agent(
+            gql,
+            workspace.admin,
+            steps=[
+                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}},
+                {"final": "done"},
+            ],
+            policy=ALLOW_WEBHOOK,
+        )
+        first = spawn_worker(settings, lease_s=600)
+        processes.append(first)
+        run_id = await start_run(gql, workspace.operator, agent)
+        await _wait_for(lambda: sink.in_flight() >= 1, 30, "the delivery to be in flight")
+        first.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(first.wait, 15) == 0
+        assert (await get_run(gql, workspace.viewer, run_id))["status"] == "QUEUED"
+        processes.append(spawn_worker(settings, lease_s=600))
+        run = await wait_run(gql, workspace.viewer, run_id, timeout_s=30)
+    assert run["status"] == "SUCCEEDED"
+    [key] = {d.key for d in sink.deliveries}
+    assert key is not None and sink.completions(key) == 1
