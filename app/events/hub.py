@@ -189,13 +189,17 @@ class EventHub:
             raise RuntimeError("EventHub already started")
         # Our own client, not the arq pool: a subscribed connection can do nothing else, and
         # the pool's connections must stay free for enqueues and publishes.
+        url = self._settings.effective_redis_url
+        # Keepalive probes find a dead peer on a quiet TCP connection; unix socket
+        # connections do not take the option (the embedded Redis listens on one).
+        tcp_options = {} if url.startswith("unix://") else {"socket_keepalive": True}
         self._client = aioredis.from_url(
-            self._settings.effective_redis_url,
+            url,
             socket_connect_timeout=CONNECT_TIMEOUT_S,
-            socket_keepalive=True,
             health_check_interval=HEALTH_CHECK_INTERVAL_S,
             # Named so operators (and tests) can find this process's subscriber in CLIENT LIST.
             client_name=hub_client_name(self._settings.redis_prefix),
+            **tcp_options,
         )
         self._task = asyncio.create_task(self._run(), name="enverif-event-hub")
         try:

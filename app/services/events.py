@@ -7,13 +7,21 @@ the newest commit: a subscriber can always resume from its last delivered seq.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import orm
 from app.domain.errors import NotFound
+from app.events.hub import Subscription
+from app.events.publish import EventMessage, event_to_message
 
 REPLAY_PAGE_SIZE = 500
+# Pub/sub can lose a message silently (e.g. a half-open connection the hub has not noticed
+# yet), so a quiet subscription re-reads the log this often: one indexed query per idle
+# subscription, and the worst-case delay for an event whose message was lost.
+IDLE_POLL_S = 5.0
 
 
 async def events_after(
@@ -61,3 +69,54 @@ async def root_run_for_subscription(session: AsyncSession, *, workspace_id: int,
 async def _run_in_workspace(session: AsyncSession, *, run_id: int, workspace_id: int) -> orm.Run | None:
     query = select(orm.Run).where(orm.Run.id == run_id, orm.Run.workspace_id == workspace_id)
     return await session.scalar(query)
+
+
+async def tree_events(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    live: Subscription,
+    *,
+    workspace_id: int,
+    root_run_id: int,
+    after_seq: int = 0,
+    idle_poll_s: float = IDLE_POLL_S,
+) -> AsyncIterator[EventMessage]:
+    """Every event of the tree after ``after_seq``, in seq order, without gaps or repeats.
+
+    ``live`` must be subscribed BEFORE this starts reading: anything committed after the
+    replay's read then reaches ``live``, so replay + live leaves no hole. Live messages are
+    only a fast path; whenever they cannot be trusted to be complete (a seq gap, a hub
+    resync, an omitted payload, or a quiet spell in which a message may have been lost
+    silently) the database is read from the last delivered seq.
+    """
+    last = after_seq
+
+    async def catch_up() -> AsyncIterator[EventMessage]:
+        nonlocal last
+        while True:
+            # Read a page and close the session before yielding: a slow client must not hold
+            # a connection (on SQLite every transaction holds the database's write lock).
+            async with sessionmaker() as session:
+                rows = await events_after(
+                    session, workspace_id=workspace_id, root_run_id=root_run_id, after_seq=last
+                )
+                page = [event_to_message(row) for row in rows]
+            for message in page:
+                last = message.seq
+                yield message
+            if len(page) < REPLAY_PAGE_SIZE:
+                return
+
+    async for message in catch_up():
+        yield message
+    while True:
+        item = await live.get(timeout_s=idle_poll_s)
+        if isinstance(item, EventMessage):
+            if item.seq <= last:
+                continue  # already delivered by a database read
+            if item.seq == last + 1 and not item.payload_omitted:
+                last = item.seq
+                yield item
+                continue
+        # A gap, a resync, an omitted payload, or silence: the database has the truth.
+        async for message in catch_up():
+            yield message

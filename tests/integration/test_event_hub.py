@@ -10,6 +10,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,11 +169,12 @@ async def test_stopping_the_hub_wakes_waiting_consumers(runtime: Runtime) -> Non
     assert [item async for item in sub] == []
 
 
-async def test_a_hub_started_without_redis_catches_up_when_redis_appears(
-    runtime: Runtime, settings: Settings
+async def test_a_hub_started_without_redis_catches_up_once_it_appears(
+    runtime: Runtime, settings: Settings, tmp_path: Path
 ) -> None:
-    port = _free_port()
-    down = Settings(**{**settings.model_dump(), "redis_url": f"redis://127.0.0.1:{port}/0"})
+    # On a unix socket, like the embedded Redis of `enverif dev`.
+    sock = tmp_path / "redis.sock"
+    down = Settings(**{**settings.model_dump(), "redis_url": f"unix://{sock}"})
     hub = EventHub(replace(runtime, settings=down))
     # Nothing listens there yet: start() must neither hang nor raise.
     await hub.start(wait_s=0.3)
@@ -183,14 +185,14 @@ async def test_a_hub_started_without_redis_catches_up_when_redis_appears(
         sub = hub.subscribe(ws, root)
         assert await sub.get(timeout_s=0.2) is None
 
-        args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args = ["--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly", "no"]
         server = await asyncio.create_subprocess_exec(
             redis_server_binary(), *args, stdout=asyncio.subprocess.DEVNULL
         )
         # Subscriptions made while it was down may have missed events: they must re-read.
         assert isinstance(await sub.get(timeout_s=15), Resync)
         assert hub.connected
-        publisher = aioredis.Redis(host="127.0.0.1", port=port)
+        publisher = aioredis.Redis(unix_socket_path=str(sock))
         try:
             await publish_events(publisher, down.redis_prefix, [event(ws, root, 1)])
         finally:

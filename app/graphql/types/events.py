@@ -1,0 +1,87 @@
+"""``RunEvent``: one entry of a run tree's event log, as streamed by ``runTree`` (DESIGN §6)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import strawberry
+from strawberry.scalars import JSON
+
+from app.domain.events import EventType
+from app.domain.runs import RunStatus, StepStatus
+from app.events.publish import EventMessage
+from app.graphql.context import Info
+from app.graphql.ids import to_global_id
+from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
+
+if TYPE_CHECKING:
+    from app.graphql.types.runs import Run
+
+E = TypeVar("E", RunStatus, StepStatus)
+
+# The log's ``status`` column holds whatever the event is about (a run's, a step's or an
+# approval's status); the contract's ``status`` is a RunStatus, so it is only filled for run
+# events, and step events get theirs in ``stepStatus``. Approval events carry it in payload.
+_RUN_EVENTS = frozenset({EventType.RUN_CREATED.value, EventType.RUN_STATUS_CHANGED.value})
+_STEP_EVENTS = frozenset({EventType.STEP_STARTED.value, EventType.STEP_FINISHED.value})
+
+
+@strawberry.type(name="RunEvent", description="One entry of a run tree's append-only event log.")
+class RunEvent:
+    seq: int = strawberry.field(
+        description="Position in the tree's log: gap-free and increasing per root run."
+    )
+    type: str = strawberry.field(
+        description="RUN_CREATED, RUN_STATUS_CHANGED, STEP_STARTED, STEP_FINISHED, ..."
+    )
+    run_id: strawberry.ID
+    root_run_id: strawberry.ID
+    parent_run_id: strawberry.ID | None
+    status: RunStatus | None = strawberry.field(
+        description="The run's status after this event, for RUN_CREATED and RUN_STATUS_CHANGED; else null."
+    )
+    step_id: strawberry.ID | None
+    step_status: StepStatus | None = strawberry.field(
+        description="The step's status after this event, for STEP_STARTED and STEP_FINISHED; else null."
+    )
+    at: datetime
+    payload: JSON | None
+    message: strawberry.Private[EventMessage]
+
+    @classmethod
+    def from_message(cls, message: EventMessage) -> RunEvent:
+        return cls(
+            seq=message.seq,
+            type=message.type,
+            run_id=strawberry.ID(to_global_id("Run", message.run_id)),
+            root_run_id=strawberry.ID(to_global_id("Run", message.root_run_id)),
+            parent_run_id=_optional_id("Run", message.parent_run_id),
+            status=_enum_or_none(RunStatus, message.status) if message.type in _RUN_EVENTS else None,
+            step_id=_optional_id("RunStep", message.step_id),
+            step_status=_enum_or_none(StepStatus, message.status) if message.type in _STEP_EVENTS else None,
+            at=message.at,
+            payload=message.payload,
+            message=message,
+        )
+
+    @strawberry.field(description="The run this event is about, as it is when the event is delivered.")
+    async def run(self, info: Info) -> Annotated[Run, strawberry.lazy("app.graphql.types.runs")] | None:
+        from app.graphql.types.runs import Run
+
+        # The context's loaders are replaced before every emitted event (Context.fresh_loaders),
+        # so this is the run as of this event's delivery, not as of the connection's start.
+        row = await (await info.context.loaders()).run.load(self.message.run_id)
+        return None if row is None else Run.from_row(row)
+
+
+def _optional_id(type_name: str, pk: int | None) -> strawberry.ID | None:
+    return None if pk is None else strawberry.ID(to_global_id(type_name, pk))
+
+
+def _enum_or_none(enum: type[E], value: str | None) -> E | None:
+    # Lenient on the way out: one odd row must not break a whole subscription stream.
+    try:
+        return None if value is None else enum(value)
+    except ValueError:
+        return None

@@ -1,0 +1,405 @@
+"""``runTree`` end to end: a real uvicorn server, a real websocket client speaking
+graphql-transport-ws, the real database and Redis (DESIGN §6, PITFALLS: Strawberry).
+
+Events are written the way the chokepoint writes them: appended under the root row's lock in
+a ``TreeTx`` and published after commit. The helper can also leave an event unpublished, which
+is exactly what a lost pub/sub message looks like to a subscriber.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import uvicorn
+from sqlalchemy import select
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from app.clock import utcnow
+from app.db import orm
+from app.domain.agents import AgentStatus
+from app.domain.events import EventType
+from app.domain.runs import RunStatus, RunTrigger
+from app.events.hub import hub_client_name
+from app.events.publish import publish_events
+from app.graphql.ids import to_global_id
+from app.services import auth, runs
+from app.services import events as event_log
+from app.services.runtime import Runtime, open_runtime
+from app.services.transitions import TreeTx
+from app.settings import Settings
+from tests.conftest import WorkspaceFixture
+
+RUN_TREE = """
+subscription Watch($root: ID!, $after: Int) {
+  runTree(rootRunId: $root, afterSeq: $after) {
+    seq type runId rootRunId parentRunId status stepId at payload
+    run { id status }
+  }
+}
+"""
+# Generous for a loaded CI box, yet well below IDLE_POLL_S in the tests that must prove an
+# event came through live delivery, a gap re-read or a resync rather than the idle poll.
+FAST_S = 3.0
+
+
+@pytest.fixture
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    rt = await open_runtime(settings)
+    yield rt
+    await rt.close()
+
+
+@pytest.fixture
+async def server(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    """A real uvicorn serving ``create_app(settings)``; yields the websocket URL."""
+    from app.main import create_app
+
+    # The safety-net poll must not mask what a test checks; tests that rely on it lower it.
+    monkeypatch.setattr(event_log, "IDLE_POLL_S", 30.0)
+    port = _free_port()
+    config = uvicorn.Config(
+        create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+    )
+    srv = uvicorn.Server(config)
+    task = asyncio.create_task(srv.serve())
+    deadline = time.monotonic() + 15
+    while not srv.started:
+        assert not task.done(), "uvicorn exited during start-up"
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        await asyncio.sleep(0.02)
+    try:
+        yield f"ws://127.0.0.1:{port}/graphql"
+    finally:
+        srv.should_exit = True
+        await asyncio.wait_for(task, 15)
+
+
+class GraphQLWS:
+    """A graphql-transport-ws client, as a browser library would speak it."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(message))
+
+    async def receive(self, timeout_s: float = 10.0) -> dict[str, Any]:
+        while True:
+            message: dict[str, Any] = json.loads(await asyncio.wait_for(self.ws.recv(), timeout_s))
+            if message["type"] == "ping":
+                await self.send({"type": "pong"})
+                continue
+            return message
+
+    async def init(self, payload: dict[str, Any]) -> None:
+        await self.send({"type": "connection_init", "payload": payload})
+        assert await self.receive() == {"type": "connection_ack"}
+
+    async def subscribe(self, op_id: str, root_run_id: str, after_seq: int | None = None) -> None:
+        variables: dict[str, Any] = {"root": root_run_id}
+        if after_seq is not None:
+            variables["after"] = after_seq
+        await self.send(
+            {"id": op_id, "type": "subscribe", "payload": {"query": RUN_TREE, "variables": variables}}
+        )
+
+    async def events(self, op_id: str, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        got: list[dict[str, Any]] = []
+        while len(got) < count:
+            message = await self.receive(timeout_s)
+            assert message.get("id") == op_id, message
+            assert message["type"] == "next" and not message["payload"].get("errors"), message
+            got.append(message["payload"]["data"]["runTree"])
+        return got
+
+    async def nothing_more(self, quiet_s: float = 0.5) -> None:
+        with pytest.raises(TimeoutError):
+            message = await self.receive(quiet_s)
+            pytest.fail(f"unexpected message {message}")
+
+    async def errors(self, op_id: str) -> list[dict[str, Any]]:
+        """The errors an operation ended with (as ``next`` + ``complete`` or as ``error``)."""
+        message = await self.receive()
+        assert message.get("id") == op_id, message
+        if message["type"] == "error":
+            errors: list[dict[str, Any]] = message["payload"]
+            return errors
+        assert message["type"] == "next" and message["payload"].get("errors"), message
+        assert (await self.receive())["type"] == "complete"
+        errors = message["payload"]["errors"]
+        return errors
+
+
+@pytest.fixture
+async def connect_ws(server: str) -> AsyncIterator[Any]:
+    opened: list[ClientConnection] = []
+
+    async def _connect() -> GraphQLWS:
+        ws = await connect(server, subprotocols=["graphql-transport-ws"])  # type: ignore[list-item]
+        opened.append(ws)
+        return GraphQLWS(ws)
+
+    yield _connect
+    for ws in opened:
+        await ws.close()
+
+
+# -- data written like the chokepoint writes it ------------------------------------------
+
+
+async def new_root_run(runtime: Runtime, workspace: WorkspaceFixture) -> orm.Run:
+    """An agent and a QUEUED root run with its RUN_CREATED event (seq 1), published."""
+    now = utcnow()
+    async with runtime.sessionmaker() as session:
+        async with session.begin():
+            agent = orm.Agent(
+                workspace_id=workspace.id,
+                name=f"watcher-{now.timestamp()}",
+                status=AgentStatus.ACTIVE.value,
+                model={"provider": "scripted", "steps": [{"final": "done"}]},
+                tools=[],
+                policy={},
+                memory_max_items=5,
+                memory_max_chars=1_000,
+                created_at=now,
+                updated_at=now,
+            )
+            session.add(agent)
+            await session.flush()
+            run, event = await runs.create_root_run(
+                session, agent=agent, input={"q": 1}, trigger=RunTrigger.API, now=now
+            )
+    await publish_events(runtime.redis, runtime.settings.redis_prefix, [event])
+    return run
+
+
+async def new_child_run(runtime: Runtime, root: orm.Run) -> orm.Run:
+    now = utcnow()
+    async with runtime.sessionmaker() as session:
+        async with session.begin():
+            child = orm.Run(
+                workspace_id=root.workspace_id,
+                agent_id=root.agent_id,
+                status=RunStatus.QUEUED.value,
+                trigger=RunTrigger.DELEGATION.value,
+                parent_run_id=root.id,
+                root_run_id=root.id,
+                depth=1,
+                policy_chain=[],
+                created_at=now,
+                updated_at=now,
+            )
+            session.add(child)
+    return child
+
+
+async def append(
+    runtime: Runtime, root_id: int, run_id: int | None = None, *, publish: bool = True, n: int = 1
+) -> list[orm.RunEvent]:
+    """Append ``n`` events under the root's lock (TreeTx.emit) and, unless told not to,
+    publish them after commit: a ``publish=False`` event is a lost pub/sub message."""
+    async with runtime.sessionmaker() as session:
+        async with session.begin():
+            root = await session.scalar(select(orm.Run).where(orm.Run.id == root_id).with_for_update())
+            assert root is not None
+            tx = TreeTx(session, root, utcnow())
+            run = root if run_id is None else await tx.run(run_id)
+            for i in range(n):
+                tx.emit(run, EventType.MEMORY_WRITTEN, payload={"i": i})
+    if publish:
+        await publish_events(runtime.redis, runtime.settings.redis_prefix, tx.events)
+    return tx.events
+
+
+def gid(run: orm.Run | int) -> str:
+    return to_global_id("Run", run if isinstance(run, int) else run.id)
+
+
+# -- tests -----------------------------------------------------------------------------
+
+
+async def test_replays_after_seq_then_streams_live_in_order_without_duplicates(
+    connect_ws: Any, runtime: Runtime, workspace: WorkspaceFixture
+) -> None:
+    run = await new_root_run(runtime, workspace)
+    await append(runtime, run.id, n=2)  # seq 2, 3: published before anyone listened
+
+    client = await connect_ws()
+    await client.init({"Authorization": f"Bearer {workspace.viewer}"})  # viewers may watch
+    await client.subscribe("1", gid(run), after_seq=1)
+    replayed = await client.events("1", 2)
+    assert [e["seq"] for e in replayed] == [2, 3]
+    assert replayed[0]["runId"] == gid(run) and replayed[0]["rootRunId"] == gid(run)
+    assert replayed[0]["type"] == "MEMORY_WRITTEN" and replayed[0]["payload"] == {"i": 0}
+    assert replayed[0]["parentRunId"] is None and replayed[0]["run"] == {"id": gid(run), "status": "QUEUED"}
+
+    live = await append(runtime, run.id, n=2)  # seq 4, 5
+    assert [e["seq"] for e in await client.events("1", 2, timeout_s=FAST_S)] == [4, 5]
+
+    # Redelivered messages (a publisher retry, a replay overlapping live) are dropped.
+    await publish_events(runtime.redis, runtime.settings.redis_prefix, live)
+    await append(runtime, run.id)  # seq 6
+    assert [e["seq"] for e in await client.events("1", 1, timeout_s=FAST_S)] == [6]
+    await client.nothing_more()
+
+    # Without afterSeq: the whole log, from RUN_CREATED on.
+    await client.subscribe("2", gid(run))
+    everything = await client.events("2", 6)
+    assert [e["seq"] for e in everything] == [1, 2, 3, 4, 5, 6]
+    assert everything[0]["type"] == "RUN_CREATED" and everything[0]["status"] == "QUEUED"
+
+
+async def test_a_lost_message_is_recovered_from_the_database_on_the_next_seq(
+    connect_ws: Any, runtime: Runtime, workspace: WorkspaceFixture
+) -> None:
+    run = await new_root_run(runtime, workspace)
+    await append(runtime, run.id, n=2)  # seq 2, 3
+    client = await connect_ws()
+    await client.init({"authorization": f"Bearer {workspace.viewer}"})  # key is case-insensitive
+    await client.subscribe("w", gid(run), after_seq=3)
+    await client.nothing_more(0.3)
+
+    await append(runtime, run.id, publish=False)  # seq 4: its message never arrives
+    await client.nothing_more(0.3)
+    started = time.monotonic()
+    await append(runtime, run.id)  # seq 5 arrives live and reveals the gap
+    got = await client.events("w", 2, timeout_s=FAST_S)
+    assert [e["seq"] for e in got] == [4, 5]
+    assert time.monotonic() - started < FAST_S
+
+
+async def test_run_field_shows_the_run_as_of_each_event(
+    connect_ws: Any, runtime: Runtime, workspace: WorkspaceFixture
+) -> None:
+    """The websocket context lives for the whole connection; loaders must not."""
+    run = await new_root_run(runtime, workspace)
+    client = await connect_ws()
+    await client.init({"Authorization": f"Bearer {workspace.viewer}"})
+    await client.subscribe("1", gid(run))
+    [created] = await client.events("1", 1)
+    assert created["run"]["status"] == "QUEUED"
+
+    # Real transitions through the chokepoint, which publishes after commit. Each is awaited
+    # before the next: `run` is the run as it is when its event is delivered.
+    assert await runs.claim(runtime, run.id, owner="test-worker") == 1
+    [running] = await client.events("1", 1, timeout_s=FAST_S)
+    assert (running["type"], running["status"]) == ("RUN_STATUS_CHANGED", "RUNNING")
+    assert running["run"]["status"] == "RUNNING"
+
+    async with runtime.sessionmaker() as session:
+        operator = await auth.authenticate(session, token=workspace.operator)
+    await runs.cancel_run(runtime, operator, run_id=run.id, reason="enough")
+    [cancelled] = await client.events("1", 1, timeout_s=FAST_S)
+    assert (cancelled["status"], cancelled["run"]["status"]) == ("CANCELLED", "CANCELLED")
+    assert cancelled["payload"]["reason"] == "enough"
+
+
+async def test_a_child_run_id_streams_its_whole_tree(
+    connect_ws: Any, runtime: Runtime, workspace: WorkspaceFixture
+) -> None:
+    root = await new_root_run(runtime, workspace)
+    child = await new_child_run(runtime, root)
+    await append(runtime, root.id, child.id)  # seq 2, about the child
+
+    client = await connect_ws()
+    await client.init({"Authorization": f"Bearer {workspace.viewer}"})
+    await client.subscribe("c", gid(child))
+    first, second = await client.events("c", 2)
+    assert first["runId"] == gid(root) and first["rootRunId"] == gid(root)
+    assert second["runId"] == gid(child) and second["parentRunId"] == gid(root)
+    assert second["rootRunId"] == gid(root) and second["run"]["id"] == gid(child)
+
+
+async def test_resync_after_the_servers_redis_subscriber_was_cut(
+    connect_ws: Any, runtime: Runtime, workspace: WorkspaceFixture
+) -> None:
+    run = await new_root_run(runtime, workspace)
+    client = await connect_ws()
+    await client.init({"Authorization": f"Bearer {workspace.viewer}"})
+    await client.subscribe("1", gid(run))
+    await client.events("1", 1)
+
+    await append(runtime, run.id, publish=False)  # seq 2, lost; nothing later reveals a gap
+    await client.nothing_more(0.3)
+    # Cut the server's subscriber: on reconnect its hub tells every subscription to re-read.
+    killed = 0
+    for entry in await runtime.redis.client_list():
+        if entry.get("name") == hub_client_name(runtime.settings.redis_prefix):
+            killed += int(await runtime.redis.client_kill_filter(_id=entry["id"]))
+    assert killed == 1
+    [recovered] = await client.events("1", 1, timeout_s=FAST_S)
+    assert recovered["seq"] == 2
+
+    await append(runtime, run.id)  # and live delivery works again afterwards
+    assert [e["seq"] for e in await client.events("1", 1, timeout_s=FAST_S)] == [3]
+
+
+async def test_a_quiet_subscription_polls_the_log_for_silently_lost_messages(
+    connect_ws: Any, runtime: Runtime, workspace: WorkspaceFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(event_log, "IDLE_POLL_S", 0.3)
+    run = await new_root_run(runtime, workspace)
+    client = await connect_ws()
+    await client.init({"Authorization": f"Bearer {workspace.viewer}"})
+    await client.subscribe("1", gid(run), after_seq=1)
+    await append(runtime, run.id, publish=False)  # lost, and nothing else ever happens
+    [got] = await client.events("1", 1, timeout_s=FAST_S)
+    assert got["seq"] == 2
+
+
+async def test_another_workspaces_run_is_not_found(
+    connect_ws: Any, runtime: Runtime, workspace: WorkspaceFixture, make_workspace: Any
+) -> None:
+    theirs = await new_root_run(runtime, await make_workspace())
+    client = await connect_ws()
+    await client.init({"Authorization": f"Bearer {workspace.admin}"})
+
+    for op_id, run_id in (("1", gid(theirs)), ("2", gid(10**15)), ("3", "not-an-id")):
+        await client.subscribe(op_id, run_id)
+        errors = await client.errors(op_id)
+        assert errors[0]["extensions"]["code"] == "NOT_FOUND", errors
+        assert "data" not in errors[0] or not errors[0]["data"]
+
+    # Nothing of theirs leaks into an unrelated subscription either.
+    mine = await new_root_run(runtime, workspace)
+    await client.subscribe("4", gid(mine))
+    assert [e["seq"] for e in await client.events("4", 1)] == [1]
+    await append(runtime, theirs.id)
+    await client.nothing_more()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"Authorization": "Bearer evf_not-a-real-token"}, {"Authorization": "Basic abc"}],
+    ids=["missing", "unknown", "not-bearer"],
+)
+async def test_bad_or_missing_token_is_rejected_at_connection_init(
+    connect_ws: Any, payload: dict[str, Any]
+) -> None:
+    client = await connect_ws()
+    await client.send({"type": "connection_init", "payload": payload})
+    with pytest.raises(ConnectionClosed) as closed:
+        await client.receive()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+
+
+async def test_subscribing_before_connection_init_is_refused(connect_ws: Any, runtime: Runtime) -> None:
+    client = await connect_ws()
+    await client.subscribe("1", gid(1))
+    with pytest.raises(ConnectionClosed) as closed:
+        await client.receive()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
