@@ -20,9 +20,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from app.db.orm import Agent, Approval, Memory, Run, RunStep
+from app.db.orm import Approval, Run, RunStep
 from app.domain.errors import EnverifError
 from app.domain.events import EventType
 from app.domain.policy import Decision, effective_decision, parse_chain
@@ -56,12 +56,15 @@ class Outcome:
     error: str | None = None
 
 
-async def execute_run(rt: Runtime, registry: ToolRegistry, run_id: int, *, owner: str) -> None:
+async def execute_run(
+    rt: Runtime, registry: ToolRegistry, run_id: int, *, owner: str, root_id: int | None = None
+) -> None:
     """Entry point of the ``execute_run`` job. Safe to call any number of times."""
-    attempt = await runs.claim(rt, run_id, owner=owner)
-    if attempt is None:
+    claimed = await runs.claim(rt, run_id, owner=owner, root_id=root_id)
+    if claimed is None:
         return  # duplicate delivery, or the run was cancelled / taken meanwhile
-    executor = RunExecutor(rt, registry, run_id, attempt)
+    attempt = claimed.attempt
+    executor = RunExecutor(rt, registry, claimed)
     current = asyncio.current_task()
     assert current is not None
     renewer = asyncio.create_task(executor.keep_lease(current))
@@ -84,11 +87,19 @@ async def execute_run(rt: Runtime, registry: ToolRegistry, run_id: int, *, owner
 
 
 class RunExecutor:
-    def __init__(self, rt: Runtime, registry: ToolRegistry, run_id: int, attempt: int) -> None:
+    def __init__(self, rt: Runtime, registry: ToolRegistry, claimed: runs.Claim) -> None:
         self.rt = rt
         self.registry = registry
-        self.run_id = run_id
-        self.attempt = attempt
+        self.run_id = claimed.run.id
+        self.attempt = claimed.attempt
+        self.run = claimed.run
+        self.root_id = claimed.run.root_run_id or claimed.run.id
+        self.agent = claimed.agent
+        self.memories = claimed.memories
+        # This worker's view of the run's steps. While we hold the fence, nobody else adds
+        # or finishes our steps except by deciding an approval or ending a child (both only
+        # touch WAITING steps), so the view is only re-read after waiting.
+        self.steps = claimed.steps
         self.lease_lost = False
 
     async def keep_lease(self, worker_task: asyncio.Task[Any]) -> None:
@@ -109,27 +120,16 @@ class RunExecutor:
     # -- the loop ------------------------------------------------------------------------
 
     async def drive(self) -> None:
-        async with self.rt.sessionmaker() as session:
-            run = await session.get_one(Run, self.run_id)
-            agent = await session.get_one(Agent, run.agent_id)
-            memories = await _injected(session, run)
-            self.steps = await _load_steps(session, self.run_id)
-        self.run = run
-        self.root_id = run.root_run_id or run.id
-        self.agent = agent
-        self.memories = memories
+        agent = self.agent
         try:
             self.provider: Provider = provider_for(agent.model, self.rt.settings)
-            self.chain = parse_chain(run.policy_chain)
+            self.chain = parse_chain(self.run.policy_chain)
         except EnverifError as exc:
             await self._fail(f"agent configuration: {exc.message}")
             return
         self.fast = bool(getattr(self.provider, "fast", False))
         self.offered = self.registry.specs(list(agent.tools or []))
 
-        # `self.steps` is this worker's view of the run's steps. While we hold the fence,
-        # nobody else adds or finishes our steps except by deciding an approval or ending a
-        # child (both only touch WAITING steps), so the view is only re-read after waiting.
         while True:
             calls = [s for s in self.steps if s.tool is not None]
             runnable = [s for s in calls if StepStatus(s.status) in OPEN]
@@ -205,23 +205,9 @@ class RunExecutor:
                 await self._finish(tx, run, *recorded)
             seq = max((s.seq for s in self.steps), default=0) + 1
             if isinstance(turn, FinalAnswer):
-                step = tx.add_step(
-                    run,
-                    seq=seq,
-                    turn=run.turns,
-                    tool=None,
-                    arguments=None,
-                    status=StepStatus.SUCCEEDED,
-                    result=turn.value,
-                )
-                await tx.session.flush()
-                tx.emit(
-                    run,
-                    EventType.STEP_FINISHED,
-                    status=step.status,
-                    step_id=step.id,
-                    payload={"seq": seq, "tool": None, "final": True},
-                )
+                step = await tx.add_step(run, seq=seq, turn=run.turns, tool=None, arguments=None,
+                                         status=StepStatus.SUCCEEDED, result=turn.value)  # fmt: skip
+                tx.step_finished(run, step, final=True)
                 # Every step is finished (we only ask the model then), so there is no open
                 # work to close: skip those queries.
                 await tx.set_run_status(run, RunStatus.SUCCEEDED, result=turn.value, quiet=True)
@@ -236,90 +222,51 @@ class RunExecutor:
         run.turns += 1
         started_one = False
         for offset, call in enumerate(turn.calls):
-            tool = self.registry.get(call.tool)
-            offered = self.registry.offered(list(self.agent.tools or []), call.tool)
-            if tool is None or not offered:
-                why = "unknown tool" if tool is None else "tool not offered to this agent"
-                step = tx.add_step(
-                    run,
-                    seq=seq + offset,
-                    turn=turn_index,
-                    tool=call.tool,
-                    arguments=call.args,
-                    status=StepStatus.FAILED,
-                    error=why,
-                    result={"error": {"code": "UNKNOWN_TOOL", "message": f"{why}: {call.tool}"}},
-                )
-                await tx.session.flush()
-                tx.step_started(run, step)
-                tx.emit(
-                    run,
-                    EventType.STEP_FINISHED,
-                    status=step.status,
-                    step_id=step.id,
-                    payload={"seq": step.seq, "tool": step.tool, "status": step.status},
-                )
-                added.append(step)
-                continue
-            decision = effective_decision(self.chain, call.tool, tool.risk)
-            common = {
+            common: dict[str, Any] = {
                 "seq": seq + offset,
                 "turn": turn_index,
                 "tool": call.tool,
                 "arguments": call.args,
-                "decision": decision.decision.value,
-                "decision_reason": decision.reason,
             }
+            tool = self.registry.get(call.tool)
+            if tool is None or not self.registry.offered(list(self.agent.tools or []), call.tool):
+                why = "unknown tool" if tool is None else "tool not offered to this agent"
+                refusal = {"error": {"code": "UNKNOWN_TOOL", "message": f"{why}: {call.tool}"}}
+                step = await tx.add_step(run, **common, status=StepStatus.FAILED, error=why, result=refusal)
+                tx.step_started(run, step)
+                tx.step_finished(run, step)
+                added.append(step)
+                continue
+            decision = effective_decision(self.chain, call.tool, tool.risk)
+            common |= {"decision": decision.decision.value, "decision_reason": decision.reason}
             if decision.decision is Decision.DENY:
-                step = tx.add_step(
-                    run,
-                    **common,
-                    status=StepStatus.DENIED,
-                    result={"error": {"code": "DENIED", "message": decision.reason}},
-                )
-                await tx.session.flush()
+                denial = {"error": {"code": "DENIED", "message": decision.reason}}
+                step = await tx.add_step(run, **common, status=StepStatus.DENIED, result=denial)
                 tx.step_started(run, step)
-                tx.emit(
-                    run,
-                    EventType.STEP_FINISHED,
-                    status=step.status,
-                    step_id=step.id,
-                    payload={"seq": step.seq, "tool": step.tool, "status": step.status},
-                )
+                tx.step_finished(run, step)
             elif decision.decision is Decision.REQUIRE_APPROVAL:
-                step = tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
-                await tx.session.flush()
-                approval = Approval(
-                    workspace_id=run.workspace_id,
-                    run_id=run.id,
-                    root_run_id=tx.root.id,
-                    step_id=step.id,
-                    tool=call.tool,
-                    arguments=call.args,
-                    status="PENDING",
-                    requested_at=tx.now,
-                )
-                tx.session.add(approval)
-                await tx.session.flush()
-                step.approval_id = approval.id
-                tx.step_started(run, step)
-                tx.emit(
-                    run,
-                    EventType.APPROVAL_REQUESTED,
-                    status="PENDING",
-                    step_id=step.id,
-                    payload={"approvalId": approval.id, "tool": call.tool, "reason": decision.reason},
-                )
+                step = await tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
+                await self._request_approval(tx, run, step, decision.reason)
             else:
                 # The first allowed call starts right away (one transaction saved); the rest
                 # wait their turn as PENDING and are executed in seq order.
                 status = StepStatus.PENDING if started_one else StepStatus.RUNNING
                 started_one = True
-                step = tx.add_step(run, **common, status=status, attempt=self.attempt)
-                await tx.session.flush()
+                step = await tx.add_step(run, **common, status=status, attempt=self.attempt)
                 tx.step_started(run, step)
             added.append(step)
         return added
+
+    async def _request_approval(self, tx: TreeTx, run: Run, step: RunStep, reason: str) -> None:
+        approval = Approval(workspace_id=run.workspace_id, run_id=run.id, root_run_id=tx.root.id, step_id=step.id,
+                            tool=step.tool, arguments=step.arguments, status="PENDING", requested_at=tx.now)  # fmt: skip
+        tx.session.add(approval)
+        await tx.session.flush()
+        await tx.session.execute(update(RunStep).where(RunStep.id == step.id).values(approval_id=approval.id))
+        step.approval_id = approval.id
+        tx.step_started(run, step)
+        tx.emit(run, EventType.APPROVAL_REQUESTED, status="PENDING", step_id=step.id,
+                payload={"approvalId": approval.id, "tool": step.tool, "reason": reason})  # fmt: skip
 
     async def _mark_running(self, step: RunStep) -> None:
         async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
@@ -392,14 +339,6 @@ class RunExecutor:
             message = f"{type(exc).__name__}: {exc}"
             return Outcome(StepStatus.FAILED, {"error": {"code": "TOOL_FAILED", "message": message}}, message)
         return Outcome(StepStatus.SUCCEEDED, result)
-
-
-async def _injected(session: Any, run: Run) -> list[dict[str, Any]]:
-    ids = list(run.injected_memory_ids or [])
-    if not ids:
-        return []
-    rows = {m.id: m for m in await session.scalars(select(Memory).where(Memory.id.in_(ids)))}
-    return [{"key": rows[i].key, "value": rows[i].value, "tags": rows[i].tags} for i in ids if i in rows]
 
 
 async def _load_steps(session: Any, run_id: int) -> list[RunStep]:

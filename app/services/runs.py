@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,7 +12,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
-from app.db.orm import Agent, Memory, Run, RunEvent
+from app.db.orm import Agent, Memory, Run, RunEvent, RunStep
 from app.domain.agents import AgentStatus, Role
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
 from app.domain.events import EventType
@@ -54,7 +55,7 @@ async def start_run(
             run, event = await create_root_run(
                 session, agent=agent, input=input, trigger=trigger, now=utcnow()
             )
-    await after_commit(rt, [event], [(run.id, run.wake_count)])
+    await after_commit(rt, [event], [(run.id, run.wake_count, run.id)])
     return run
 
 
@@ -142,32 +143,67 @@ async def cancel_subtree(tx: TreeTx, run: Run, reason: str) -> None:
         await tx.set_run_status(run, RunStatus.CANCELLED, reason=reason)
 
 
-async def claim(rt: Runtime, run_id: int, *, owner: str) -> int | None:
-    """QUEUED -> RUNNING under a fresh lease. Returns the attempt (fencing token), or None
-    when the run is not claimable: a second delivery of the same job, a cancelled run, a run
-    another worker already took."""
+@dataclass
+class Claim:
+    """What a worker needs to execute a run it just claimed (loaded in the claim's
+    transaction, so the executor starts without another round of reads)."""
+
+    attempt: int
+    run: Run
+    agent: Agent
+    memories: list[dict[str, Any]]  # injected at the first start: [{key, value, tags}]
+    steps: list[RunStep]
+
+
+async def claim(rt: Runtime, run_id: int, *, owner: str, root_id: int | None = None) -> Claim | None:
+    """QUEUED -> RUNNING under a fresh lease, with the attempt number as fencing token.
+    None when the run is not claimable: a second delivery of the same job, a cancelled run,
+    a run another worker already took."""
     lease_s = rt.settings.lease_s
-    async with tree_tx(rt, run_id) as tx:
+    async with tree_tx(rt, run_id, root_id=root_id) as tx:
         run = await tx.run(run_id)
         if run.status != RunStatus.QUEUED:
             return None
+        first_start = run.injected_memory_ids is None
         run.attempt += 1
         run.lease_owner = owner
         run.lease_expires_at = tx.now + timedelta(seconds=lease_s)
         await tx.set_run_status(run, RunStatus.RUNNING, reason=f"claimed by {owner}")
-        if run.injected_memory_ids is None:
-            await _inject_memories(tx, run)
-        return run.attempt
+        agent = await tx.session.get_one(Agent, run.agent_id)
+        if first_start:
+            memories = await _inject_memories(tx, run, agent)
+            steps: list[RunStep] = []
+        else:
+            memories = await _injected(tx.session, run.injected_memory_ids or [])
+            steps = list(
+                await tx.session.scalars(
+                    select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
+                )
+            )
+        return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps)
     return None  # unreachable; keeps type checkers content about the context manager
 
 
-async def _inject_memories(tx: TreeTx, run: Run) -> None:
+def _memory_view(m: Memory) -> dict[str, Any]:
+    return {"key": m.key, "value": m.value, "tags": m.tags}
+
+
+async def _injected(session: AsyncSession, ids: list[int]) -> list[dict[str, Any]]:
+    if not ids:
+        return []
+    rows = {m.id: m for m in await session.scalars(select(Memory).where(Memory.id.in_(ids)))}
+    return [_memory_view(rows[i]) for i in ids if i in rows]
+
+
+async def _inject_memories(tx: TreeTx, run: Run, agent: Agent) -> list[dict[str, Any]]:
     """On a run's first start: pick the agent's highest-value memories within its budget,
     record them on the run and mark them used (DESIGN §3.2)."""
-    agent = await tx.session.get_one(Agent, run.agent_id)
-    rows = list(await tx.session.scalars(select(Memory).where(Memory.agent_id == run.agent_id)))
+    rows = {m.id: m for m in await tx.session.scalars(select(Memory).where(Memory.agent_id == run.agent_id))}
     chosen = select_for_injection(
-        [MemoryCandidate(m.id, m.key, m.value, m.importance, m.updated_at, m.last_used_at) for m in rows],
+        [
+            MemoryCandidate(m.id, m.key, m.value, m.importance, m.updated_at, m.last_used_at)
+            for m in rows.values()
+        ],
         now=tx.now,
         max_items=agent.memory_max_items,
         max_chars=agent.memory_max_chars,
@@ -178,6 +214,7 @@ async def _inject_memories(tx: TreeTx, run: Run) -> None:
             update(Memory).where(Memory.id.in_(run.injected_memory_ids)).values(last_used_at=tx.now)
         )
         tx.emit(run, EventType.MEMORY_INJECTED, payload={"keys": [m.key for m in chosen]})
+    return [_memory_view(rows[m.id]) for m in chosen]
 
 
 async def renew_lease(rt: Runtime, run_id: int, *, attempt: int) -> bool:

@@ -61,7 +61,7 @@ async def sweep(rt: Runtime) -> SweepReport:
     async with rt.sessionmaker() as session:
         queued = list(
             await session.execute(
-                select(Run.id, Run.wake_count)
+                select(Run.id, Run.wake_count, Run.root_run_id)
                 .where(
                     Run.status == RunStatus.QUEUED.value,
                     Run.queued_at < now - timedelta(seconds=QUEUED_GRACE_S),
@@ -70,8 +70,8 @@ async def sweep(rt: Runtime) -> SweepReport:
                 .limit(BATCH)
             )
         )
-    for run_id, wake in queued:
-        await enqueue_run(rt, run_id, wake)
+    for run_id, wake, root_id in queued:
+        await enqueue_run(rt, run_id, wake, root_id)
         report.reenqueued += 1
     if report.requeued_expired:
         log.warning("sweeper: %d runs had expired leases and were requeued", report.requeued_expired)

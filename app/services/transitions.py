@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
@@ -56,8 +56,11 @@ class TreeTx:
         self.session = session
         self.root = root
         self.now = now
+        # Events are numbered here and written in one multi-row INSERT just before commit.
         self.events: list[RunEvent] = []
-        self.wakeups: list[tuple[int, int]] = []  # (run id, wake count) to enqueue after commit
+        self._seq = root.last_event_seq
+        # (run id, wake count, root id) to enqueue after commit.
+        self.wakeups: list[tuple[int, int, int]] = []
         self._runs: dict[int, Run] = {root.id: root}
 
     # -- locking -------------------------------------------------------------------------
@@ -97,11 +100,11 @@ class TreeTx:
         step_id: int | None = None,
         payload: dict[str, Any] | None = None,
     ) -> RunEvent:
-        self.root.last_event_seq += 1
+        self._seq += 1
         event = RunEvent(
             workspace_id=run.workspace_id,
             root_run_id=self.root.id,
-            seq=self.root.last_event_seq,
+            seq=self._seq,
             run_id=run.id,
             parent_run_id=run.parent_run_id,
             type=type.value,
@@ -110,9 +113,15 @@ class TreeTx:
             payload=payload,
             at=self.now,
         )
-        self.session.add(event)
         self.events.append(event)
         return event
+
+    async def write_events(self) -> None:
+        """Append this transaction's events (called once, right before commit)."""
+        if not self.events:
+            return
+        self.root.last_event_seq = self._seq
+        await self.session.execute(insert(RunEvent), [_event_row(e) for e in self.events])
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -145,7 +154,7 @@ class TreeTx:
             run.queued_at = self.now
             run.lease_owner = None
             run.lease_expires_at = None
-            self.wakeups.append((run.id, run.wake_count))
+            self.wakeups.append((run.id, run.wake_count, self.root.id))
         elif to in TERMINAL_RUN:
             run.finished_at = self.now
             run.lease_owner = None
@@ -226,7 +235,7 @@ class TreeTx:
 
     # -- steps ---------------------------------------------------------------------------
 
-    def add_step(
+    async def add_step(
         self,
         run: Run,
         *,
@@ -241,27 +250,34 @@ class TreeTx:
         error: str | None = None,
         attempt: int | None = None,
     ) -> RunStep:
+        """Insert a step (one statement, no ORM flush) and return it detached, with its id."""
         started = status is not StepStatus.PENDING
         finished = status in TERMINAL_STEP
-        step = RunStep(
-            workspace_id=run.workspace_id,
-            run_id=run.id,
-            seq=seq,
-            turn=turn,
-            tool=tool,
-            arguments=arguments,
-            status=status.value,
-            decision=decision,
-            decision_reason=decision_reason,
-            result=result,
-            error=error,
-            executed_attempt=attempt if status is StepStatus.RUNNING else None,
-            created_at=self.now,
-            started_at=self.now if started else None,
-            finished_at=self.now if finished else None,
-        )
-        self.session.add(step)
-        return step
+        values: dict[str, Any] = {
+            "workspace_id": run.workspace_id,
+            "run_id": run.id,
+            "seq": seq,
+            "turn": turn,
+            "tool": tool,
+            "arguments": arguments,
+            "status": status.value,
+            "decision": decision,
+            "decision_reason": decision_reason,
+            "result": result,
+            "error": error,
+            "executed_attempt": attempt if status is StepStatus.RUNNING else None,
+            "created_at": self.now,
+            "started_at": self.now if started else None,
+            "finished_at": self.now if finished else None,
+        }
+        inserted = await self.session.execute(insert(RunStep).values(values))
+        return RunStep(id=inserted.inserted_primary_key[0], **values)
+
+    def step_finished(self, run: Run, step: RunStep, *, final: bool = False) -> None:
+        payload: dict[str, Any] = {"seq": step.seq, "tool": step.tool, "status": step.status}
+        if final:
+            payload["final"] = True
+        self.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload=payload)
 
     def step_started(self, run: Run, step: RunStep) -> None:
         self.emit(
@@ -330,21 +346,40 @@ async def tree_tx(rt: Runtime, run_id: int, *, root_id: int | None = None) -> As
             assert root is not None  # a root row is never deleted while its tree exists
             tx = TreeTx(session, root, now)
             yield tx
+            await tx.write_events()
         await after_commit(rt, tx.events, tx.wakeups)
 
 
-async def after_commit(rt: Runtime, events: list[RunEvent], wakeups: list[tuple[int, int]]) -> None:
+async def after_commit(rt: Runtime, events: list[RunEvent], wakeups: list[tuple[int, int, int]]) -> None:
     """Publish and enqueue. Redis failures are logged, never raised: the database already
     holds the truth, subscribers re-read it on gaps and the sweeper re-enqueues lost jobs."""
     if events:
         from app.events.publish import publish_events
 
         await publish_events(rt.redis, rt.settings.redis_prefix, events)
-    for run_id, wake in wakeups:
-        await enqueue_run(rt, run_id, wake)
+    for run_id, wake, root_id in wakeups:
+        await enqueue_run(rt, run_id, wake, root_id)
 
 
-async def enqueue_run(rt: Runtime, run_id: int, wake: int) -> None:
+def _event_row(event: RunEvent) -> dict[str, Any]:
+    return {c: getattr(event, c) for c in _EVENT_COLUMNS}
+
+
+_EVENT_COLUMNS = (
+    "workspace_id",
+    "root_run_id",
+    "seq",
+    "run_id",
+    "parent_run_id",
+    "type",
+    "status",
+    "step_id",
+    "payload",
+    "at",
+)
+
+
+async def enqueue_run(rt: Runtime, run_id: int, wake: int, root_id: int | None = None) -> None:
     from app.keys import queue_name, run_job_id
 
     try:
@@ -352,6 +387,7 @@ async def enqueue_run(rt: Runtime, run_id: int, wake: int) -> None:
             "execute_run",
             run_id,
             wake,
+            root_id,
             _job_id=run_job_id(rt.settings.redis_prefix, run_id, wake),
             _queue_name=queue_name(rt.settings.redis_prefix),
         )

@@ -75,16 +75,18 @@ async def test_a_worker_whose_lease_was_taken_over_cannot_write(gql, workspace, 
     agent = await _agent_row(sessionmaker, agent_gid)
     principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
     run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)
-    first = await runs.claim(rt, run.id, owner="zombie")
-    assert first == 1
+    zombie = await runs.claim(rt, run.id, owner="zombie")
+    assert zombie is not None and zombie.attempt == 1
+    first = zombie.attempt
     async with sessionmaker() as session, session.begin():
         await session.execute(
             update(Run).where(Run.id == run.id).values(lease_expires_at=utcnow() - timedelta(seconds=1))
         )
     report = await sweep(rt)
     assert report.requeued_expired >= 1
-    second = await runs.claim(rt, run.id, owner="fresh")
-    assert second == 2
+    fresh = await runs.claim(rt, run.id, owner="fresh")
+    assert fresh is not None and fresh.attempt == 2
+    second = fresh.attempt
     # The zombie wakes up and tries to finish the run: refused, nothing written.
     with pytest.raises(LeaseLost):
         async with tree_tx(rt, run.id) as tx:

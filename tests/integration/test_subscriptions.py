@@ -213,6 +213,7 @@ async def append(
             run = root if run_id is None else await tx.run(run_id)
             for i in range(n):
                 tx.emit(run, EventType.MEMORY_WRITTEN, payload={"i": i})
+            await tx.write_events()
     if publish:
         await publish_events(runtime.redis, runtime.settings.redis_prefix, tx.events)
     return tx.events
@@ -288,7 +289,8 @@ async def test_run_field_shows_the_run_as_of_each_event(
 
     # Real transitions through the chokepoint, which publishes after commit. Each is awaited
     # before the next: `run` is the run as it is when its event is delivered.
-    assert await runs.claim(runtime, run.id, owner="test-worker") == 1
+    claimed = await runs.claim(runtime, run.id, owner="test-worker")
+    assert claimed is not None and claimed.attempt == 1
     [running] = await client.events("1", 1, timeout_s=FAST_S)
     assert (running["type"], running["status"]) == ("RUN_STATUS_CHANGED", "RUNNING")
     assert running["run"]["status"] == "RUNNING"
