@@ -77,7 +77,9 @@ class ToolContext:
     workspace_id: int
     agent_id: int
     run_id: int
-    step_id: int  # also the idempotency key for side-effecting tools
+    # The idempotency key for side-effecting tools. None for READ calls that the loop runs
+    # before their step row exists (see engine.loop: batched reads have no side effects).
+    step_id: int | None
     settings: Any  # app.settings.Settings
 
 

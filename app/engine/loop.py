@@ -2,7 +2,10 @@
 
 Durability rules this module keeps:
 - A step row exists (RUNNING, with its id) before its tool runs, so a side-effecting tool
-  always gets the same idempotency key, whichever worker (re)executes it.
+  always gets the same idempotency key, whichever worker (re)executes it. The exception:
+  with a fast provider, consecutive turns of allowed READ calls run first and are recorded
+  together with the next write (``_batchable``). They have no side effects, so a crash
+  before that write only means they run again.
 - A result is recorded once: the write is fenced by the claimed attempt and only moves a
   RUNNING step to a terminal state. A step whose result was recorded is never run again.
 - A crash between running a tool and recording its result leaves the step RUNNING; the
@@ -17,21 +20,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
 
+from app.clock import utcnow
 from app.db.orm import Approval, Run, RunStep
 from app.domain.errors import EnverifError
 from app.domain.events import EventType
-from app.domain.policy import Decision, effective_decision, parse_chain
+from app.domain.policy import Decision, RiskClass, effective_decision, parse_chain
 from app.domain.runs import TERMINAL_STEP, WAITING_STEP, RunStatus, StepStatus, waiting_status_for
 from app.engine.base import (
     FinalAnswer,
     HistoryItem,
     Provider,
     ProviderError,
+    Tool,
+    ToolCall,
     ToolCalls,
     ToolContext,
     ToolError,
@@ -49,11 +57,28 @@ log = logging.getLogger(__name__)
 OPEN = frozenset({StepStatus.PENDING, StepStatus.RUNNING})
 
 
+# Bounds of a batch of READ calls recorded together (see RunExecutor._batchable).
+READ_BATCH_MAX = 16
+READ_BATCH_S = 0.25
+
+
 @dataclass
 class Outcome:
     status: StepStatus
     result: Any
     error: str | None = None
+
+
+@dataclass
+class ReadCall:
+    """A READ call that ran but is not recorded yet (it will be, with the next write)."""
+
+    turn: int
+    call: ToolCall
+    reason: str
+    outcome: Outcome
+    started_at: datetime
+    finished_at: datetime
 
 
 async def execute_run(
@@ -100,6 +125,10 @@ class RunExecutor:
         # or finishes our steps except by deciding an approval or ending a child (both only
         # touch WAITING steps), so the view is only re-read after waiting.
         self.steps = claimed.steps
+        # Done but not yet written: one step's result, and batched READ calls.
+        self.recorded: tuple[RunStep, Outcome] | None = None
+        self.reads: list[ReadCall] = []
+        self.asked_turn = 0
         self.lease_lost = False
 
     async def keep_lease(self, worker_task: asyncio.Task[Any]) -> None:
@@ -142,37 +171,69 @@ class RunExecutor:
                 if others_open or not self.fast:
                     await self._record(step, outcome)
                     continue
-                turn = await self._ask(calls, recorded=(step, outcome))
-                if turn is None or await self._apply(turn, recorded=(step, outcome)):
-                    return
-                continue
-            if any(StepStatus(s.status) in WAITING_STEP for s in calls):
+                # The result is committed together with whatever the model asks next.
+                self.recorded = (step, outcome)
+            elif any(StepStatus(s.status) in WAITING_STEP for s in calls):
                 if await self._park():
                     return
                 async with self.rt.sessionmaker() as session:
                     self.steps = await _load_steps(session, self.run_id)
                 continue
-            turn = await self._ask(calls)
+            turn = await self._ask()
+            batch_started = time.monotonic()
+            while turn is not None and self._batchable(turn, batch_started):
+                assert isinstance(turn, ToolCalls)
+                for call in turn.calls:
+                    self.reads.append(await self._execute_read(call))
+                turn = await self._ask()
             if turn is None or await self._apply(turn):
                 return
 
+    def _batchable(self, turn: Turn, batch_started: float) -> bool:
+        """Whether to run this turn's calls right away and record them with the next write.
+
+        Only for a fast (local) provider, and only when every call is an allowed READ tool:
+        those have no side effects, so running one again after a crash is harmless and no
+        step row (idempotency key) has to exist first. Everything else is persisted before
+        it runs. The batch is bounded so live watchers still see progress promptly.
+        """
+        if not self.fast or not isinstance(turn, ToolCalls) or not turn.calls:
+            return False
+        if len(self.reads) >= READ_BATCH_MAX or time.monotonic() - batch_started > READ_BATCH_S:
+            return False
+        patterns = list(self.agent.tools or [])
+        for call in turn.calls:
+            tool = self.registry.get(call.tool)
+            if (
+                tool is None
+                or tool.risk is not RiskClass.READ
+                or not self.registry.offered(patterns, call.tool)
+            ):
+                return False
+            if effective_decision(self.chain, call.tool, tool.risk).decision is not Decision.ALLOW:
+                return False
+        return True
+
     # -- model ---------------------------------------------------------------------------
 
-    async def _ask(
-        self, calls: list[RunStep], recorded: tuple[RunStep, Outcome] | None = None
-    ) -> Turn | None:
+    async def _ask(self) -> Turn | None:
         """The next turn, or None when the run was failed instead (provider gave up)."""
         history = []
-        for s in calls:
+        turn_index = 0
+        for s in self.steps:
+            if s.tool is None:
+                continue
             status, result = (s.status, s.result)
-            if recorded is not None and s.id == recorded[0].id:
-                status, result = recorded[1].status.value, recorded[1].result
-            history.append(
-                HistoryItem(tool=s.tool or "", args=s.arguments or {}, status=status, result=result)
-            )
-        turn_index = max((s.turn for s in calls), default=-1) + 1
+            if self.recorded is not None and s.id == self.recorded[0].id:
+                status, result = self.recorded[1].status.value, self.recorded[1].result
+            history.append(HistoryItem(tool=s.tool, args=s.arguments or {}, status=status, result=result))
+            turn_index = max(turn_index, s.turn + 1)
+        for read in self.reads:
+            history.append(HistoryItem(tool=read.call.tool, args=read.call.args, status=read.outcome.status.value,
+                                       result=read.outcome.result))  # fmt: skip
+            turn_index = max(turn_index, read.turn + 1)
         if turn_index >= self.rt.settings.max_turns:
-            await self._fail(f"the run used its {self.rt.settings.max_turns} model turns", recorded=recorded)
+            await self._fail(f"the run used its {self.rt.settings.max_turns} model turns")
             return None
         ctx = TurnContext(
             run_id=self.run.id,
@@ -184,25 +245,25 @@ class RunExecutor:
             history=history,
             turn=turn_index,
         )
+        self.asked_turn = turn_index
         try:
             return await self.provider.next_turn(ctx)
         except ProviderError as exc:
-            await self._fail(f"model provider failed: {exc}", recorded=recorded)
+            await self._fail(f"model provider failed: {exc}")
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("run %s: provider crashed", self.run_id)
-            await self._fail(f"model provider crashed: {type(exc).__name__}: {exc}", recorded=recorded)
+            await self._fail(f"model provider crashed: {type(exc).__name__}: {exc}")
         return None
 
     # -- writes (all fenced) -------------------------------------------------------------
 
-    async def _apply(self, turn: Turn, recorded: tuple[RunStep, Outcome] | None = None) -> bool:
-        """Persist a turn (and the previous result, if given). True when the run ended."""
+    async def _apply(self, turn: Turn) -> bool:
+        """Persist the pending results and the turn. True when the run ended."""
         async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
-            if recorded is not None:
-                await self._finish(tx, run, *recorded)
+            await self._write_pending(tx, run)
             seq = max((s.seq for s in self.steps), default=0) + 1
             if isinstance(turn, FinalAnswer):
                 step = await tx.add_step(run, seq=seq, turn=run.turns, tool=None, arguments=None,
@@ -215,6 +276,26 @@ class RunExecutor:
             added = await self._add_calls(tx, run, turn, seq)
         self.steps.extend(added)
         return False
+
+    async def _write_pending(self, tx: TreeTx, run: Run) -> None:
+        """Record what ran since the last write: the result of a persisted step, and the
+        batched READ calls (as finished steps, started and finished events together)."""
+        if self.recorded is not None:
+            await self._finish(tx, run, *self.recorded)
+            self.recorded = None
+        seq = max((s.seq for s in self.steps), default=0) + 1
+        for read in self.reads:
+            step = await tx.add_step(run, seq=seq, turn=read.turn, tool=read.call.tool, arguments=read.call.args,
+                                     status=read.outcome.status, decision=Decision.ALLOW.value,
+                                     decision_reason=read.reason, result=read.outcome.result,
+                                     error=read.outcome.error, attempt=self.attempt,
+                                     started_at=read.started_at, finished_at=read.finished_at)  # fmt: skip
+            tx.step_started(run, step)
+            tx.step_finished(run, step)
+            self.steps.append(step)
+            run.turns = max(run.turns, read.turn + 1)
+            seq += 1
+        self.reads = []
 
     async def _add_calls(self, tx: TreeTx, run: Run, turn: ToolCalls, seq: int) -> list[RunStep]:
         added: list[RunStep] = []
@@ -306,14 +387,21 @@ class RunExecutor:
             await tx.set_run_status(run, status)
             return True
 
-    async def _fail(self, error: str, recorded: tuple[RunStep, Outcome] | None = None) -> None:
+    async def _fail(self, error: str) -> None:
         async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
-            if recorded is not None:
-                await self._finish(tx, run, *recorded)
+            await self._write_pending(tx, run)
             await tx.set_run_status(run, RunStatus.FAILED, error=error)
 
     # -- tools ---------------------------------------------------------------------------
+
+    async def _execute_read(self, call: ToolCall) -> ReadCall:
+        tool = self.registry.get(call.tool)
+        assert tool is not None  # checked by _batchable
+        started_at = utcnow()
+        outcome = await self._run_tool(tool, call.tool, call.args, step_id=None)
+        reason = effective_decision(self.chain, call.tool, tool.risk).reason
+        return ReadCall(self.asked_turn, call, reason, outcome, started_at, utcnow())
 
     async def _execute(self, step: RunStep) -> Outcome:
         tool = self.registry.get(step.tool or "")
@@ -321,21 +409,24 @@ class RunExecutor:
             return Outcome(
                 StepStatus.FAILED, {"error": {"code": "UNKNOWN_TOOL", "message": step.tool}}, "unknown tool"
             )
+        return await self._run_tool(tool, step.tool or "", dict(step.arguments or {}), step_id=step.id)
+
+    async def _run_tool(self, tool: Tool, name: str, args: dict[str, Any], *, step_id: int | None) -> Outcome:
         ctx = ToolContext(
             workspace_id=self.run.workspace_id,
             agent_id=self.run.agent_id,
             run_id=self.run_id,
-            step_id=step.id,
+            step_id=step_id,
             settings=self.rt.settings,
         )
         try:
-            result = await tool.run(ctx, dict(step.arguments or {}))
+            result = await tool.run(ctx, args)
         except ToolError as exc:
             return Outcome(StepStatus.FAILED, exc.as_result(), f"{exc.code}: {exc.message}")
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("run %s step %s: tool %s raised", self.run_id, step.id, step.tool, exc_info=True)
+            log.warning("run %s step %s: tool %s raised", self.run_id, step_id, name, exc_info=True)
             message = f"{type(exc).__name__}: {exc}"
             return Outcome(StepStatus.FAILED, {"error": {"code": "TOOL_FAILED", "message": message}}, message)
         return Outcome(StepStatus.SUCCEEDED, result)

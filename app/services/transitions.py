@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
@@ -121,7 +121,9 @@ class TreeTx:
         if not self.events:
             return
         self.root.last_event_seq = self._seq
-        await self.session.execute(insert(RunEvent), [_event_row(e) for e in self.events])
+        # Core executemany on the table (not the ORM bulk path, which splits the batch by
+        # which columns are null): one multi-row INSERT.
+        await self.session.execute(insert(RunEvent.__table__), [_event_row(e) for e in self.events])
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -249,6 +251,8 @@ class TreeTx:
         result: Any = None,
         error: str | None = None,
         attempt: int | None = None,
+        started_at: datetime | None = None,
+        finished_at: datetime | None = None,
     ) -> RunStep:
         """Insert a step (one statement, no ORM flush) and return it detached, with its id."""
         started = status is not StepStatus.PENDING
@@ -265,12 +269,12 @@ class TreeTx:
             "decision_reason": decision_reason,
             "result": result,
             "error": error,
-            "executed_attempt": attempt if status is StepStatus.RUNNING else None,
+            "executed_attempt": attempt if status is StepStatus.RUNNING or started_at else None,
             "created_at": self.now,
-            "started_at": self.now if started else None,
-            "finished_at": self.now if finished else None,
+            "started_at": started_at or (self.now if started else None),
+            "finished_at": finished_at or (self.now if finished else None),
         }
-        inserted = await self.session.execute(insert(RunStep).values(values))
+        inserted = await self.session.execute(_INSERT_STEP, values)
         return RunStep(id=inserted.inserted_primary_key[0], **values)
 
     def step_finished(self, run: Run, step: RunStep, *, final: bool = False) -> None:
@@ -295,9 +299,8 @@ class TreeTx:
         False when the step is not RUNNING any more (its result was recorded already)."""
         check_step_transition(StepStatus.RUNNING, to)
         done = await self.session.execute(
-            update(RunStep)
-            .where(RunStep.id == step.id, RunStep.status == StepStatus.RUNNING.value)
-            .values(status=to.value, result=result, error=error, finished_at=self.now)
+            _FINISH_RUNNING_STEP,
+            {"b_id": step.id, "b_status": to.value, "b_result": result, "b_error": error, "b_at": self.now},
         )
         if not done.rowcount:  # type: ignore[attr-defined]
             return False
@@ -359,6 +362,22 @@ async def after_commit(rt: Runtime, events: list[RunEvent], wakeups: list[tuple[
         await publish_events(rt.redis, rt.settings.redis_prefix, events)
     for run_id, wake, root_id in wakeups:
         await enqueue_run(rt, run_id, wake, root_id)
+
+
+# Built once: statements with bound parameters are compiled once and cached, where values
+# inlined with .values(...) would be traversed for a cache key on every execution.
+_steps = RunStep.__table__
+_INSERT_STEP = insert(_steps)
+_FINISH_RUNNING_STEP = (
+    update(_steps)
+    .where(_steps.c.id == bindparam("b_id"), _steps.c.status == StepStatus.RUNNING.value)
+    .values(
+        status=bindparam("b_status"),
+        result=bindparam("b_result"),
+        error=bindparam("b_error"),
+        finished_at=bindparam("b_at"),
+    )
+)
 
 
 def _event_row(event: RunEvent) -> dict[str, Any]:

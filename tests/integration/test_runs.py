@@ -174,31 +174,65 @@ async def test_cancel_a_waiting_run_closes_its_approvals(gql, workspace) -> None
 async def test_cancel_a_running_run_stops_it_and_the_worker_writes_nothing_more(
     gql, workspace, sessionmaker
 ) -> None:
-    async with sink_server() as (sink, url):
+    async with sink_server(delay_s=1.5) as (sink, url):
         agent = await create_agent(
             gql,
             workspace.admin,
             steps=[
-                {"call": "http.get", "args": {"url": url + "/slow?s=1.5"}},
-                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}},
+                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": 1}}},
+                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": 2}}},
             ],
             policy=ALLOW_WEBHOOK,
         )
         run_id = await start_run(gql, workspace.operator, agent)
         run = await wait_run(gql, workspace.viewer, run_id, "RUNNING")
-        while not run["steps"]:
+        while not run["steps"] or sink.in_flight() == 0:
+            await asyncio.sleep(0.02)
             run = await get_run(gql, workspace.viewer, run_id)
         await gql.ok(CANCEL_RUN, {"id": run_id}, token=workspace.operator)
         async with sessionmaker() as session:
             seq_at_cancel = await _last_seq(session, workspace.id)
-        await asyncio.sleep(2.5)  # the slow call returns meanwhile; its result must be dropped
+        await asyncio.sleep(2.5)  # the in-flight call returns meanwhile; its result must be dropped
         run = await get_run(gql, workspace.viewer, run_id)
         async with sessionmaker() as session:
             seq_after = await _last_seq(session, workspace.id)
     assert run["status"] == "CANCELLED"
     assert [s["status"] for s in run["steps"]] == ["CANCELLED"]
     assert seq_after == seq_at_cancel
-    assert sink.deliveries == []
+    assert [d.payload for d in sink.deliveries] == [{"n": 1}]  # the second call never went out
+
+
+async def test_consecutive_reads_are_recorded_as_ordinary_steps(gql, workspace, sessionmaker) -> None:
+    """Allowed READ calls may run before their rows exist (batched); what is recorded is
+    the same: one step per call, in order, each with its decision, events gap-free."""
+    async with sink_server() as (sink, url):
+        agent = await create_agent(
+            gql,
+            workspace.admin,
+            steps=[
+                {"calls": [{"call": "http.get", "args": {"url": url + "/page?n=1"}},
+                           {"call": "http.get", "args": {"url": url + "/page?n=2"}}]},
+                {"call": "http.get", "args": {"url": url + "/page?n={{ results|length + 1 }}"}},
+                {"final": "{{ results | map(attribute='body') | join(',') }}"},
+            ],
+        )  # fmt: skip
+        run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
+    assert run["status"] == "SUCCEEDED" and run["result"] == "page 1,page 2,page 3"
+    assert [(s["seq"], s["tool"], s["status"], s["decision"]) for s in run["steps"]] == [
+        (1, "http.get", "SUCCEEDED", "ALLOW"),
+        (2, "http.get", "SUCCEEDED", "ALLOW"),
+        (3, "http.get", "SUCCEEDED", "ALLOW"),
+        (4, None, "SUCCEEDED", None),
+    ]
+    assert sink.pages == 3
+    async with sessionmaker() as session:
+        events = list(
+            await session.scalars(
+                select(RunEvent).where(RunEvent.workspace_id == workspace.id).order_by(RunEvent.seq)
+            )
+        )
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [e.type for e in events].count("STEP_STARTED") == 3
 
 
 async def _last_seq(session: Any, workspace_id: int) -> int:

@@ -268,6 +268,10 @@ class WebhookPostTool(_HttpTool):
     }
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
+        if ctx.step_id is None:  # the loop only omits it for READ tools; never send without one
+            raise ToolError(
+                "NO_IDEMPOTENCY_KEY", "webhook.post needs a recorded step to use as its idempotency key"
+            )
         checked = _check_args(args, {"url", "payload"})
         url = _check_url(checked["url"])
         # Redirects are not followed: re-sending a POST elsewhere is the receiver's call to
