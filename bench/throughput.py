@@ -47,7 +47,11 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 async def page(request):
     return PlainTextResponse("ok")
-uvicorn.run(Starlette(routes=[Route("/page", page)]), host="127.0.0.1", port={port}, log_level="error")
+async def hook(request):
+    await request.body()
+    return PlainTextResponse("received")
+routes = [Route("/page", page), Route("/hook", hook, methods=["POST"])]
+uvicorn.run(Starlette(routes=routes), host="127.0.0.1", port={port}, log_level="error")
 """
 
 
@@ -78,7 +82,9 @@ async def baseline_arq(settings: Settings, n: int) -> float:
     return n / elapsed
 
 
-async def make_agent(rt: Any, workspace_id: int, name: str, steps: list[dict[str, Any]]) -> int:
+async def make_agent(
+    rt: Any, workspace_id: int, name: str, steps: list[dict[str, Any]], policy: dict[str, Any] | None = None
+) -> int:
     from app.clock import utcnow
 
     async with rt.sessionmaker() as session, session.begin():
@@ -89,8 +95,8 @@ async def make_agent(rt: Any, workspace_id: int, name: str, steps: list[dict[str
             instructions="benchmark",
             status="ACTIVE",
             model={"provider": "scripted", "steps": steps},
-            tools=["http.get"],
-            policy={},
+            tools=["http.get", "webhook.post"],
+            policy=policy or {},
             memory_max_items=5,
             memory_max_chars=1000,
             created_at=utcnow(),
@@ -124,9 +130,37 @@ async def wait_statuses(rt: Any, run_ids: set[int], timeout_s: float) -> dict[in
     return done
 
 
+async def throughput(
+    rt: Any, principal: Any, agent_id: int, n: int, worker: Any, profile: str | None = None
+) -> tuple[float, float]:
+    """Queue ``n`` runs with the worker paused, then let it drain them (like the baseline).
+    Returns (runs/s, worker-process CPU ms per run)."""
+    worker.allow_pick_jobs = False
+    ids = {(await runs.start_run(rt, principal, agent_id=agent_id, input=None)).id for _ in range(n)}
+    watcher = asyncio.create_task(wait_statuses(rt, ids, timeout_s=600))
+    await asyncio.sleep(0.2)
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    worker.allow_pick_jobs = True
+    done = await watcher
+    cpu_ms = (time.process_time() - cpu_started) * 1000 / max(len(done), 1)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    if len(done) < n:
+        raise RuntimeError(f"only {len(done)} of {n} runs succeeded")
+    return len(done) / (max(done.values()) - started), cpu_ms
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--latency-runs", type=int, default=50)
     parser.add_argument("--noop-jobs", type=int, default=2000)
     parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
@@ -158,39 +192,28 @@ async def main() -> None:
         async with rt.sessionmaker() as session:
             workspace, _ = await auth.create_workspace(session, name="bench")
         principal = auth.Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
-        call = {"call": "http.get", "args": {"url": f"http://127.0.0.1:{args.port}/page"}}
-        three = await make_agent(rt, workspace.id, "three-calls", [call, call, call, {"final": "done"}])
-        one = await make_agent(rt, workspace.id, "one-call", [call, {"final": "done"}])
+        base = f"http://127.0.0.1:{args.port}"
+        get = {"call": "http.get", "args": {"url": f"{base}/page"}}
+        post = {"call": "webhook.post", "args": {"url": f"{base}/hook", "payload": {"n": 1}}}
+        reads = await make_agent(rt, workspace.id, "three-reads", [get, get, get, {"final": "done"}])
+        writes = await make_agent(
+            rt, workspace.id, "three-writes", [post, post, post, {"final": "done"}],
+            policy={"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]},
+        )  # fmt: skip
+        one = await make_agent(rt, workspace.id, "one-call", [get, {"final": "done"}])
 
         noop_rate = await baseline_arq(settings, args.noop_jobs)
 
-        # Throughput: all runs queued first, then one worker drains them (like the baseline).
-        ids = set()
-        for _ in range(args.runs):
-            run = await runs.start_run(rt, principal, agent_id=three, input=None)
-            ids.add(run.id)
-        watcher = asyncio.create_task(wait_statuses(rt, ids, timeout_s=600))
-        await asyncio.sleep(0.2)
         worker = build_worker(settings, handle_signals=False)
-        profiler = None
-        if args.profile:
-            import cProfile
-
-            profiler = cProfile.Profile()
-            profiler.enable()
-        started = time.perf_counter()
-        cpu_started = time.process_time()
         worker_task = asyncio.create_task(worker.main())
-        done = await watcher
-        if profiler is not None:
-            profiler.disable()
-            profiler.dump_stats(args.profile)
-        cpu_ms_per_run = (time.process_time() - cpu_started) * 1000 / max(len(done), 1)
-        elapsed = max(done.values()) - started if done else float("nan")
-        run_rate = len(done) / elapsed
+        read_rate, read_cpu = await throughput(rt, principal, reads, args.runs, worker, profile=args.profile)
         print(
-            f"throughput: {len(done)}/{len(ids)} runs in {elapsed:.2f}s = {run_rate:.1f} runs/s "
-            f"(arq no-op baseline {noop_rate:.0f} jobs/s), {cpu_ms_per_run:.1f} ms CPU per run",
+            f"3 READ calls (http.get): {read_rate:.1f} runs/s, {read_cpu:.1f} ms worker CPU per run",
+            flush=True,
+        )
+        write_rate, write_cpu = await throughput(rt, principal, writes, args.runs, worker)
+        print(
+            f"3 side-effecting calls (webhook.post): {write_rate:.1f} runs/s, {write_cpu:.1f} ms CPU/run",
             flush=True,
         )
 
@@ -221,11 +244,13 @@ async def main() -> None:
         report = {
             "database": "mariadb",
             "baseline_arq_noop_jobs_per_s": round(noop_rate, 1),
-            "runs": args.runs,
-            "completed": len(done),
-            "runs_per_s_3_calls": round(run_rate, 1),
-            "ratio_to_arq_noop": round(run_rate / noop_rate, 4),
-            "worker_process_cpu_ms_per_run": round(cpu_ms_per_run, 1),
+            "runs_per_scenario": args.runs,
+            "runs_per_s_3_read_calls": round(read_rate, 1),
+            "ratio_to_arq_noop_3_read_calls": round(read_rate / noop_rate, 4),
+            "worker_cpu_ms_per_run_3_read_calls": round(read_cpu, 1),
+            "runs_per_s_3_webhook_calls": round(write_rate, 1),
+            "ratio_to_arq_noop_3_webhook_calls": round(write_rate / noop_rate, 4),
+            "worker_cpu_ms_per_run_3_webhook_calls": round(write_cpu, 1),
             "p50_start_to_succeeded_ms_1_call": round(statistics.median(latencies), 1),
             "p95_start_to_succeeded_ms_1_call": round(statistics.quantiles(latencies, n=20)[-1], 1),
             "targets": {"runs_per_s": ">= 100", "p50_ms": "<= 50"},
