@@ -3,6 +3,7 @@
     enverif dev [--host H] [--port P] [--reset]     API + worker + demo workspace, one process
     enverif serve [--host H] [--port P]             the API (uvicorn)
     enverif worker [--burst]                        an arq worker
+    enverif run start --workspace W --agent A [--input JSON] [--json]   start a run (MANUAL)
     enverif migrate [--revision REV | --downgrade REV]
     enverif workspace create NAME [--json]          prints the workspace's first admin token
     enverif token create --workspace NAME --role viewer|operator|admin [--json]
@@ -250,6 +251,55 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_start(args: argparse.Namespace) -> int:
+    """Start a run by hand (trigger MANUAL): the workspace's admin acting from the machine."""
+    from sqlalchemy import select
+
+    from app.db.orm import Agent, Workspace
+    from app.domain.agents import Role
+    from app.domain.runs import RunTrigger
+    from app.services import runs
+    from app.services.auth import Principal
+    from app.services.runtime import open_runtime
+
+    try:
+        run_input = json.loads(args.input) if args.input is not None else None
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--input is not valid JSON: {exc}") from None
+    settings = _settings(log=False)
+
+    async def run() -> tuple[int, str]:
+        await _preflight(settings)
+        rt = await open_runtime(settings)
+        try:
+            with _database_errors(settings.effective_database_url):
+                async with rt.sessionmaker() as session:
+                    row = (
+                        await session.execute(
+                            select(Workspace.id, Agent.id)
+                            .join(Agent, Agent.workspace_id == Workspace.id)
+                            .where(Workspace.name == args.workspace, Agent.name == args.agent)
+                        )
+                    ).first()
+                if row is None:
+                    raise CliError(f"no agent named {args.agent!r} in workspace {args.workspace!r}")
+                principal = Principal(workspace_id=row[0], role=Role.ADMIN, token_id=0)
+                started = await runs.start_run(
+                    rt, principal, agent_id=row[1], input=run_input, trigger=RunTrigger.MANUAL
+                )
+            return started.id, started.status
+        finally:
+            await rt.close()
+
+    run_id, status = asyncio.run(run())
+    global_id = to_global_id("Run", run_id)
+    if args.json:
+        print(json.dumps({"run_id": global_id, "status": status}))
+    else:
+        print(f"Started run {global_id} of agent {args.agent!r} ({status}).")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from app import dev
 
@@ -405,6 +455,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--name", help="a label for the token")
     c.add_argument("--json", action="store_true", help='print {"token", "workspace", "role"} as JSON')
     c.set_defaults(handler=cmd_token_create)
+
+    p = commands.add_parser("run", help="runs")
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    c = sub.add_parser("start", help="start a run of an agent (trigger MANUAL); a worker executes it")
+    c.add_argument("--workspace", required=True, metavar="NAME")
+    c.add_argument("--agent", required=True, metavar="NAME")
+    c.add_argument("--input", metavar="JSON", help="the run input, as JSON")
+    c.add_argument("--json", action="store_true", help='print {"run_id", "status"} as JSON')
+    c.set_defaults(handler=cmd_run_start)
     return parser
 
 
