@@ -90,7 +90,7 @@ bench: setup
 	$(BIN)/python bench/throughput.py
 
 chaos: setup
-	@if [ -d tests/chaos ]; then $(PYTEST) -m chaos tests/chaos $(PYTEST_ARGS); \
+	@if [ -d tests/chaos ]; then ENVERIF_TEST_DB=$${ENVERIF_TEST_DB:-mysql} $(PYTEST) -m chaos tests/chaos $(PYTEST_ARGS); \
 	else echo "no chaos tests (tests/chaos does not exist)"; fi
 
 clean:

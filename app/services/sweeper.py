@@ -6,6 +6,8 @@
 - QUEUED runs are enqueued again under their current job id. arq refuses a job id that is
   already queued or running, so this only re-creates jobs that vanished (Redis restarted
   empty, FLUSHALL, a failed enqueue after commit).
+- QUEUED runs whose job a worker took and then died with, before claiming the run, get a
+  new job id: arq would keep the old one locked for the whole job timeout.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
+from arq.constants import in_progress_key_prefix
+from redis.exceptions import RedisError
 from sqlalchemy import select
 
 from app.clock import utcnow
 from app.db.orm import Run
 from app.domain.runs import RunStatus
+from app.keys import run_job_id
 from app.services.runtime import Runtime
 from app.services.transitions import enqueue_run, tree_tx
 
@@ -33,6 +38,29 @@ QUEUED_GRACE_S = 1.0
 class SweepReport:
     requeued_expired: int = 0
     reenqueued: int = 0
+    reissued: int = 0
+
+
+async def _job_held_by_dead_worker(rt: Runtime, run_id: int, wake: int) -> bool:
+    """A job marked in progress whose run is still QUEUED long after: the worker took it
+    and died before claiming (SIGKILL, OOM). arq keeps such a job locked for its whole
+    timeout (PITFALLS: arq), so waiting for it would strand the run."""
+    try:
+        return bool(
+            await rt.redis.exists(in_progress_key_prefix + run_job_id(rt.settings.redis_prefix, run_id, wake))
+        )
+    except RedisError:
+        return False
+
+
+async def _reissue(rt: Runtime, run_id: int, wake: int, root_id: int | None) -> None:
+    """Give the run a new job id (a new wake-up). If the old job ever runs, its claim finds
+    the run taken and does nothing."""
+    async with tree_tx(rt, run_id, root_id=root_id) as tx:
+        run = await tx.run(run_id)
+        if run.status == RunStatus.QUEUED and run.wake_count == wake:
+            tx.reissue_job(run)
+            log.warning("sweeper: run %s was held by a vanished worker; issued a new job", run_id)
 
 
 async def sweep(rt: Runtime) -> SweepReport:
@@ -61,7 +89,7 @@ async def sweep(rt: Runtime) -> SweepReport:
     async with rt.sessionmaker() as session:
         queued = list(
             await session.execute(
-                select(Run.id, Run.wake_count, Run.root_run_id)
+                select(Run.id, Run.wake_count, Run.root_run_id, Run.queued_at)
                 .where(
                     Run.status == RunStatus.QUEUED.value,
                     Run.queued_at < now - timedelta(seconds=QUEUED_GRACE_S),
@@ -70,9 +98,14 @@ async def sweep(rt: Runtime) -> SweepReport:
                 .limit(BATCH)
             )
         )
-    for run_id, wake, root_id in queued:
-        await enqueue_run(rt, run_id, wake, root_id)
-        report.reenqueued += 1
+    stranded_before = now - timedelta(seconds=rt.settings.lease_s)
+    for run_id, wake, root_id, queued_at in queued:
+        if queued_at < stranded_before and await _job_held_by_dead_worker(rt, run_id, wake):
+            await _reissue(rt, run_id, wake, root_id)
+            report.reissued += 1
+        else:
+            await enqueue_run(rt, run_id, wake, root_id)
+            report.reenqueued += 1
     if report.requeued_expired:
         log.warning("sweeper: %d runs had expired leases and were requeued", report.requeued_expired)
     return report

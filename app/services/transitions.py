@@ -181,6 +181,13 @@ class TreeTx:
             if run.parent_step_id is not None:
                 await self._deliver_to_parent(run)
 
+    def reissue_job(self, run: Run) -> None:
+        """A fresh wake-up (job id) for a QUEUED run whose job is stuck; no state change."""
+        run.wake_count += 1
+        run.queued_at = self.now
+        run.updated_at = self.now
+        self.wakeups.append((run.id, run.wake_count, self.root.id))
+
     async def _close_open_work(self, run: Run, to: RunStatus, why: str | None) -> None:
         for step in await self.steps(run.id):
             if StepStatus(step.status) in TERMINAL_STEP:

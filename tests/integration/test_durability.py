@@ -132,3 +132,45 @@ async def test_cancel_a_queued_run(gql, workspace) -> None:
     run_id = await start_run(gql, workspace.operator, agent)
     data = await gql.ok(CANCEL_RUN, {"id": run_id}, token=workspace.operator)
     assert data["cancelRun"]["status"] == "CANCELLED"
+
+
+async def test_a_job_held_by_a_vanished_worker_gets_a_new_job_id(
+    gql, workspace, rt, sessionmaker, settings
+) -> None:
+    """arq keeps a job that a SIGKILLed worker took locked for its whole timeout; the sweeper
+    must not wait for it."""
+    from arq.constants import in_progress_key_prefix
+
+    from app.keys import run_job_id
+    from tests.support.runs import wait_run
+    from workers.main import build_worker
+
+    agent_gid = await create_agent(gql, workspace.admin, steps=[{"final": "ok"}])
+    agent = await _agent_row(sessionmaker, agent_gid)
+    principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
+    run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)
+    job_id = run_job_id(settings.redis_prefix, run.id, 1)
+    # What a worker leaves behind when it is killed right after taking the job.
+    await rt.redis.set(in_progress_key_prefix + job_id, b"1", px=3_600_000)
+    async with sessionmaker() as session, session.begin():
+        await session.execute(
+            update(Run)
+            .where(Run.id == run.id)
+            .values(queued_at=utcnow() - timedelta(seconds=settings.lease_s + 1))
+        )
+    report = await sweep(rt)
+    assert report.reissued == 1
+    async with sessionmaker() as session:
+        assert (await session.get_one(Run, run.id)).wake_count == 2
+    w = build_worker(settings, handle_signals=False)
+    task = asyncio.create_task(w.main())
+    try:
+        from app.graphql.ids import to_global_id
+
+        done = await wait_run(gql, workspace.viewer, to_global_id("Run", run.id))
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await w.close()
+        await rt.redis.delete(in_progress_key_prefix + job_id)
+    assert done["status"] == "SUCCEEDED"
