@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     provider_max_retries: int = Field(default=4, ge=0, le=20)
     provider_timeout_s: float = Field(default=60.0, gt=0, le=600)
     max_turns: int = Field(default=50, ge=1, le=10_000)
+    # Claims of one run (each worker crash or internal error costs one) before it is failed.
+    max_attempts: int = Field(default=10, ge=1, le=1_000)
 
     @field_validator("database_url")
     @classmethod

@@ -97,6 +97,12 @@ async def execute_run(
         await executor.drive()
     except LeaseLost:
         log.info("run %s: lease lost at attempt %s; stopping without writing", run_id, attempt)
+    except Exception:
+        # Infrastructure trouble (the database went away mid-run) or a bug: hand the run back
+        # so it is tried again soon; the claim fails it once its attempts are used up.
+        log.exception("run %s: attempt %s broke off", run_id, attempt)
+        with contextlib.suppress(Exception):
+            await runs.release(rt, run_id, attempt=attempt, reason="the worker hit an internal error")
     except asyncio.CancelledError:
         if executor.lease_lost:
             log.info("run %s: cancelled or taken over; stopped", run_id)

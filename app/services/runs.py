@@ -164,6 +164,12 @@ async def claim(rt: Runtime, run_id: int, *, owner: str, root_id: int | None = N
         run = await tx.run(run_id)
         if run.status != RunStatus.QUEUED:
             return None
+        if run.attempt >= rt.settings.max_attempts:
+            # Every worker that took it crashed or broke off: stop trying rather than loop.
+            await tx.set_run_status(
+                run, RunStatus.FAILED, error=f"gave up after {run.attempt} attempts to execute the run"
+            )
+            return None
         first_start = run.injected_memory_ids is None
         run.attempt += 1
         run.lease_owner = owner

@@ -174,3 +174,44 @@ async def test_a_job_held_by_a_vanished_worker_gets_a_new_job_id(
         await w.close()
         await rt.redis.delete(in_progress_key_prefix + job_id)
     assert done["status"] == "SUCCEEDED"
+
+
+async def test_a_run_that_keeps_breaking_its_workers_fails_instead_of_looping(
+    gql, workspace, rt, sessionmaker, settings
+) -> None:
+    agent_gid = await create_agent(gql, workspace.admin, steps=[{"final": "ok"}])
+    agent = await _agent_row(sessionmaker, agent_gid)
+    principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
+    run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)
+    async with sessionmaker() as session, session.begin():
+        await session.execute(update(Run).where(Run.id == run.id).values(attempt=settings.max_attempts))
+    assert await runs.claim(rt, run.id, owner="w") is None
+    async with sessionmaker() as session:
+        row = await session.get_one(Run, run.id)
+    assert row.status == RunStatus.FAILED
+    assert row.error is not None and "attempts" in row.error
+
+
+async def test_an_internal_error_hands_the_run_back(
+    gql, workspace, rt, registry, sessionmaker, monkeypatch
+) -> None:
+    from app.engine import loop
+
+    agent_gid = await create_agent(gql, workspace.admin, steps=[{"final": "ok"}])
+    agent = await _agent_row(sessionmaker, agent_gid)
+    principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
+    run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)
+
+    async def broken(self: object) -> None:
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(loop.RunExecutor, "drive", broken)
+    await execute_run(rt, registry, run.id, owner="w1")
+    async with sessionmaker() as session:
+        row = await session.get_one(Run, run.id)
+    assert row.status == RunStatus.QUEUED and row.attempt == 1 and row.wake_count == 2
+    monkeypatch.undo()
+    await execute_run(rt, registry, run.id, owner="w2")
+    async with sessionmaker() as session:
+        row = await session.get_one(Run, run.id)
+    assert row.status == RunStatus.SUCCEEDED and row.attempt == 2
