@@ -55,7 +55,7 @@ class Context:
 
     def session(self) -> AsyncSession:
         """A new short-lived session: one per read, never shared between concurrent resolvers."""
-        return self.runtime.sessionmaker()
+        return self.runtime.read_sessionmaker()
 
     async def principal(self) -> Principal:
         """The caller, or UNAUTHENTICATED. Looked up once, then cached (failures too)."""
@@ -82,7 +82,7 @@ class Context:
         """The current DataLoaders, bound to the caller's workspace (authenticates first)."""
         principal = await self.principal()
         if self._loaders is None:
-            self._loaders = Loaders(self.runtime.sessionmaker, principal.workspace_id)
+            self._loaders = Loaders(self.runtime.read_sessionmaker, principal.workspace_id)
         return self._loaders
 
     def fresh_loaders(self) -> Loaders:
@@ -92,7 +92,7 @@ class Context:
         """
         if self._principal is None:
             raise RuntimeError("fresh_loaders() needs an authenticated context")
-        self._loaders = Loaders(self.runtime.sessionmaker, self._principal.workspace_id)
+        self._loaders = Loaders(self.runtime.read_sessionmaker, self._principal.workspace_id)
         return self._loaders
 
     def reset_loaders(self) -> None:

@@ -45,7 +45,7 @@ class Subscription:
 
         with _hub(context).subscribe(principal.workspace_id, root.id) as live:
             async for message in event_log.tree_events(
-                context.runtime.sessionmaker,
+                context.runtime.read_sessionmaker,
                 live,
                 workspace_id=principal.workspace_id,
                 root_run_id=root.id,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.db.session import create_engine, create_sessionmaker
+from app.db.session import create_engine, create_read_sessionmaker, create_sessionmaker
 from app.embedded import ensure_embedded_redis
 from app.settings import Settings
 
@@ -18,6 +18,8 @@ class Runtime:
     settings: Settings
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
+    # For reads only (GraphQL queries, loaders, sweeper scans): no write lock on SQLite.
+    read_sessionmaker: async_sessionmaker[AsyncSession]
     # One arq pool per process: enqueues jobs and publishes events.
     redis: ArqRedis
 
@@ -38,7 +40,13 @@ def redis_settings(settings: Settings) -> RedisSettings:
 async def open_runtime(settings: Settings) -> Runtime:
     engine = create_engine(settings.effective_database_url)
     pool = await create_pool(redis_settings(settings), default_queue_name=_queue(settings))
-    return Runtime(settings=settings, engine=engine, sessionmaker=create_sessionmaker(engine), redis=pool)
+    return Runtime(
+        settings=settings,
+        engine=engine,
+        sessionmaker=create_sessionmaker(engine),
+        read_sessionmaker=create_read_sessionmaker(engine),
+        redis=pool,
+    )
 
 
 def _queue(settings: Settings) -> str:

@@ -66,7 +66,7 @@ async def _reissue(rt: Runtime, run_id: int, wake: int, root_id: int | None) -> 
 async def sweep(rt: Runtime) -> SweepReport:
     report = SweepReport()
     now = utcnow()
-    async with rt.sessionmaker() as session:
+    async with rt.read_sessionmaker() as session:
         expired = list(
             await session.scalars(
                 select(Run.id)
@@ -86,7 +86,7 @@ async def sweep(rt: Runtime) -> SweepReport:
                 continue
             await tx.set_run_status(run, RunStatus.QUEUED, reason=f"lease of {run.lease_owner} expired")
             report.requeued_expired += 1
-    async with rt.sessionmaker() as session:
+    async with rt.read_sessionmaker() as session:
         queued = list(
             await session.execute(
                 select(Run.id, Run.wake_count, Run.root_run_id, Run.queued_at)

@@ -41,11 +41,17 @@ def _env(home: Path, **overrides: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def enverif(database_url: str, tmp_path: Path) -> Enverif:
+def enverif(database_url: str, redis_prefix: str, tmp_path: Path) -> Enverif:
     """Run ``enverif ARGS`` against the session's database; returns the CompletedProcess."""
 
     def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        merged = {"ENVERIF_DATABASE_URL": database_url, "ENVERIF_REDIS_URL": REDIS_URL, **env}
+        # The session's own Redis prefix: a worker started here must not see other sessions' jobs.
+        merged = {
+            "ENVERIF_DATABASE_URL": database_url,
+            "ENVERIF_REDIS_URL": REDIS_URL,
+            "ENVERIF_REDIS_PREFIX": redis_prefix,
+            **env,
+        }
         return subprocess.run(
             [*ENVERIF, *args],
             env=_env(tmp_path / "home", **merged),
