@@ -374,13 +374,8 @@ class RunExecutor:
 
     async def _finish(self, tx: TreeTx, run: Run, step: RunStep, outcome: Outcome) -> None:
         # Never write a result twice: the update only moves a RUNNING step.
-        if not await tx.finish_running_step(
-            run, step, outcome.status, result=outcome.result, error=outcome.error
-        ):
+        if not await tx.finish_running_step(run, step, outcome.status, result=outcome.result, error=outcome.error):
             raise LeaseLost(f"step {step.id} is no longer running")
-        step.status = outcome.status.value
-        step.result = outcome.result
-        step.error = outcome.error
 
     async def _park(self) -> bool:
         """Wait for an operator or a child. Re-checked under the lock: a decision that landed

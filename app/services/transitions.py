@@ -302,8 +302,9 @@ class TreeTx:
     async def finish_running_step(
         self, run: Run, step: RunStep, to: StepStatus, *, result: Any = None, error: str | None = None
     ) -> bool:
-        """Record the result of a step the caller is executing, in one conditional UPDATE.
-        False when the step is not RUNNING any more (its result was recorded already)."""
+        """Record the result of a step the caller is executing, in one conditional UPDATE
+        (``step`` is the caller's detached copy; it is updated to match). False when the step
+        is not RUNNING any more (its result was recorded already)."""
         check_step_transition(StepStatus.RUNNING, to)
         done = await self.session.execute(
             _FINISH_RUNNING_STEP,
@@ -311,13 +312,8 @@ class TreeTx:
         )
         if not done.rowcount:  # type: ignore[attr-defined]
             return False
-        self.emit(
-            run,
-            EventType.STEP_FINISHED,
-            status=to.value,
-            step_id=step.id,
-            payload={"seq": step.seq, "tool": step.tool, "status": to.value},
-        )
+        step.status, step.result, step.error, step.finished_at = to.value, result, error, self.now
+        self.step_finished(run, step)
         return True
 
     async def finish_step(
@@ -329,13 +325,7 @@ class TreeTx:
         step.error = error
         step.finished_at = self.now
         step.started_at = step.started_at or self.now
-        self.emit(
-            run,
-            EventType.STEP_FINISHED,
-            status=to.value,
-            step_id=step.id,
-            payload={"seq": step.seq, "tool": step.tool, "status": to.value},
-        )
+        self.step_finished(run, step)
 
 
 @asynccontextmanager
