@@ -16,4 +16,8 @@ async def execute_run(ctx: dict[str, Any], run_id: int, wake: int, root_id: int 
 
 async def sweep_runs(ctx: dict[str, Any]) -> dict[str, int]:
     report = await sweep(ctx["runtime"])
-    return {"requeued_expired": report.requeued_expired, "reenqueued": report.reenqueued}
+    return {
+        "requeued_expired": report.requeued_expired,
+        "reenqueued": report.reenqueued,
+        "reissued": report.reissued,
+    }
