@@ -28,7 +28,7 @@ def worker_id() -> str:
 
 def build_worker(settings: Settings, *, burst: bool = False, **overrides: Any) -> Worker:
     async def on_startup(ctx: dict[str, Any]) -> None:
-        ctx["runtime"] = await open_runtime(settings)
+        ctx["runtime"] = await open_runtime(settings, worker=True)
         ctx["registry"] = default_registry(settings)
         ctx["owner"] = worker_id()
 

@@ -21,7 +21,11 @@ READ_ONLY_OPTION = "enverif_read_only"
 MYSQL_POOL_RECYCLE_S = 1_800  # below the server's default wait_timeout (8 h) and most proxies'
 
 
-def create_engine(url: str, *, echo: bool = False, pool_size: int = 10) -> AsyncEngine:
+def create_engine(url: str, *, echo: bool = False, pool_size: int = 10, pre_ping: bool = True) -> AsyncEngine:
+    """``pre_ping`` tests each pooled MySQL connection before use (one round trip per checkout).
+    The API keeps it: a request must not fail because the server restarted. Workers turn it off
+    (``open_runtime(..., worker=True)``): a transaction that hits a dead connection fails, the
+    pool drops the connection, and the run is handed back and retried (engine.loop)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
@@ -34,7 +38,7 @@ def create_engine(url: str, *, echo: bool = False, pool_size: int = 10) -> Async
     return create_async_engine(
         parsed,
         echo=echo,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         pool_recycle=MYSQL_POOL_RECYCLE_S,
         pool_size=pool_size,
         max_overflow=pool_size,

@@ -374,7 +374,9 @@ class RunExecutor:
 
     async def _finish(self, tx: TreeTx, run: Run, step: RunStep, outcome: Outcome) -> None:
         # Never write a result twice: the update only moves a RUNNING step.
-        if not await tx.finish_running_step(run, step, outcome.status, result=outcome.result, error=outcome.error):
+        if not await tx.finish_running_step(
+            run, step, outcome.status, result=outcome.result, error=outcome.error
+        ):
             raise LeaseLost(f"step {step.id} is no longer running")
 
     async def _park(self) -> bool:

@@ -37,8 +37,15 @@ def redis_settings(settings: Settings) -> RedisSettings:
     return rs
 
 
-async def open_runtime(settings: Settings) -> Runtime:
-    engine = create_engine(settings.effective_database_url)
+async def open_runtime(settings: Settings, *, worker: bool = False) -> Runtime:
+    if worker:
+        # Each concurrent job holds at most one connection at a time, plus the lease
+        # renewals and the sweeper; no pre-ping (see app.db.session.create_engine).
+        engine = create_engine(
+            settings.effective_database_url, pool_size=max(10, settings.worker_max_jobs + 4), pre_ping=False
+        )
+    else:
+        engine = create_engine(settings.effective_database_url)
     pool = await create_pool(redis_settings(settings), default_queue_name=_queue(settings))
     return Runtime(
         settings=settings,

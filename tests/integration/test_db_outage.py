@@ -1,0 +1,45 @@
+"""The database drops every connection (a restart, a failover): runs still finish."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from tests.conftest import DB_KIND
+from tests.support.runs import create_agent, start_run, wait_run
+
+pytestmark = [
+    pytest.mark.skipif(DB_KIND != "mysql", reason="server-side connection kills"),
+    pytest.mark.usefixtures("worker"),
+]
+
+
+async def _kill_other_connections(engine) -> int:  # type: ignore[no-untyped-def]
+    async with engine.connect() as conn:
+        ids = (
+            await conn.execute(
+                text(
+                    "SELECT id FROM information_schema.processlist"
+                    " WHERE db = DATABASE() AND id != CONNECTION_ID()"
+                )
+            )
+        ).scalars()
+        killed = 0
+        for connection_id in list(ids):
+            await conn.execute(text(f"KILL CONNECTION {int(connection_id)}"))
+            killed += 1
+    return killed
+
+
+async def test_runs_finish_after_the_server_dropped_every_connection(gql, workspace, engine) -> None:
+    agent = await create_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
+    first = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent, {"n": 1}))
+    assert first["status"] == "SUCCEEDED"  # the worker's pool now holds live connections
+
+    assert await _kill_other_connections(engine) > 0
+    # The API's first use of a dead connection is caught by its pre-ping; the worker's claim
+    # fails, the run stays QUEUED and the sweeper hands it a new delivery.
+    run_ids = [await start_run(gql, workspace.operator, agent, {"n": n}) for n in range(2, 6)]
+    done = [await wait_run(gql, workspace.viewer, r, timeout_s=30) for r in run_ids]
+    assert [d["status"] for d in done] == ["SUCCEEDED"] * 4
+    assert [d["result"] for d in done] == [2, 3, 4, 5]
