@@ -105,6 +105,9 @@ async def execute_run(
             await runs.release(rt, run_id, attempt=attempt, reason="the worker hit an internal error")
     except asyncio.CancelledError:
         if executor.lease_lost:
+            # Our own renewer cancelled us (the run was cancelled or taken over): absorb
+            # exactly that cancellation, leaving any other pending one in force.
+            current.uncancel()
             log.info("run %s: cancelled or taken over; stopped", run_id)
             return
         # Worker shutdown: hand the run back now rather than after the lease expires.
@@ -182,7 +185,7 @@ class RunExecutor:
             elif any(StepStatus(s.status) in WAITING_STEP for s in calls):
                 if await self._park():
                     return
-                async with self.rt.sessionmaker() as session:
+                async with self.rt.read_sessionmaker() as session:
                     self.steps = await _load_steps(session, self.run_id)
                 continue
             turn = await self._ask()
