@@ -312,3 +312,30 @@ async def test_another_workspace_cannot_touch_runs(gql, workspace, make_workspac
     assert err["extensions"]["code"] == "NOT_FOUND"
     data = await gql.raw("query($id: ID!) { run(id: $id) { id status } }", {"id": run_id}, token=other.viewer)
     assert data.get("data") in (None, {"run": None}) and "status" not in str(data.get("data"))
+
+
+async def test_bad_run_input_is_refused_and_nothing_is_written(gql, workspace, sessionmaker) -> None:
+    from sqlalchemy import func
+
+    from app.db.orm import Run
+
+    agent = await create_agent(gql, workspace.admin, steps=[{"final": 1}])
+    huge = {"blob": "x" * 300_000}
+    err = await gql.error(
+        "mutation($a: ID!, $i: JSON) { startRun(agentId: $a, input: $i) { id } }",
+        {"a": agent, "i": huge},
+        token=workspace.operator,
+    )
+    assert err["extensions"]["code"] == "VALIDATION_FAILED" and err["extensions"]["field"] == "input"
+    err = await gql.error(
+        "mutation($a: ID!) { startRun(agentId: $a) { id } }", {"a": agent}, token=workspace.viewer
+    )
+    assert err["extensions"]["code"] == "FORBIDDEN"
+    async with sessionmaker() as session:
+        count = await session.scalar(
+            select(func.count()).select_from(Run).where(Run.workspace_id == workspace.id)
+        )
+    assert count == 0
+    run_id = await start_run(gql, workspace.operator, agent)
+    err = await gql.error(CANCEL_RUN, {"id": run_id, "reason": "r" * 3000}, token=workspace.operator)
+    assert err["extensions"]["code"] == "VALIDATION_FAILED" and err["extensions"]["field"] == "reason"
