@@ -200,9 +200,20 @@ async def worker(settings: Settings) -> AsyncIterator[Any]:
     w = build_worker(settings, handle_signals=False)
     task = asyncio.create_task(w.main())
     yield w
+    await stop_worker(w, task)
+
+
+async def stop_worker(w: Any, task: asyncio.Task[None]) -> None:
+    """Stop an in-process arq worker: its poll loop, then its in-flight jobs, then close it.
+
+    arq's close() cancels jobs still running and re-raises their CancelledError from its
+    gather, so the jobs are finished (cancelled and awaited) here first.
+    """
     task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
+    await asyncio.gather(task, return_exceptions=True)
+    jobs = [t for t in w.tasks.values() if not t.done()]
+    for job in jobs:
+        job.cancel()
+    await asyncio.gather(*jobs, return_exceptions=True)
+    w.tasks.clear()
     await w.close()

@@ -272,38 +272,51 @@ class RunExecutor:
         """Persist the pending results and the turn. True when the run ended."""
         async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
-            await self._write_pending(tx, run)
-            seq = max((s.seq for s in self.steps), default=0) + 1
             if isinstance(turn, FinalAnswer):
-                step = await tx.add_step(run, seq=seq, turn=run.turns, tool=None, arguments=None,
-                                         status=StepStatus.SUCCEEDED, result=turn.value)  # fmt: skip
-                tx.step_finished(run, step, final=True)
+                final = {
+                    "tool": None,
+                    "arguments": None,
+                    "status": StepStatus.SUCCEEDED,
+                    "result": turn.value,
+                }
+                await self._write_pending(tx, run, final=final)
                 # Every step is finished (we only ask the model then), so there is no open
                 # work to close: skip those queries.
                 await tx.set_run_status(run, RunStatus.SUCCEEDED, result=turn.value, quiet=True)
                 return True
+            await self._write_pending(tx, run)
+            seq = max((s.seq for s in self.steps), default=0) + 1
             added = await self._add_calls(tx, run, turn, seq)
         self.steps.extend(added)
         return False
 
-    async def _write_pending(self, tx: TreeTx, run: Run) -> None:
+    async def _write_pending(self, tx: TreeTx, run: Run, *, final: dict[str, Any] | None = None) -> None:
         """Record what ran since the last write: the result of a persisted step, and the
-        batched READ calls (as finished steps, started and finished events together)."""
+        batched READ calls (as finished steps, started and finished events together); with
+        ``final``, the final answer's step too. The new steps go in one INSERT."""
         if self.recorded is not None:
             await self._finish(tx, run, *self.recorded)
             self.recorded = None
         seq = max((s.seq for s in self.steps), default=0) + 1
-        for read in self.reads:
-            step = await tx.add_step(run, seq=seq, turn=read.turn, tool=read.call.tool, arguments=read.call.args,
-                                     status=read.outcome.status, decision=Decision.ALLOW.value,
-                                     decision_reason=read.reason, result=read.outcome.result,
-                                     error=read.outcome.error, attempt=self.attempt,
-                                     started_at=read.started_at, finished_at=read.finished_at)  # fmt: skip
-            tx.step_started(run, step)
-            tx.step_finished(run, step)
+        rows = [
+            tx.step_row(run, seq=seq + i, turn=read.turn, tool=read.call.tool, arguments=read.call.args,
+                        status=read.outcome.status, decision=Decision.ALLOW.value, decision_reason=read.reason,
+                        result=read.outcome.result, error=read.outcome.error, attempt=self.attempt,
+                        started_at=read.started_at, finished_at=read.finished_at)
+            for i, read in enumerate(self.reads)
+        ]  # fmt: skip
+        if final is not None:
+            # The final answer is the turn after the last recorded one.
+            final_turn = max([run.turns] + [read.turn + 1 for read in self.reads])
+            rows.append(tx.step_row(run, seq=seq + len(rows), turn=final_turn, **final))
+        for step in await tx.add_steps(rows):
+            if step.tool is None:
+                tx.step_finished(run, step, final=True)
+            else:
+                tx.step_started(run, step)
+                tx.step_finished(run, step)
+                run.turns = max(run.turns, step.turn + 1)
             self.steps.append(step)
-            run.turns = max(run.turns, read.turn + 1)
-            seq += 1
         self.reads = []
 
     async def _add_calls(self, tx: TreeTx, run: Run, turn: ToolCalls, seq: int) -> list[RunStep]:

@@ -244,7 +244,7 @@ class TreeTx:
 
     # -- steps ---------------------------------------------------------------------------
 
-    async def add_step(
+    def step_row(
         self,
         run: Run,
         *,
@@ -260,11 +260,11 @@ class TreeTx:
         attempt: int | None = None,
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
-    ) -> RunStep:
-        """Insert a step (one statement, no ORM flush) and return it detached, with its id."""
+    ) -> dict[str, Any]:
+        """The column values of a new step (see ``add_steps``)."""
         started = status is not StepStatus.PENDING
         finished = status in TERMINAL_STEP
-        values: dict[str, Any] = {
+        return {
             "workspace_id": run.workspace_id,
             "run_id": run.id,
             "seq": seq,
@@ -281,8 +281,22 @@ class TreeTx:
             "started_at": started_at or (self.now if started else None),
             "finished_at": finished_at or (self.now if finished else None),
         }
-        inserted = await self.session.execute(_INSERT_STEP, values)
-        return RunStep(id=inserted.inserted_primary_key[0], **values)
+
+    async def add_step(self, run: Run, **columns: Any) -> RunStep:
+        [step] = await self.add_steps([self.step_row(run, **columns)])
+        return step
+
+    async def add_steps(self, rows: list[dict[str, Any]]) -> list[RunStep]:
+        """Insert steps without ORM flushes and return them detached, with their ids: one
+        multi-row INSERT ... RETURNING where the database has it (MariaDB, SQLite), one
+        INSERT per row elsewhere (MySQL)."""
+        if not rows:
+            return []
+        if len(rows) > 1 and self.session.get_bind().dialect.insert_returning:
+            ids = (await self.session.execute(_INSERT_STEPS_RETURNING, rows)).scalars().all()
+        else:
+            ids = [(await self.session.execute(_INSERT_STEP, row)).inserted_primary_key[0] for row in rows]
+        return [RunStep(id=step_id, **row) for step_id, row in zip(ids, rows, strict=True)]
 
     def step_finished(self, run: Run, step: RunStep, *, final: bool = False) -> None:
         payload: dict[str, Any] = {"seq": step.seq, "tool": step.tool, "status": step.status}
@@ -365,6 +379,7 @@ async def after_commit(rt: Runtime, events: list[RunEvent], wakeups: list[tuple[
 # inlined with .values(...) would be traversed for a cache key on every execution.
 _steps = RunStep.__table__
 _INSERT_STEP = insert(_steps)
+_INSERT_STEPS_RETURNING = insert(_steps).returning(_steps.c.id, sort_by_parameter_order=True)
 _FINISH_RUNNING_STEP = (
     update(_steps)
     .where(_steps.c.id == bindparam("b_id"), _steps.c.status == StepStatus.RUNNING.value)

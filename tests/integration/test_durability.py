@@ -142,6 +142,7 @@ async def test_a_job_held_by_a_vanished_worker_gets_a_new_job_id(
     from arq.constants import in_progress_key_prefix
 
     from app.keys import run_job_id
+    from tests.conftest import stop_worker
     from tests.support.runs import wait_run
     from workers.main import build_worker
 
@@ -169,9 +170,7 @@ async def test_a_job_held_by_a_vanished_worker_gets_a_new_job_id(
 
         done = await wait_run(gql, workspace.viewer, to_global_id("Run", run.id))
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await w.close()
+        await stop_worker(w, task)
         await rt.redis.delete(in_progress_key_prefix + job_id)
     assert done["status"] == "SUCCEEDED"
 

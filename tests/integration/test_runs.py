@@ -339,3 +339,27 @@ async def test_bad_run_input_is_refused_and_nothing_is_written(gql, workspace, s
     run_id = await start_run(gql, workspace.operator, agent)
     err = await gql.error(CANCEL_RUN, {"id": run_id, "reason": "r" * 3000}, token=workspace.operator)
     assert err["extensions"]["code"] == "VALIDATION_FAILED" and err["extensions"]["field"] == "reason"
+
+
+async def test_steps_record_their_turns(gql, workspace) -> None:
+    async with sink_server() as (_sink, url):
+        agent = await create_agent(
+            gql,
+            workspace.admin,
+            steps=[
+                {"calls": [{"call": "http.get", "args": {"url": url + "/page"}}] * 2},
+                {"call": "http.get", "args": {"url": url + "/page"}},
+                {"final": "ok"},
+            ],
+        )
+        run_id = await start_run(gql, workspace.operator, agent)
+        await wait_run(gql, workspace.viewer, run_id)
+    data = await gql.ok(
+        "query($id: ID!) { run(id: $id) { steps { seq turn tool } } }", {"id": run_id}, token=workspace.viewer
+    )
+    assert [(s["seq"], s["turn"], s["tool"]) for s in data["run"]["steps"]] == [
+        (1, 0, "http.get"),
+        (2, 0, "http.get"),
+        (3, 1, "http.get"),
+        (4, 2, None),
+    ]
