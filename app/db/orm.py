@@ -287,3 +287,9 @@ class RunEvent(Base):
     step_id: Mapped[int | None] = mapped_column(Id)
     payload: Mapped[Any | None] = mapped_column(JSON)
     at: Mapped[datetime]
+
+
+# SQLite reuses the id of a deleted newest row unless the table says AUTOINCREMENT; a global
+# id a client kept (or a revision history keyed by id) must never come to mean another row.
+for _table in Base.metadata.tables.values():
+    _table.dialect_options["sqlite"]["autoincrement"] = True

@@ -38,6 +38,7 @@ def upgrade() -> None:
         sa.Column("created_at", UTC_DATETIME, nullable=False),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("name", name=op.f("uq_workspaces_name")),
+        sqlite_autoincrement=True,
     )
     op.create_table(
         "agents",
@@ -73,6 +74,7 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "workspace_id", "name", name=op.f("uq_agents_workspace_id_name")
         ),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("agents", schema=None) as batch_op:
         batch_op.create_index(
@@ -107,6 +109,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("token_hash", name=op.f("uq_api_tokens_token_hash")),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("api_tokens", schema=None) as batch_op:
         batch_op.create_index(
@@ -158,6 +161,7 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id"),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("memory_revisions", schema=None) as batch_op:
         batch_op.create_index(
@@ -212,6 +216,7 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "root_run_id", "seq", name=op.f("uq_run_events_root_run_id_seq")
         ),
+        sqlite_autoincrement=True,
     )
     op.create_table(
         "agent_runs",
@@ -291,6 +296,7 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id"),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("agent_runs", schema=None) as batch_op:
         batch_op.create_index(
@@ -356,6 +362,7 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id"),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("schedules", schema=None) as batch_op:
         batch_op.create_index(
@@ -418,6 +425,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("agent_id", "key", name=op.f("uq_memories_agent_id_key")),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("memories", schema=None) as batch_op:
         batch_op.create_index(
@@ -481,6 +489,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("run_id", "seq", name=op.f("uq_run_steps_run_id_seq")),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("run_steps", schema=None) as batch_op:
         batch_op.create_index(
@@ -546,6 +555,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("step_id", name=op.f("uq_approvals_step_id")),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("approvals", schema=None) as batch_op:
         batch_op.create_index(

@@ -249,3 +249,15 @@ async def test_viewer_cannot_write_memories(gql: Any, workspace: Any) -> None:
 async def test_memories_of_an_unknown_agent_is_not_found(gql: Any, workspace: Any) -> None:
     error = await gql.error(SEARCH, {"agentId": gid("Agent", 987654321)}, token=workspace.viewer)
     assert error["extensions"]["code"] == "NOT_FOUND"
+
+
+async def test_a_deleted_memory_id_is_never_given_to_another_memory(gql: Any, workspace: Any) -> None:
+    """Global ids (and the revision history keyed by them) must not come to mean another row,
+    on SQLite too (AUTOINCREMENT)."""
+    from tests.integration.graphql_support import create_agent, create_memory
+
+    agent = await create_agent(gql, workspace.admin)
+    first = await create_memory(gql, workspace.operator, agent["id"], key="k1", value="v1")
+    await gql.ok(DELETE_MEMORY, {"id": first["id"]}, token=workspace.operator)
+    second = await create_memory(gql, workspace.operator, agent["id"], key="k1", value="v2")
+    assert second["id"] != first["id"]
