@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import hypothesis
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
@@ -26,6 +27,10 @@ from app.db.session import create_engine, create_sessionmaker
 from app.domain.agents import Role
 from app.services import auth
 from app.settings import Settings
+
+# Pure properties are fast; a wall-clock deadline would only make them flaky on a busy machine.
+hypothesis.settings.register_profile("enverif", deadline=None)
+hypothesis.settings.load_profile("enverif")
 
 DB_KIND = os.environ.get("ENVERIF_TEST_DB", "sqlite")
 MYSQL_SERVER_URL = os.environ.get("ENVERIF_TEST_MYSQL_URL", "mysql+asyncmy://root@127.0.0.1:3306/test")
