@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from app.settings import Settings
 from tests.integration.graphql_support import create_agent
+from tests.support.servers import serve
 
 PROTOCOL = "graphql-transport-ws"
 
@@ -25,23 +23,8 @@ PROTOCOL = "graphql-transport-ws"
 async def ws_url(settings: Settings) -> AsyncIterator[str]:
     from app.main import create_app
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert not task.done(), "uvicorn exited during start-up"
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        await asyncio.sleep(0.02)
-    try:
-        yield f"ws://127.0.0.1:{port}/graphql"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 15)
+    async with serve(create_app(settings), lifespan="on") as base_url:
+        yield base_url.replace("http://", "ws://") + "/graphql"
 
 
 async def _recv(ws: ClientConnection) -> dict[str, Any]:

@@ -6,15 +6,12 @@ import asyncio
 import ipaddress
 import logging
 import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
@@ -26,6 +23,7 @@ from app.engine.tools import registry as registry_module
 from app.engine.tools.http import HttpGetTool, WebhookPostTool, is_public_address, resolve_public
 from app.engine.tools.registry import ToolRegistry, default_registry
 from app.settings import Settings
+from tests.support.servers import serve_in_thread
 
 CAP = 2_048
 BIG_TOTAL = 100 * 1024 * 1024  # what /big would send if nobody stopped reading
@@ -111,23 +109,8 @@ class Server:
 def _server_thread() -> Iterator[Server]:
     """One uvicorn server in its own thread and event loop for the whole module."""
     rec = Recorder()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(make_app(rec), lifespan="off", ws="none", http="h11", log_level="warning")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 5
-        while not srv.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "test server failed to start"
-            time.sleep(0.01)
+    with serve_in_thread(make_app(rec)) as port:
         yield Server(url=f"http://127.0.0.1:{port}", port=port, rec=rec)
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 @pytest.fixture

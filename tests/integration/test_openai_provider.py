@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -33,6 +31,7 @@ from app.engine.base import (
 from app.engine.providers import provider_for, validate_model_config
 from app.engine.providers.openai import FunctionNames, OpenAIProvider, validate_openai_config
 from app.settings import Settings
+from tests.support.servers import serve_in_thread
 
 
 @dataclass
@@ -73,23 +72,8 @@ class Server:
 @pytest.fixture(scope="module")
 def _server_thread() -> Iterator[Server]:
     api = FakeAPI()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(make_app(api), lifespan="off", ws="none", http="h11", log_level="warning")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 5
-        while not srv.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "test server failed to start"
-            time.sleep(0.01)
+    with serve_in_thread(make_app(api)) as port:
         yield Server(base_url=f"http://127.0.0.1:{port}/v1", api=api)
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 @pytest.fixture

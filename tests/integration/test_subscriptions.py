@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import uvicorn
 from sqlalchemy import select
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -35,6 +33,7 @@ from app.services.runtime import Runtime, open_runtime
 from app.services.transitions import TreeTx
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
+from tests.support.servers import serve
 
 RUN_TREE = """
 subscription Watch($root: ID!, $after: Int) {
@@ -63,22 +62,8 @@ async def server(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> AsyncIt
 
     # The safety-net poll must not mask what a test checks; tests that rely on it lower it.
     monkeypatch.setattr(event_log, "IDLE_POLL_S", 30.0)
-    port = _free_port()
-    config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
-    )
-    srv = uvicorn.Server(config)
-    task = asyncio.create_task(srv.serve())
-    deadline = time.monotonic() + 15
-    while not srv.started:
-        assert not task.done(), "uvicorn exited during start-up"
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        await asyncio.sleep(0.02)
-    try:
-        yield f"ws://127.0.0.1:{port}/graphql"
-    finally:
-        srv.should_exit = True
-        await asyncio.wait_for(task, 15)
+    async with serve(create_app(settings), lifespan="on") as base_url:
+        yield base_url.replace("http://", "ws://") + "/graphql"
 
 
 class GraphQLWS:
@@ -398,10 +383,3 @@ async def test_subscribing_before_connection_init_is_refused(connect_ws: Any, ru
     with pytest.raises(ConnectionClosed) as closed:
         await client.receive()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port

@@ -4,9 +4,11 @@ own event loop, and a webhook sink that behaves like an idempotent receiver."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,21 +20,25 @@ from starlette.routing import Route
 
 
 @asynccontextmanager
-async def serve(app: Any) -> AsyncIterator[str]:
-    """Run ``app`` on a free port; yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+async def serve(app: Any, *, lifespan: str = "off", start_timeout_s: float = 15) -> AsyncIterator[str]:
+    """Run ``app`` with a real uvicorn on a free port, in this event loop; yields its base
+    URL (``http://127.0.0.1:PORT``)."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + start_timeout_s
     while not server.started:
         if task.done():
             task.result()
+            raise AssertionError("uvicorn exited during start-up")
+        assert time.monotonic() < deadline, "uvicorn did not start"
         await asyncio.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        await task
+        await asyncio.wait_for(task, 15)
 
 
 @dataclass
@@ -103,3 +109,26 @@ async def sink_server(delay_s: float = 0.0) -> AsyncIterator[tuple[Sink, str]]:
     sink = Sink(delay_s=delay_s)
     async with serve(sink.app()) as url:
         yield sink, url
+
+
+@contextmanager
+def serve_in_thread(app: Any) -> Iterator[int]:
+    """Run ``app`` with uvicorn in its own thread and event loop (for module-scoped servers
+    shared by many tests, each with its own loop); yields the port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, lifespan="off", ws="none", http="h11", log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "test server failed to start"
+            time.sleep(0.01)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
