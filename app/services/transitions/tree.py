@@ -161,13 +161,13 @@ class TreeTx(StepWrites):
 
         Terminal: the run's live descendants end first (CANCELLED, the reason naming this
         end), then its open steps are cancelled and pending approvals closed (``quiet``: the
-        caller knows there is nothing open — the worker finishing after its last step, when
-        every step and so every child has ended); a child's outcome is handed to its
-        parent's delegation step. QUEUED: a fresh wake-up is enqueued.
+        caller knows no step is open — the worker finishing after its last step); a child's
+        outcome is handed to its parent's delegation step. QUEUED: a fresh wake-up is
+        enqueued.
         """
         current = RunStatus(run.status)
         check_run_transition(current, to)
-        if to in TERMINAL_RUN and not quiet:
+        if to in TERMINAL_RUN:
             self._ending.add(run.id)
             await self._end_children(run, to, reason if to is RunStatus.CANCELLED else None)
         run.status = to.value
