@@ -67,7 +67,14 @@ def one(tool: str, args: Any = None, chain: list[PolicyLink] = OPEN) -> Any:
         ("nope.tool", {}, OPEN, Action.REFUSE, None, "UNKNOWN_TOOL"),
         ("hidden.tool", {}, OPEN, Action.REFUSE, None, "UNKNOWN_TOOL"),
         ("http.get", {"x": math.nan}, OPEN, Action.REFUSE, None, "INVALID_ARGUMENTS"),
-        ("http.get", {"when": datetime(2026, 1, 1, tzinfo=UTC)}, OPEN, Action.REFUSE, None, "INVALID_ARGUMENTS"),
+        (
+            "http.get",
+            {"when": datetime(2026, 1, 1, tzinfo=UTC)},
+            OPEN,
+            Action.REFUSE,
+            None,
+            "INVALID_ARGUMENTS",
+        ),
         ("http.get", {"big": "x" * 2_000}, OPEN, Action.REFUSE, None, "INVALID_ARGUMENTS"),
         ("http.get", ["not", "an", "object"], OPEN, Action.REFUSE, None, "INVALID_ARGUMENTS"),
     ],
@@ -131,10 +138,16 @@ def test_calls_beyond_the_turn_budget_fail_the_run() -> None:
         (["memory.remember"], OPEN, False),
         (["http.get", "nope.tool"], OPEN, False),
         ([], OPEN, False),
-        (["http.get"], [link("root", {"rules": [{"tool": "http.get", "decision": "REQUIRE_APPROVAL"}]})], False),
+        (
+            ["http.get"],
+            [link("root", {"rules": [{"tool": "http.get", "decision": "REQUIRE_APPROVAL"}]})],
+            False,
+        ),
     ],
 )
-def test_which_turns_may_run_ahead_of_their_write(tools: list[str], chain: list[PolicyLink], ahead: bool) -> None:
+def test_which_turns_may_run_ahead_of_their_write(
+    tools: list[str], chain: list[PolicyLink], ahead: bool
+) -> None:
     plan = plan_turn([Call(t, {}) for t in tools], turns_used=0, tools=TOOLS, chain=chain, limits=LIMITS)
     assert isinstance(plan, Calls)
     assert runs_ahead(plan.plans) is ahead
