@@ -10,12 +10,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.domain.policy import RiskClass
-from app.engine.base import ToolContext, ToolKind
+from app.engine.base import ToolContext
 
 
 class _Logged:
+    """No ``kind``: like plugins written before it existed, these do plain I/O."""
+
     risk = RiskClass.EXTERNAL_WRITE
-    kind = ToolKind.IO
     timeout_s: float | None = None
     description = "test plugin"
     parameters: dict[str, Any] = {"type": "object"}
