@@ -21,11 +21,25 @@ READ_ONLY_OPTION = "enverif_read_only"
 MYSQL_POOL_RECYCLE_S = 1_800  # below the server's default wait_timeout (8 h) and most proxies'
 
 
-def create_engine(url: str, *, echo: bool = False, pool_size: int = 10, pre_ping: bool = True) -> AsyncEngine:
+def create_engine(
+    url: str,
+    *,
+    echo: bool = False,
+    pool_size: int = 10,
+    pre_ping: bool = True,
+    statement_timeout_ms: int = 0,
+) -> AsyncEngine:
     """``pre_ping`` tests each pooled MySQL connection before use (one round trip per checkout).
     The API keeps it: a request must not fail because the server restarted. Workers turn it off
     (``open_runtime(..., worker=True)``): a transaction that hits a dead connection fails, the
-    pool drops the connection, and the run is handed back and retried (engine.loop)."""
+    pool drops the connection, and the run is handed back and retried (engine.loop).
+
+    ``statement_timeout_ms`` (0: none) makes the server abort any one statement that runs
+    longer, so a single expensive request cannot hold pooled connections while every other
+    workspace waits for one. MariaDB enforces it (``max_statement_time``, set on each new
+    connection). SQLite ignores it: it is the embedded, single-user database, and its
+    statements run on the driver's own thread where a progress handler could not be
+    installed safely from here."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
@@ -35,7 +49,7 @@ def create_engine(url: str, *, echo: bool = False, pool_size: int = 10, pre_ping
         return engine
     if parsed.get_backend_name() == "mysql" and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
-    return create_async_engine(
+    engine = create_async_engine(
         parsed,
         echo=echo,
         pool_pre_ping=pre_ping,
@@ -44,6 +58,21 @@ def create_engine(url: str, *, echo: bool = False, pool_size: int = 10, pre_ping
         max_overflow=pool_size,
         isolation_level="READ COMMITTED",
     )
+    if statement_timeout_ms > 0:
+        _limit_mysql_statements(engine, statement_timeout_ms)
+    return engine
+
+
+def _limit_mysql_statements(engine: AsyncEngine, timeout_ms: int) -> None:
+    # MariaDB's max_statement_time is in seconds (fractions allowed); MySQL 8 has no such
+    # variable (its max_execution_time only covers SELECTs), hence the dialect-specific name.
+    seconds = timeout_ms / 1000
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"SET SESSION max_statement_time = {seconds:.3f}")
+        cursor.close()
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:
