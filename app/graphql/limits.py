@@ -115,7 +115,7 @@ class _Walker:
     ) -> None:
         self.schema = schema
         self.fragments = fragments
-        self.variables = variables
+        self.variables: dict[str, Any] = dict(variables)
         self.caps = caps
         # Each fragment is checked once: its arguments do not depend on where it is spread.
         self.seen: set[str] = set()
