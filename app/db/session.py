@@ -37,7 +37,7 @@ def create_engine(
     ``statement_timeout_ms`` (0: none) makes the server abort any one statement that runs
     longer, so a single expensive request cannot hold pooled connections while every other
     workspace waits for one. MariaDB enforces it (``max_statement_time``, set on each new
-    connection). SQLite ignores it: it is the embedded, single-user database, and its
+    connection; MySQL 8: ``max_execution_time``, SELECTs only). SQLite ignores it: it is the embedded, single-user database, and its
     statements run on the driver's own thread where a progress handler could not be
     installed safely from here."""
     parsed = make_url(url)
@@ -64,14 +64,17 @@ def create_engine(
 
 
 def _limit_mysql_statements(engine: AsyncEngine, timeout_ms: int) -> None:
-    # MariaDB's max_statement_time is in seconds (fractions allowed); MySQL 8 has no such
-    # variable (its max_execution_time only covers SELECTs), hence the dialect-specific name.
-    seconds = timeout_ms / 1000
-
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
-        cursor.execute(f"SET SESSION max_statement_time = {seconds:.3f}")
+        cursor.execute("SELECT VERSION()")
+        (version,) = cursor.fetchone()
+        if "mariadb" in str(version).lower():
+            # Seconds, fractions allowed; covers every statement, lock waits included.
+            cursor.execute(f"SET SESSION max_statement_time = {timeout_ms / 1000:.3f}")
+        else:
+            # MySQL has no max_statement_time; max_execution_time (ms) covers SELECTs only.
+            cursor.execute(f"SET SESSION max_execution_time = {int(timeout_ms)}")
         cursor.close()
 
 
