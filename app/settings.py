@@ -51,8 +51,8 @@ class Settings(BaseSettings):
     # ids) and characters in one string argument that filters or names something.
     max_list_arg_items: int = Field(default=100, ge=1, le=10_000)
     max_string_arg_chars: int = Field(default=1_000, ge=16, le=1_000_000)
-    # Server-side cap on one SQL statement of the API (MariaDB max_statement_time; SQLite:
-    # a progress handler aborts it). 0 disables. Workers are not affected.
+    # Cap on one SQL statement of the API (MariaDB max_statement_time; SQLite: a progress
+    # handler interrupts it). 0 disables. Workers are not affected.
     db_statement_timeout_ms: int = Field(default=5_000, ge=0, le=3_600_000)
 
     # Worker tuning. The lease must outlive the longest quiet stretch of a working run:
