@@ -76,7 +76,7 @@ def _limit_mysql_statements(engine: AsyncEngine, timeout_ms: int) -> None:
         cursor.execute("SELECT VERSION()")
         (version,) = cursor.fetchone()
         if "mariadb" in str(version).lower():
-            # Seconds, fractions allowed; covers every statement, lock waits included.
+            # Seconds, fractions allowed; applies to every statement, not only SELECTs.
             cursor.execute(f"SET SESSION max_statement_time = {timeout_ms / 1000:.3f}")
         else:
             # MySQL has no max_statement_time; max_execution_time (ms) covers SELECTs only.
