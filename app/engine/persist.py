@@ -129,9 +129,9 @@ class RunWrites:
             elif call.action is Action.AWAIT_APPROVAL:
                 step = await tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
                 await tx.request_approval(run, step, reason=call.reason)
-            elif call.action is Action.START_CHILD:
-                raise NotImplementedError("no registered tool starts child runs yet (agents.delegate)")
             else:
+                # RUN_TOOL, or START_CHILD: the delegating tool runs like any STATE tool and
+                # creates the child with its step's result (WAITING_CHILD).
                 # The first allowed call starts right away (one transaction saved); the rest
                 # wait their turn as PENDING and are executed in seq order.
                 status = StepStatus.PENDING if started_one else StepStatus.RUNNING
@@ -188,6 +188,10 @@ class RunWrites:
         return True
 
     async def _finish(self, tx: TreeTx, run: Run, step: RunStep, outcome: Outcome) -> None:
+        if outcome.child_run_id is not None:
+            if not await tx.await_child(run, step, child_id=outcome.child_run_id):
+                raise LeaseLost(f"step {step.id} is no longer running")
+            return
         # Never write a result twice: the update only moves a RUNNING step.
         if not await tx.finish_running_step(
             run, step, outcome.status, result=outcome.result, error=outcome.error
