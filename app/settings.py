@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     max_page_size: int = Field(default=100, ge=1, le=1_000)
     max_text_chars: int = Field(default=100_000, ge=1_000)
     max_query_depth: int = Field(default=12, ge=3, le=64)
+    # How often an open websocket re-checks its token against the database; a revoked token's
+    # sockets close within about this long (DESIGN §2 promises seconds, so at most 4 s).
+    ws_token_recheck_s: float = Field(default=2.0, ge=0.1, le=4.0)
 
     # Worker tuning. The lease must outlive the longest quiet stretch of a working run:
     # it is renewed every lease_s / 3 while a run is being executed.
