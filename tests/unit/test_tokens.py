@@ -81,7 +81,9 @@ def test_valid_token_names(name: str, expected: str) -> None:
     assert check_token_name(name) == expected
 
 
-@pytest.mark.parametrize("name", ["", "   ", "x" * (NAME_MAX_CHARS + 1), "two\nlines", "tab\there", "bell\x07"])
+@pytest.mark.parametrize(
+    "name", ["", "   ", "x" * (NAME_MAX_CHARS + 1), "two\nlines", "tab\there", "bell\x07"]
+)
 def test_invalid_token_names(name: str) -> None:
     with pytest.raises(ValidationFailed) as err:
         check_token_name(name)
