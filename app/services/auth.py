@@ -288,8 +288,7 @@ async def sign_in(rt: Runtime, *, token: str | None) -> Principal:
         if row is None:
             raise Unauthenticated("invalid token")
         principal = _principal(row, now)
-    if use_worth_recording(row.last_used_at, now):
-        await _record_use(rt, token_id=row.id, now=now)
+    _maybe_record_use(rt, row, now)
     return principal
 
 
@@ -301,8 +300,7 @@ async def recheck(rt: Runtime, principal: Principal) -> Principal:
         if row is None:  # its workspace was deleted
             raise Unauthenticated("invalid token")
         fresh = _principal(row, now)
-    if use_worth_recording(row.last_used_at, now):
-        await _record_use(rt, token_id=row.id, now=now)
+    _maybe_record_use(rt, row, now)
     return fresh
 
 
@@ -315,6 +313,12 @@ def _principal(row: ApiToken, now: datetime) -> Principal:
     return Principal(
         workspace_id=row.workspace_id, role=Role(row.role), token_id=row.id, expires_at=row.expires_at
     )
+
+
+def _maybe_record_use(rt: Runtime, row: ApiToken, now: datetime) -> None:
+    # In the background: a read must never wait for a write (on SQLite, for the write lock).
+    if use_worth_recording(row.last_used_at, now):
+        rt.spawn(_record_use(rt, token_id=row.id, now=now), name="enverif-token-used")
 
 
 async def _record_use(rt: Runtime, *, token_id: int, now: datetime) -> None:
