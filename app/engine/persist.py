@@ -129,9 +129,14 @@ class RunWrites:
             elif call.action is Action.AWAIT_APPROVAL:
                 step = await tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
                 await tx.request_approval(run, step, reason=call.reason)
+            elif call.action is Action.START_CHILD:
+                # The delegating tool runs right here: every child of this turn is created
+                # in the transaction that records the turn, its step WAITING_CHILD (or
+                # FAILED with the refusal the model sees).
+                step = await tx.add_step(run, **common, status=StepStatus.RUNNING, attempt=self.attempt)
+                tx.step_started(run, step)
+                await self._start_child(tx, run, step)
             else:
-                # RUN_TOOL, or START_CHILD: the delegating tool runs like any STATE tool and
-                # creates the child with its step's result (WAITING_CHILD).
                 # The first allowed call starts right away (one transaction saved); the rest
                 # wait their turn as PENDING and are executed in seq order.
                 status = StepStatus.PENDING if started_one else StepStatus.RUNNING
@@ -140,6 +145,12 @@ class RunWrites:
                 tx.step_started(run, step)
             added.append(step)
         return added
+
+    async def _start_child(self, tx: TreeTx, run: Run, step: RunStep) -> None:
+        tool = self.registry.get(step.tool or "")
+        assert tool is not None  # the planner only starts children through a registered tool
+        outcome = await call_state_tool(tool, tx, run, step, self._ctx(step.id), settings=self.rt.settings)
+        await self._finish(tx, run, step, outcome)
 
     async def _mark_running(self, step: RunStep) -> None:
         async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
