@@ -385,3 +385,22 @@ async def test_bodies_up_to_the_limit_are_served(limited_server: str, workspace:
             "/graphql", json={"query": document + "a" * 400}, headers=auth(workspace.viewer)
         )
         assert response.status_code == 413
+
+
+async def test_an_oversized_websocket_message_closes_the_socket(limited_server: str, workspace: Any) -> None:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    ws_url = limited_server.replace("http://", "ws://") + "/graphql"
+    async with connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        await ws.send(
+            json.dumps(
+                {"type": "connection_init", "payload": {"Authorization": f"Bearer {workspace.viewer}"}}
+            )
+        )
+        assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "connection_ack"
+        query = "{ viewer { role } } #" + "a" * LIMIT
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": query}}))
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
