@@ -21,7 +21,9 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-CODE: Final = "VALIDATION_FAILED"
+from app.domain.errors import ValidationFailed
+
+CODE: Final = ValidationFailed.code
 WS_MESSAGE_TOO_BIG: Final = 1009
 
 

@@ -20,10 +20,10 @@ from graphql.error import GraphQLError
 from strawberry.extensions import SchemaExtension
 from strawberry.types.execution import ExecutionResult
 
-from app.domain.errors import EnverifError
+from app.domain.errors import EnverifError, ValidationFailed
 from app.graphql.errors import is_unexpected
 
-REQUEST_ERROR_CODE: Final = "VALIDATION_FAILED"
+REQUEST_ERROR_CODE: Final = ValidationFailed.code
 # graphql-core appends suggestions as one or more sentences: "Did you mean 'agents'?",
 # "Did you mean the enum value 'ACTIVE'?", "Did you mean 'a', 'b', or 'c'?".
 _SUGGESTION = re.compile(r"\s*Did you mean [^?]*\?")

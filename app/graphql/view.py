@@ -33,14 +33,14 @@ from strawberry.http import GraphQLHTTPResponse
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UNSET, UnsetType
 
-from app.domain.errors import EnverifError
+from app.domain.errors import EnverifError, ValidationFailed
 from app.graphql.context import Context
 
 logger = logging.getLogger(__name__)
 
 JSON: Final = "application/json"
 GRAPHQL_RESPONSE: Final = "application/graphql-response+json"
-REQUEST_ERROR_CODE: Final = "VALIDATION_FAILED"
+REQUEST_ERROR_CODE: Final = ValidationFailed.code
 
 # Keys on ``request.state``: the view's hooks get the request but not each other's results.
 _MEDIA_TYPE = "graphql_media_type"
@@ -84,7 +84,7 @@ def _quality(params: list[str]) -> float:
     return 1.0
 
 
-def is_request_error(result: ExecutionResult) -> bool:
+def nothing_executed(result: ExecutionResult) -> bool:
     """Nothing was executed: graphql-core gives field errors a path, and request errors
     (syntax, validation, variable coercion, our document limits) none."""
     return result.data is None and bool(result.errors) and all(e.path is None for e in result.errors or ())
@@ -171,7 +171,7 @@ class GraphQLView(GraphQL[Context, None]):
 
     async def process_result(self, request: Request, result: ExecutionResult) -> GraphQLHTTPResponse:
         response = await super().process_result(request, result)
-        if is_request_error(result):
+        if nothing_executed(result):
             setattr(request.state, _REQUEST_ERROR, True)
             if getattr(request.state, _MEDIA_TYPE, JSON) == GRAPHQL_RESPONSE:
                 # The spec: a request error has no data entry at all (not even null).
