@@ -10,7 +10,8 @@ What it adds to strawberry's view (https://graphql.github.io/graphql-over-http/)
 * Every refusal of the HTTP layer is GraphQL-shaped, never a bare text or a 500:
   ``{"errors": [{"message": ..., "extensions": {"code": "VALIDATION_FAILED"}}]}``. That
   covers bodies that are not a JSON object (``"hello"``, ``null``, a batch ``[...]``), are
-  not UTF-8, nest deeper than the parser's recursion allows or contain ``NaN``.
+  not UTF-8, nest deeper than the parser's recursion allows, contain ``NaN`` or an
+  unpaired surrogate escape (``"\\ud800"``).
 * No batching and no queries over GET (mutations over GET are refused by strawberry).
 
 Request bodies are size-capped before they reach this view (``app.http_limits``).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any, Final
 
 from cross_web import HTTPException, StarletteRequestAdapter
@@ -101,9 +103,23 @@ def error_response(status_code: int, message: str, *, media_type: str) -> Respon
     )
 
 
+class InvalidJSON(json.JSONDecodeError):
+    """A body or message that Python's parser would take but we do not. A JSONDecodeError,
+    so that the websocket transport (which shares ``decode_json``) closes the socket with
+    4400 as for any unparseable message."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, "", 0)
+        self.reason = reason
+
+
 def _reject_constant(name: str) -> Any:
     # JSON has no NaN or Infinity; Python's parser accepts them unless told otherwise.
-    raise HTTPException(400, f"The request body is not valid JSON: {name} is not a JSON value")
+    raise InvalidJSON(f"{name} is not a JSON value")
+
+
+# A \uD800-\uDFFF escape: only a pair of them is a character. Checked cheaply first.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class GraphQLView(GraphQL[Context, None]):
@@ -154,20 +170,34 @@ class GraphQLView(GraphQL[Context, None]):
             response.status_code = 400
 
     def decode_json(self, data: str | bytes) -> object:
+        """Strict JSON, for HTTP bodies and websocket messages alike: an object, nothing else
+        (a websocket message that is not an object would crash strawberry's handler)."""
         if isinstance(data, bytes):
             try:
                 data = data.decode("utf-8")
             except UnicodeDecodeError:
-                raise HTTPException(400, "The request body is not valid UTF-8") from None
+                raise InvalidJSON("it is not UTF-8") from None
         try:
             value = json.loads(data, parse_constant=_reject_constant)
         except RecursionError:
-            raise HTTPException(400, "The request body is nested too deeply") from None
+            raise InvalidJSON("it is nested too deeply") from None
         if not isinstance(value, dict):
-            raise HTTPException(
-                400, "The request body must be a JSON object with a query (batching is not supported)"
-            )
+            raise InvalidJSON("it must be a JSON object with a query (batching is not supported)")
+        if _SURROGATE_ESCAPE.search(data):
+            try:
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                # A lone surrogate is no character: no database would store it.
+                raise InvalidJSON("it contains an unpaired surrogate escape") from None
         return value
+
+    def parse_json(self, data: str | bytes) -> Any:
+        try:
+            return self.decode_json(data)
+        except InvalidJSON as exc:
+            raise HTTPException(400, f"The request body is refused: {exc.reason}") from None
+        except json.JSONDecodeError:
+            raise HTTPException(400, "The request body is not valid JSON") from None
 
     async def process_result(self, request: Request, result: ExecutionResult) -> GraphQLHTTPResponse:
         response = await super().process_result(request, result)

@@ -71,6 +71,8 @@ async def production_client(settings: Settings) -> AsyncIterator[httpx.AsyncClie
         ),
         (b'{"query": "{ viewer { role } }", "variables": {"x": NaN}}', "NaN"),
         (b'{"query": ', "JSON"),
+        (b'{"query": "{ viewer { role } }", "variables": {"x": "\\ud800"}}', "surrogate"),
+        (b'{"query": "{ viewer { role } }", "variables": {"x": "\\udc00\\ud800"}}', "surrogate"),
     ],
     ids=[
         "string",
@@ -84,6 +86,8 @@ async def production_client(settings: Settings) -> AsyncIterator[httpx.AsyncClie
         "deep-object",
         "nan",
         "truncated",
+        "lone-surrogate",
+        "reversed-pair",
     ],
 )
 async def test_bodies_that_are_not_a_json_object_get_a_graphql_shaped_400(
@@ -93,6 +97,21 @@ async def test_bodies_that_are_not_a_json_object_get_a_graphql_shaped_400(
         "/graphql", content=body, headers=auth(workspace.viewer, **{"Content-Type": "application/json"})
     )
     assert says in assert_request_error(response, 400)
+
+
+async def test_escaped_surrogate_pairs_are_characters(
+    client: httpx.AsyncClient, gql: Any, workspace: Any
+) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    body = (
+        b'{"query": "mutation($a: ID!, $i: MemoryInput!) { createMemory(agentId: $a, input: $i) { value } }",'
+        b' "variables": {"a": "%s", "i": {"key": "k", "value": "\\ud83d\\ude00 \\\\ud800"}}}'
+        % agent["id"].encode()
+    )
+    response = await client.post(
+        "/graphql", content=body, headers=auth(workspace.operator, **{"Content-Type": "application/json"})
+    )
+    assert response.json() == {"data": {"createMemory": {"value": "\U0001f600 \\ud800"}}}
 
 
 async def test_a_refused_body_answers_in_the_negotiated_media_type(client: httpx.AsyncClient) -> None:
@@ -404,3 +423,20 @@ async def test_an_oversized_websocket_message_closes_the_socket(limited_server: 
         with pytest.raises(ConnectionClosed) as closed:
             await asyncio.wait_for(ws.recv(), 10)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+@pytest.mark.parametrize(
+    "message", ['"hello"', "[]", "null", '{"type": "connection_init", "payload": {"x": "\\ud800"}}']
+)
+async def test_a_websocket_message_that_is_not_a_json_object_closes_with_4400(
+    limited_server: str, message: str
+) -> None:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    ws_url = limited_server.replace("http://", "ws://") + "/graphql"
+    async with connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        await ws.send(message)
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4400
