@@ -31,8 +31,13 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # production: no introspection, no "Did you mean ...?" suggestions, no GraphiQL (what an
+    # attacker would use to map the API); development keeps them for people exploring it.
+    env: Literal["development", "production"] = "development"
     dev_mode: bool = False
     graphiql: bool = False
+    # Request bodies larger than this are refused with 413 before they are read.
+    max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=1_073_741_824)
 
     max_delegation_depth: int = Field(default=3, ge=0, le=32)
     http_allow_private_networks: bool = False
@@ -102,6 +107,19 @@ class Settings(BaseSettings):
                 f"use one of {', '.join(SUPPORTED_REDIS_SCHEMES)}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _check_production(self) -> Settings:
+        if self.env == "production" and (self.graphiql or self.dev_mode):
+            raise ValueError(
+                "ENVERIF_ENV=production serves no GraphiQL and no dev routes: "
+                "unset ENVERIF_GRAPHIQL and ENVERIF_DEV_MODE (or do not use `enverif dev`)"
+            )
+        return self
+
+    @property
+    def is_production(self) -> bool:
+        return self.env == "production"
 
     @model_validator(mode="after")
     def _check_prefix(self) -> Settings:

@@ -38,11 +38,38 @@ class URLRefused(Exception):
     """Raised by the guarded backend; surfaces to the model as ``URL_REFUSED``."""
 
 
+# IPv6 ranges refused whatever Python's tables say (they differ between versions): deprecated
+# or local-only prefixes that are not public destinations.
+_NON_PUBLIC_IPV6 = tuple(
+    ipaddress.IPv6Network(net)
+    for net in (
+        "::/96",  # IPv4-compatible (deprecated): ::10.0.0.1
+        "64:ff9b:1::/48",  # local-use NAT64 (RFC 8215): translates inside one network
+        "100::/64",  # discard-only
+        "2001::/32",  # Teredo: tunnels to an IPv4 address hidden (XORed) in the address
+        "2001:db8::/32",  # documentation
+        "3fff::/20",  # documentation (RFC 9637)
+        "5f00::/16",  # SRv6 segment identifiers
+        "fc00::/7",  # unique local
+        "fec0::/10",  # site-local (deprecated, still routed like a private range)
+    )
+)
+# The NAT64 well-known prefix: 64:ff9b::a.b.c.d is translated to a.b.c.d by the network.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
 def is_public_address(ip: _IPAddress) -> bool:
-    """True when ``ip`` is a routable public unicast address."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        # ::ffff:127.0.0.1 reaches 127.0.0.1; judge the embedded IPv4 address.
-        return is_public_address(ip.ipv4_mapped)
+    """True when ``ip`` is a routable public unicast address.
+
+    An IPv6 address that carries an IPv4 address the network will deliver to (IPv4-mapped,
+    6to4, NAT64) is judged by that IPv4 address: ``2002:a00:1::`` reaches 10.0.0.1.
+    """
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None:
+            return is_public_address(embedded)
+        if any(ip in net for net in _NON_PUBLIC_IPV6):
+            return False
     return ip.is_global and not (
         ip.is_loopback
         or ip.is_private
@@ -51,6 +78,16 @@ def is_public_address(ip: _IPAddress) -> bool:
         or ip.is_reserved
         or ip.is_unspecified
     )
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)
+    return None
 
 
 async def resolve_public(host: str, port: int, *, timeout_s: float) -> list[str]:
