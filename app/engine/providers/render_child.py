@@ -1,0 +1,67 @@
+"""The render subprocess of ``templates.TemplatePool``: ``python render_child.py
+MAX_OUTPUT_BYTES MEMORY_BYTES``.
+
+Reads length-prefixed JSON requests ``{"items": [[tree, where], ...], "v": variables}`` on
+stdin and answers each with one frame: ``O`` + the rendered list as JSON, or ``E`` + a
+message. It writes ``R`` once when it is ready, so start-up never counts against a render's
+time budget. The parent kills it on overrun; it holds no state worth keeping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from typing import Any, BinaryIO
+
+if __package__:  # imported as part of the app (tests, type checks)
+    from app.engine.providers.sandbox import Renderer, RenderError
+else:  # run as a script by the pool: only the sandbox, not the app package's heavy imports
+    from sandbox import Renderer, RenderError  # type: ignore[import-not-found,no-redef]
+
+_HEADER = 4
+
+
+def _answer(job: dict[str, Any], renderer: Renderer) -> bytes:
+    try:
+        variables = job["v"]
+        rendered = [renderer.render_tree(tree, variables, where) for tree, where in job["items"]]
+        return b"O" + renderer.encode(rendered).encode()
+    except RenderError as exc:
+        return b"E" + str(exc).encode()
+    except MemoryError:
+        return b"E" + b"a template ran out of memory"
+    except RecursionError:
+        return b"E" + b"a template nested too deeply"
+
+
+def serve(inp: BinaryIO, out: BinaryIO, renderer: Renderer) -> None:
+    out.write(b"R")
+    out.flush()
+    while True:
+        header = inp.read(_HEADER)
+        if len(header) < _HEADER:
+            return  # the parent closed our stdin: done
+        body = inp.read(int.from_bytes(header, "big"))
+        reply = _answer(json.loads(body), renderer)
+        out.write(len(reply).to_bytes(_HEADER, "big") + reply)
+        out.flush()
+
+
+def main() -> None:
+    max_output_bytes, memory_bytes = int(sys.argv[1]), int(sys.argv[2])
+    # The protocol owns the real stdout; anything printed by accident goes to stderr.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    renderer = Renderer(max_len=max_output_bytes)
+    renderer.render_tree("{{ 1 }}", {}, "warm-up")  # import Jinja's lazy bits before the limit
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        memory_bytes = min(memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, hard))
+    serve(sys.stdin.buffer, out, renderer)
+
+
+if __name__ == "__main__":
+    main()
