@@ -96,13 +96,6 @@ def validate_openai_config(cfg: object, *, allowed_key_envs: Iterable[str] | Non
         raise _invalid("model.api_key_env must be the name of an environment variable")
     if key_env.upper().startswith("ENVERIF_"):
         raise _invalid("model.api_key_env may not name an ENVERIF_* variable (server configuration)")
-    if allowed_key_envs is not None:
-        allowed = sorted(set(allowed_key_envs))
-        if key_env not in allowed:
-            raise _invalid(
-                f"model.api_key_env {key_env!r} is not allowed here; this deployment allows: "
-                f"{', '.join(allowed) or '(none)'} (ENVERIF_PROVIDER_KEY_ENVS)"
-            )
     temperature = cfg.get("temperature")
     if temperature is not None and (
         isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2
@@ -113,6 +106,13 @@ def validate_openai_config(cfg: object, *, allowed_key_envs: Iterable[str] | Non
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 1_000_000
     ):
         raise _invalid("model.max_tokens must be a positive integer")
+    if allowed_key_envs is not None:
+        allowed = sorted(set(allowed_key_envs))
+        if key_env not in allowed:
+            raise _invalid(
+                f"model.api_key_env {key_env!r} is not allowed here; this deployment allows: "
+                f"{', '.join(allowed) or '(none)'} (ENVERIF_PROVIDER_KEY_ENVS)"
+            )
     return dict(cfg)
 
 

@@ -51,6 +51,9 @@ class TemplatePool:
     size: int
     timeout_ms: int
     max_output_bytes: int
+    # Render linear-time templates in this process (sandbox.is_linear); off only in tests
+    # that check both paths agree.
+    inline_linear: bool = True
     _inline: Renderer | None = None
     _idle: list[_Child] = field(default_factory=list)
     _slots: asyncio.Semaphore | None = None
@@ -69,7 +72,7 @@ class TemplatePool:
         if self._inline is None:
             self._inline = Renderer(max_len=self.max_output_bytes)
         inline = self._inline
-        if all(inline.all_linear(tree) for tree, _ in items):
+        if self.inline_linear and all(inline.all_linear(tree) for tree, _ in items):
             try:
                 rendered = [inline.render_tree(tree, variables, where) for tree, where in items]
                 inline.encode(rendered)  # the output cap, as the subprocess applies it
