@@ -61,8 +61,9 @@ class Settings(BaseSettings):
     # (comma-separated in ENVERIF_PROVIDER_KEY_ENVS). Anything else is refused: the key is
     # sent to the agent's base_url, so naming HOME or a cloud secret would hand it out.
     provider_key_envs: Annotated[tuple[str, ...], NoDecode] = ("OPENAI_API_KEY",)
-    # Scripted templates: every render is capped in output and time, in a pool of
-    # subprocesses that is killed and replaced on overrun (app/engine/providers/templates.py).
+    # Scripted templates: every render is capped in output and time (CPU time of the render
+    # process, with a wall-clock ceiling), in a pool of subprocesses that is killed and
+    # replaced on overrun (app/engine/providers/templates.py).
     template_max_output_bytes: int = Field(default=1_048_576, ge=1_024, le=64_000_000)
     template_timeout_ms: int = Field(default=200, ge=10, le=60_000)
     template_workers: int = Field(default=2, ge=1, le=64)

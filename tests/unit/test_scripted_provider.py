@@ -419,8 +419,8 @@ async def test_size_caps_stop_templates_early(template: str, fragment: str, pool
     with pytest.raises(ProviderError) as info:
         await final_of(template, pool=pool)
     assert fragment in str(info.value)
-    # Refused by a cap, well before the time budget would have killed it (slack: busy CI).
-    assert time.monotonic() - started < 1.5
+    # Refused by a cap, before the time budget would have killed it (slack: busy CI).
+    assert time.monotonic() - started < 3
 
 
 CPU_LOOPS = [
@@ -440,7 +440,8 @@ async def test_cpu_loops_are_killed_at_the_budget_and_the_pool_recovers(template
     with pytest.raises(ProviderError, match="longer than the template budget of 200 ms"):
         await final_of(template)
     elapsed = time.monotonic() - started
-    assert 0.2 <= elapsed < 1.5, elapsed  # without the budget: hours
+    # 200 ms of CPU, at most 2 s of wall-clock time on a busy machine; without the budget: hours.
+    assert 0.2 <= elapsed < 3, elapsed
     assert pool.killed == killed + 1
     # The killed child was replaced: templates keep rendering.
     assert await final_of("{% for t in input.tags %}{{ t }};{% endfor %}") == "x;y;"

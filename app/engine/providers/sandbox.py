@@ -28,7 +28,7 @@ import functools
 import json
 import re
 import string
-from _string import formatter_field_name_split  # what str.format itself uses
+from _string import formatter_field_name_split  # type: ignore[import-not-found]  # str.format's own
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -194,7 +194,7 @@ class CappedSandbox(ImmutableSandboxedEnvironment):
             if is_map:
                 if kwargs or len(args) != 1:
                     raise TypeError("format_map() takes exactly one argument")
-                args, kwargs = (), args[0]
+                return str(self.check_result(formatter.vformat(f_self, (), args[0]), "format_map()"))
             return str(self.check_result(formatter.vformat(f_self, args, kwargs), "format()"))
 
         return functools.update_wrapper(capped, value)
@@ -256,7 +256,8 @@ def _pre_join(env: CappedSandbox, args: Args, kwargs: dict[str, Any]) -> Args:
 def _pre_replace(env: CappedSandbox, args: Args, kwargs: dict[str, Any]) -> Args:
     if len(args) >= 3:
         count = _arg(args, kwargs, 3, "count", None)
-        env.refuse_if_long(env.estimate_replace(*args[:3], -1 if count is None else count), "replace")
+        s, old, new = args[:3]
+        env.refuse_if_long(env.estimate_replace(s, old, new, -1 if count is None else count), "replace")
     return args
 
 
