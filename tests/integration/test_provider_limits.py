@@ -211,8 +211,10 @@ async def test_a_slow_template_does_not_hold_up_another_workspaces_run(
     quick_steps = [{"final": "{% for t in input.tags %}{{ t }}{% endfor %}"}]
     quick_agent = await create_agent(gql, quick_ws.admin, steps=quick_steps, tools=[])
     async with make_worker(template_timeout_ms=1_500):
-        warm = await start_run(gql, quick_ws.operator, quick_agent, {"tags": ["w"]})
-        await wait_run(gql, quick_ws.viewer, warm)  # render processes started
+        # Two runs at once, so both render processes are started before the timing below.
+        warm = [await start_run(gql, quick_ws.operator, quick_agent, {"tags": ["w"]}) for _ in range(2)]
+        for run_id in warm:
+            await wait_run(gql, quick_ws.viewer, run_id)
         slow = await start_run(gql, slow_ws.operator, slow_agent)
         await wait_run(gql, slow_ws.viewer, slow, "RUNNING")
         await asyncio.sleep(0.2)  # the slow template is burning now
@@ -222,5 +224,6 @@ async def test_a_slow_template_does_not_hold_up_another_workspaces_run(
         slow_run = await wait_run(gql, slow_ws.viewer, slow, timeout_s=60)
     assert quick["status"] == "SUCCEEDED" and quick["result"] == "ab", quick
     assert slow_run["status"] == "FAILED" and "template budget of 1500 ms" in slow_run["error"], slow_run
-    assert seconds(quick) < 1.5, quick  # not stuck behind the slow template
-    assert quick["finishedAt"] < slow_run["finishedAt"]
+    # Not stuck behind the slow template: done while it was still burning.
+    assert datetime.fromisoformat(quick["finishedAt"]) < datetime.fromisoformat(slow_run["finishedAt"])
+    assert seconds(quick) < 3, quick

@@ -156,10 +156,10 @@ class TemplatePool:
                 f"{where}: the template renderer died ({type(exc).__name__}; out of memory?)"
             ) from None
         finally:
-            if not reply.done():
-                reply.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reply
+            # Not awaited: that would swallow a cancellation of this task. The child is
+            # discarded by the caller, so the half-done exchange has nothing left to touch.
+            if not reply.cancel() and not reply.cancelled():
+                reply.exception()  # mark a late failure as seen (no "never retrieved" log)
 
     @staticmethod
     async def _send_and_read(child: _Child, payload: bytes) -> bytes:
