@@ -115,6 +115,9 @@ async def final_of(template: Any, context: TurnContext | None = None, *, pool: s
         ("{{ {'a': input.n, 'b': [run.id]} }}", {"a": 2, "b": [41]}),
         ("{{ (1, 2) }}", [1, 2]),
         ("{{ '}}' }}", "}}"),
+        ("{{ '{:*^7}'.format(run.id) }}", "**41***"),  # '*' as fill in str.format is fine
+        ("{{ '%5.1f|%-3s|%03d' % (1.25, 'a', 7) }}", "  1.2|a  |007"),
+        ("{{ '%(n)s' % input }}", "2"),
         # anything else -> a string
         ("id={{ run.id }}", "id=41"),
         (" {{ run.id }}", " 41"),

@@ -109,9 +109,14 @@ class CappedSandbox(ImmutableSandboxedEnvironment):
             raise SecurityError(f"{what}: integers are limited to {MAX_INT_BITS} bits")
         return value
 
-    def check_widths(self, spec: str) -> None:
-        """Refuse a format spec whose width or precision would exceed the cap."""
-        if "*" in spec:
+    def check_widths(self, spec: str, *, printf: bool = False) -> None:
+        """Refuse a format spec whose width or precision would exceed the cap.
+
+        Every run of digits counts (a digit used as fill only makes this stricter). In
+        printf specs ``*`` takes the width from the arguments, so it is refused; in
+        ``str.format`` specs it is a fill character.
+        """
+        if printf and "*" in spec:
             raise SecurityError("'*' widths are not allowed in templates")
         for digits in _DIGITS.findall(spec):
             if len(digits) > 9 or int(digits) > self.max_len:
@@ -119,7 +124,7 @@ class CappedSandbox(ImmutableSandboxedEnvironment):
 
     def printf(self, template: str, args: Any) -> str:
         for spec in _PRINTF_SPEC.findall(template):
-            self.check_widths(spec)
+            self.check_widths(spec, printf=True)
         return str(self.check_result(template % args, "'%' formatting"))
 
     def estimate_join(self, sep: Any, items: list[Any]) -> int:
@@ -232,7 +237,7 @@ def _pre_center(env: CappedSandbox, args: Args, kwargs: dict[str, Any]) -> Args:
 def _pre_format(env: CappedSandbox, args: Args, kwargs: dict[str, Any]) -> Args:
     if args:
         for spec in _PRINTF_SPEC.findall(str(args[0])):
-            env.check_widths(spec)
+            env.check_widths(spec, printf=True)
     return args
 
 
