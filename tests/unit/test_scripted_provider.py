@@ -405,6 +405,8 @@ BOMBS = [
     ("{{ 'ab'|indent(100000000) }}", "indent would be longer"),
     ("{{ 'a\tb'.expandtabs(100000000) }}", "expandtabs() would be longer"),
     ("{{ lipsum(100000) }}", "'lipsum' is undefined"),
+    ("{{ 5|round(-1000000000) }}", "round() precision is limited"),
+    ("{{ 5|round(1000000000, 'floor') }}", "round() precision is limited"),
     # output: counted while generated, and the rendered value as JSON
     (
         "{% for i in range(100000) %}{% for j in range(100) %}xxxxxxxxxx{% endfor %}{% endfor %}",
@@ -483,6 +485,7 @@ async def test_a_slow_template_does_not_hold_up_another_render() -> None:
         ("a {{ input.n + 1 }} {{ input.tags|length }}", True),
         ("{% if input.n > 1 %}{{ run.id }}{% else %}x{% endif %}", True),
         ("{{ input.who.name|default('x')|upper }}", True),
+        ("{{ input.n|round(-1000000000) }}", False),  # round(5, -10**9) computes 10**10**9
         ("{% for t in input.tags %}{{ t }}{% endfor %}", False),
         ("{{ 'a' ~ input.url }}", False),
         ("{{ 'a' * 3 }}", False),

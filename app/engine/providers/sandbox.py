@@ -276,6 +276,14 @@ def _pre_count_arg(name: str, arg: str) -> Callable[[CappedSandbox, Args, dict[s
     return check
 
 
+def _pre_round(env: CappedSandbox, args: Args, kwargs: dict[str, Any]) -> Args:
+    # round(5, -10**9) computes 10**(10**9); so does the filter's ceil/floor method.
+    precision = _arg(args, kwargs, 1, "precision", 0)
+    if isinstance(precision, int) and abs(precision) > MAX_EXPONENT:
+        raise SecurityError(f"round() precision is limited to {MAX_EXPONENT}")
+    return args
+
+
 def _pre_wordwrap(env: CappedSandbox, args: Args, kwargs: dict[str, Any]) -> Args:
     s = str(_arg(args, kwargs, 0, "s", ""))
     wrap = _arg(args, kwargs, 3, "wrapstring", None) or "\n"
@@ -292,6 +300,7 @@ _FILTER_PRECHECKS: dict[str, Callable[[CappedSandbox, Args, dict[str, Any]], Arg
     "batch": _pre_count_arg("batch", "linecount"),
     "slice": _pre_count_arg("slice", "slices"),
     "wordwrap": _pre_wordwrap,
+    "round": _pre_round,
 }
 
 
@@ -360,7 +369,7 @@ _LINEAR_NODES: tuple[type[nodes.Node], ...] = (
 )  # fmt: skip
 _LINEAR_FILTERS = frozenset(
     {"length", "count", "string", "lower", "upper", "trim", "default", "d", "first", "last",
-     "int", "float", "abs", "round", "tojson", "capitalize", "title", "bool"}
+     "int", "float", "abs", "tojson", "capitalize", "title", "bool"}
 )  # fmt: skip
 _LINEAR_TESTS = frozenset(
     {"defined", "undefined", "none", "number", "string", "mapping", "sequence", "boolean",
