@@ -469,8 +469,19 @@ class Renderer:
             return [self.render_tree(item, variables, f"{where}[{i}]") for i, item in enumerate(value)]
         return copy.deepcopy(value)
 
-    def encode(self, value: Any) -> str:
-        """JSON text of a rendered value, refused past the cap (counted while encoding)."""
+    def encode(self, value: Any, *, streaming: bool = True) -> str:
+        """JSON text of a rendered value, refused past the cap.
+
+        ``streaming`` counts while encoding (Python's slower encoder), for values a template
+        may have multiplied (``[s] * 10**6`` is small in memory, huge as text). Without it,
+        the C encoder runs first: only for linear templates, whose output is no bigger than
+        data already held plus capped strings.
+        """
+        if not streaming:
+            text = _ENCODER.encode(value)
+            if len(text) > self.env.max_len:
+                raise RenderError(f"the rendered output is larger than {self.env.max_len} characters")
+            return text
         out: list[str] = []
         size = 0
         for chunk in _ENCODER.iterencode(value):

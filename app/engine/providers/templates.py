@@ -97,7 +97,7 @@ class TemplatePool:
         if self.inline_linear and all(inline.all_linear(tree) for tree, _ in items):
             try:
                 rendered = [inline.render_tree(tree, variables, where) for tree, where in items]
-                inline.encode(rendered)  # the output cap, as the subprocess applies it
+                inline.encode(rendered, streaming=False)  # the output cap, as in the subprocess
             except RenderError as exc:
                 raise ProviderError(str(exc)) from None
             return rendered
