@@ -7,8 +7,12 @@ one for the whole module, on a module-scoped event loop, as a worker keeps one.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +22,7 @@ from hypothesis import strategies as st
 
 from app.domain.errors import ValidationFailed
 from app.engine.base import FinalAnswer, HistoryItem, ProviderError, ToolCall, ToolCalls, TurnContext
-from app.engine.providers import PROVIDERS, Providers, validate_model_config
+from app.engine.providers import PROVIDERS, Providers, templates, validate_model_config
 from app.engine.providers.openai import OpenAIProvider
 from app.engine.providers.sandbox import CappedSandbox, Renderer, RenderError, is_linear
 from app.engine.providers.scripted import ScriptedProvider, validate_scripted_config
@@ -521,3 +525,23 @@ def test_sequence_repetition_is_capped_exactly(n: int, text: str) -> None:
     else:
         with pytest.raises(RenderError, match="longer than 2000"):
             renderer.render_tree("{{ s * n }}", variables, "t")
+
+
+def test_a_render_process_stops_itself_when_nobody_kills_it() -> None:
+    """A worker killed mid-render leaves no process burning CPU: the child has its own limit."""
+    child = subprocess.Popen(
+        [sys.executable, str(Path(templates.__file__).with_name("render_child.py")), "1048576", "0", "300"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.read(1) == b"R"
+        loop = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+        payload = json.dumps({"items": [[loop, "final"]], "v": {}}).encode()
+        child.stdin.write(len(payload).to_bytes(4, "big") + payload)
+        child.stdin.flush()
+        assert child.wait(timeout=20) == 3  # 300 ms of CPU, then it exits on its own
+    finally:
+        child.kill()
+        child.wait()

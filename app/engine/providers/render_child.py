@@ -1,17 +1,24 @@
 """The render subprocess of ``templates.TemplatePool``: ``python render_child.py
-MAX_OUTPUT_BYTES MEMORY_BYTES``.
+MAX_OUTPUT_BYTES MEMORY_BYTES CPU_LIMIT_MS``.
 
 Reads length-prefixed JSON requests ``{"items": [[tree, where], ...], "v": variables}`` on
 stdin and answers each with one frame: ``O`` + the rendered list as JSON, or ``E`` + a
 message. It writes ``R`` once when it is ready, so start-up never counts against a render's
 time budget. The parent kills it on overrun; it holds no state worth keeping.
+
+It also stops itself, so it never outlives a parent that died mid-render (a worker killed
+with SIGKILL): it asks the kernel for SIGKILL when the parent exits (Linux), and exits when
+one render uses ``CPU_LIMIT_MS`` of CPU time (a multiple of the parent's budget, so the
+parent normally kills it first and reports the overrun).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
+import signal
 import sys
 from typing import Any, BinaryIO
 
@@ -36,7 +43,7 @@ def _answer(job: dict[str, Any], renderer: Renderer) -> bytes:
         return b"E" + b"a template nested too deeply"
 
 
-def serve(inp: BinaryIO, out: BinaryIO, renderer: Renderer) -> None:
+def serve(inp: BinaryIO, out: BinaryIO, renderer: Renderer, *, cpu_limit_s: float = 0.0) -> None:
     out.write(b"R")
     out.flush()
     while True:
@@ -44,23 +51,37 @@ def serve(inp: BinaryIO, out: BinaryIO, renderer: Renderer) -> None:
         if len(header) < _HEADER:
             return  # the parent closed our stdin: done
         body = inp.read(int.from_bytes(header, "big"))
+        if cpu_limit_s:
+            signal.setitimer(signal.ITIMER_PROF, cpu_limit_s)  # CPU time of this process
         reply = _answer(json.loads(body), renderer)
+        if cpu_limit_s:
+            signal.setitimer(signal.ITIMER_PROF, 0)
         out.write(len(reply).to_bytes(_HEADER, "big") + reply)
         out.flush()
 
 
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def main() -> None:
-    max_output_bytes, memory_bytes = int(sys.argv[1]), int(sys.argv[2])
+    max_output_bytes, memory_bytes, cpu_limit_ms = (int(arg) for arg in sys.argv[1:4])
+    cpu_limit_s = cpu_limit_ms / 1000
+    _die_with_parent()
+    signal.signal(signal.SIGPROF, lambda _signum, _frame: os._exit(3))
     # The protocol owns the real stdout; anything printed by accident goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     renderer = Renderer(max_len=max_output_bytes)
     renderer.render_tree("{{ 1 }}", {}, "warm-up")  # import Jinja's lazy bits before the limit
-    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    if hard != resource.RLIM_INFINITY:
-        memory_bytes = min(memory_bytes, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, hard))
-    serve(sys.stdin.buffer, out, renderer)
+    if memory_bytes:  # 0: no limit
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            memory_bytes = min(memory_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, hard))
+    serve(sys.stdin.buffer, out, renderer, cpu_limit_s=cpu_limit_s)
 
 
 if __name__ == "__main__":

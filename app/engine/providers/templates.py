@@ -189,6 +189,8 @@ class TemplatePool:
                 str(Path(__file__).with_name("render_child.py")),
                 str(self.max_output_bytes),
                 str(child_memory_bytes(self.max_output_bytes)),
+                # The child's own limit, for when we are gone: well past our budget.
+                str(self.timeout_ms * WALL_FACTOR),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
             )
