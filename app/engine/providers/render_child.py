@@ -2,8 +2,9 @@
 MAX_OUTPUT_BYTES MEMORY_BYTES CPU_LIMIT_MS``.
 
 Reads length-prefixed JSON requests ``{"items": [[tree, where], ...], "v": variables}`` on
-stdin and answers each with one frame: ``O`` + the rendered list as JSON, or ``E`` + a
-message. It writes ``R`` once when it is ready, so start-up never counts against a render's
+stdin and answers each with one frame: its CPU time so far (8 bytes, µs), then ``O`` + the
+rendered list as JSON, or ``E`` + a message. It writes ``R`` (and its CPU time) once when
+it is ready, so start-up never counts against a render's
 time budget. The parent kills it on overrun; it holds no state worth keeping.
 
 It also stops itself, so it never outlives a parent that died mid-render (a worker killed
@@ -20,6 +21,7 @@ import os
 import resource
 import signal
 import sys
+import time
 from typing import Any, BinaryIO
 
 if __package__:  # imported as part of the app (tests, type checks)
@@ -28,6 +30,12 @@ else:  # run as a script by the pool: only the sandbox, not the app package's he
     from sandbox import Renderer, RenderError  # type: ignore[import-not-found,no-redef]
 
 _HEADER = 4
+
+
+def _cpu_stamp() -> bytes:
+    """This process's CPU time so far (µs), sent first in every message: the parent times
+    a render from it without reading /proc unless the render is slow."""
+    return int(time.process_time() * 1e6).to_bytes(8, "big")
 
 
 def _answer(job: dict[str, Any], renderer: Renderer) -> bytes:
@@ -44,7 +52,7 @@ def _answer(job: dict[str, Any], renderer: Renderer) -> bytes:
 
 
 def serve(inp: BinaryIO, out: BinaryIO, renderer: Renderer, *, cpu_limit_s: float = 0.0) -> None:
-    out.write(b"R")
+    out.write(b"R" + _cpu_stamp())
     out.flush()
     while True:
         header = inp.read(_HEADER)
@@ -56,7 +64,8 @@ def serve(inp: BinaryIO, out: BinaryIO, renderer: Renderer, *, cpu_limit_s: floa
         reply = _answer(json.loads(body), renderer)
         if cpu_limit_s:
             signal.setitimer(signal.ITIMER_PROF, 0)
-        out.write(len(reply).to_bytes(_HEADER, "big") + reply)
+        frame = _cpu_stamp() + reply
+        out.write(len(frame).to_bytes(_HEADER, "big") + frame)
         out.flush()
 
 

@@ -38,6 +38,7 @@ CHILD_START_TIMEOUT_S = 60.0
 WALL_FACTOR = 10
 MIN_WALL_S = 2.0
 _HEADER = 4
+_STAMP = 8  # every message from the child starts with its CPU time so far, in µs
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -51,9 +52,9 @@ def _cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14, 15)
 
 
-def _cpu_used_s(pid: int, since: float | None) -> float | None:
+def _cpu_used_s(pid: int, since: float) -> float | None:
     now = _cpu_s(pid)
-    return None if now is None or since is None else now - since
+    return None if now is None else now - since
 
 
 def child_memory_bytes(max_output_bytes: int) -> int:
@@ -64,6 +65,7 @@ def child_memory_bytes(max_output_bytes: int) -> int:
 class _Child:
     proc: asyncio.subprocess.Process
     renders: int = 0
+    cpu_s: float = 0.0  # CPU time the child reported with its last message
 
 
 @dataclass
@@ -130,27 +132,30 @@ class TemplatePool:
         where = items[0][1] if items else "template"
         budget_s = self.timeout_ms / 1000
         # The budget starts once a started child has the request: start-up never counts.
-        cpu_at_start = _cpu_s(child.proc.pid)
-        wall_deadline = time.monotonic() + max(WALL_FACTOR * budget_s, MIN_WALL_S)
+        # Its CPU time then is what it reported with its last answer (it has been idle since).
+        cpu_at_start = child.cpu_s
+        started = time.monotonic()
+        wall_deadline = started + max(WALL_FACTOR * budget_s, MIN_WALL_S)
         reply = asyncio.ensure_future(self._send_and_read(child, payload))
         try:
-            while True:
-                # Judged by the child's CPU time where /proc has it, so a render that is only
-                # waiting for a core on a busy machine is not killed; the wall-clock ceiling
-                # still bounds how long anyone waits.
+            done, _ = await asyncio.wait({reply}, timeout=budget_s)  # most renders end here
+            while not done:
+                # Judged by the child's CPU time where /proc has it (else by the clock), so a
+                # render that is only waiting for a core on a busy machine is not killed; the
+                # wall-clock ceiling still bounds how long anyone waits.
+                now = time.monotonic()
                 used_s = _cpu_used_s(child.proc.pid, cpu_at_start)
-                left_s = budget_s - used_s if used_s is not None else wall_deadline - time.monotonic()
-                wait_s = min(max(left_s, 0.005), wall_deadline - time.monotonic())
-                if left_s <= 0 or wait_s <= 0:
+                left_s = budget_s - (now - started if used_s is None else used_s)
+                if left_s <= 0 or now >= wall_deadline:
                     self.killed += 1
                     raise ProviderError(
                         f"{where}: rendering took longer than the template budget of {self.timeout_ms} ms"
                     )
-                done, _ = await asyncio.wait({reply}, timeout=wait_s)
-                if done:
-                    data = reply.result()
-                    child.renders += 1
-                    return data
+                done, _ = await asyncio.wait({reply}, timeout=min(max(left_s, 0.005), wall_deadline - now))
+            frame = reply.result()
+            child.cpu_s = int.from_bytes(frame[:_STAMP], "big") / 1e6
+            child.renders += 1
+            return frame[_STAMP:]
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             raise ProviderError(
                 f"{where}: the template renderer died ({type(exc).__name__}; out of memory?)"
@@ -199,10 +204,12 @@ class TemplatePool:
             assert proc.stdout is not None
             try:
                 async with asyncio.timeout(CHILD_START_TIMEOUT_S):
-                    ready = await proc.stdout.readexactly(1)
+                    ready = await proc.stdout.readexactly(1 + _STAMP)
             except (TimeoutError, asyncio.IncompleteReadError):
                 ready = b""
-            if ready != b"R":
+            if ready[:1] == b"R":
+                child.cpu_s = int.from_bytes(ready[1:], "big") / 1e6
+            else:
                 self._discard(child)
                 raise ProviderError("the template renderer did not start")
         finally:
