@@ -552,7 +552,9 @@ async def test_default_registry_loads_plugins_and_skips_broken_ones(
     with caplog.at_level(logging.ERROR, logger=registry_module.__name__):
         reg = default_registry(s, extra=[ForgetTool()])
     try:
-        assert reg.names() == ["echo.say", "factory.tool", "http.get", "memory.forget", "webhook.post"]
+        assert reg.names() == [
+            "agents.delegate", "agents.list", "echo.say", "factory.tool", "http.get", "memory.forget", "webhook.post"
+        ]  # fmt: skip
         assert isinstance(reg.get("http.get"), HttpGetTool)  # the built-in was not replaced
         factory_tool = reg.get("factory.tool")
         assert factory_tool is not None and factory_tool.description == "made with timeout 7.0"
