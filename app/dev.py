@@ -92,6 +92,52 @@ def demo_agents(base_url: str) -> list[DemoAgent]:
             policy={"rules": [{"tool": "webhook.post", "decision": "REQUIRE_APPROVAL"}]},
         ),
         DemoAgent(
+            name="lead-researcher",
+            description="Researches a company by delegating the enrichment to the enricher.",
+            instructions="Hand the enrichment of the company in the input to the enricher, then report.",
+            model={
+                "provider": "scripted",
+                "steps": [
+                    {"call": "agents.list", "args": {}},
+                    {
+                        "call": "agents.delegate",
+                        "args": {
+                            "agent": "enricher",
+                            "task": "Enrich {{ input.company | default('acme.example') }}",
+                        },
+                    },
+                    {
+                        "final": {
+                            "enrichment": "{{ results[1].result }}",
+                            "childRun": "{{ results[1].runId }}",
+                        }
+                    },
+                ],
+            },
+            tools=["agents.*"],
+        ),
+        DemoAgent(
+            name="enricher",
+            description="Enrichment specialist: fetches the demo page and posts what it found to the demo webhook.",
+            instructions="Fetch the page about the company in the task, then post the findings.",
+            model={
+                "provider": "scripted",
+                "steps": [
+                    {"call": "http.get", "args": {"url": f"{base_url}/dev/page"}},
+                    {
+                        "call": "webhook.post",
+                        "args": {
+                            "url": f"{base_url}/dev/webhook",
+                            "payload": {"task": "{{ input.task }}", "summary": "{{ results[0].body[:80] }}"},
+                        },
+                    },
+                    {"final": {"fetched": "{{ results[0].status }}", "posted": "{{ results[1].status }}"}},
+                ],
+            },
+            tools=["http.get", "webhook.post"],
+            policy={"rules": [{"tool": "webhook.post", "decision": "REQUIRE_APPROVAL"}]},
+        ),
+        DemoAgent(
             name="greeter",
             description="Greets whoever is named in the input, in one turn.",
             instructions="Greet the person named in the input.",

@@ -195,3 +195,38 @@ def test_dev_researcher_demo_waits_for_approval_then_succeeds(dev_home: Path) ->
         assert stack.stop(signal.SIGTERM) == 0, stack.output()
     finally:
         stack.kill()
+
+
+TREE = """
+query($id: ID!) { run(id: $id) { status result
+  children { id status delegation { task } parent { id } }
+  pendingApprovals { id tool run { id depth } } } }
+"""
+
+
+def test_dev_delegation_demo_shows_the_childs_approval_on_the_root(dev_home: Path) -> None:
+    stack = DevStack(dev_home).start()
+    try:
+        agents = stack.agent_ids()
+        run_id = stack.gql(
+            START_RUN, {"agent": agents["lead-researcher"], "input": {"company": "acme.example"}}
+        )["startRun"]["id"]
+        stack.wait_run(run_id, "WAITING_CHILD", "FAILED", "SUCCEEDED")
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not (tree := stack.gql(TREE, {"id": run_id})["run"])["pendingApprovals"]:
+            assert time.monotonic() < deadline, tree
+            time.sleep(0.1)
+        [child] = tree["children"]
+        assert child["delegation"] == {"task": "Enrich acme.example"} and child["parent"]["id"] == run_id
+        [approval] = tree["pendingApprovals"]
+        assert approval["tool"] == "webhook.post" and approval["run"] == {"id": child["id"], "depth": 1}
+        stack.gql(DECIDE, {"id": approval["id"]})
+        done = stack.wait_run(run_id, "SUCCEEDED", "FAILED")
+        assert done["status"] == "SUCCEEDED", done
+        assert done["result"] == {
+            "enrichment": {"fetched": 200, "posted": 200},
+            "childRun": done["result"]["childRun"],
+        }
+        assert stack.stop(signal.SIGTERM) == 0, stack.output()
+    finally:
+        stack.kill()
