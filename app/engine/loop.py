@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,35 +34,24 @@ from app.clock import utcnow
 from app.db.orm import RunStep
 from app.domain.errors import EnverifError
 from app.domain.planner import (
-    Call,
     CallPlan,
-    Calls,
-    Fail,
-    Finish,
     Limits,
     ToolInfo,
-    TurnPlan,
-    plan_turn,
 )
-from app.domain.planner import runs_ahead as reads_only
 from app.domain.policy import parse_chain
 from app.domain.runs import TERMINAL_STEP, WAITING_STEP, StepStatus
 from app.engine.base import (
-    FinalAnswer,
-    HistoryItem,
     Provider,
-    ProviderError,
     Tool,
     ToolContext,
     ToolKind,
-    Turn,
-    TurnContext,
 )
 from app.engine.calls import Outcome, call_tool, failed
 from app.engine.persist import RunWrites
 from app.engine.providers import Providers
 from app.engine.tools.agents import DELEGATE
 from app.engine.tools.registry import ToolRegistry, tool_kind
+from app.engine.turns import ModelTurns
 from app.services import runs
 from app.services.runtime import Runtime
 from app.services.transitions import LeaseLost, read_steps
@@ -145,7 +133,7 @@ async def execute_run(
             await renewer
 
 
-class RunExecutor(RunWrites):
+class RunExecutor(ModelTurns, RunWrites):
     def __init__(
         self, rt: Runtime, registry: ToolRegistry, claimed: runs.Claim, providers: Providers
     ) -> None:
@@ -245,97 +233,6 @@ class RunExecutor(RunWrites):
             plan = await self._next_plan()
             if plan is None or await self._apply(plan):
                 return
-
-    async def _next_plan(self) -> TurnPlan | None:
-        """Ask the model and plan its turn; batchable READ turns are run on the spot and the
-        model asked again. None when the run was failed instead."""
-        batch_started = time.monotonic()
-        while True:
-            turn = await self._ask()
-            if turn is None:
-                return None
-            plan = self._plan(turn)
-            if not self._batchable(plan, batch_started):
-                return plan
-            assert isinstance(plan, Calls)
-            for call in plan.plans:
-                self.reads.append(await self._execute_read(call))
-
-    def _plan(self, turn: Turn) -> TurnPlan:
-        model_turn = (
-            Finish(turn.value)
-            if isinstance(turn, FinalAnswer)
-            else [Call(c.tool, c.args) for c in turn.calls]
-        )
-        return plan_turn(
-            model_turn, turns_used=self.asked_turn, tools=self.tools, chain=self.chain, limits=self.limits
-        )
-
-    def _batchable(self, plan: TurnPlan, batch_started: float) -> bool:
-        """Whether to run this turn's calls right away and record them with the next write:
-        only for a fast (local) provider, only allowed READ calls (``planner.runs_ahead``) of
-        plain I/O tools, and bounded so live watchers still see progress promptly."""
-        if not self.fast or not isinstance(plan, Calls) or not reads_only(plan.plans):
-            return False
-        if len(self.reads) >= READ_BATCH_MAX or time.monotonic() - batch_started > READ_BATCH_S:
-            return False
-        return all(self._kind(p.tool) is ToolKind.IO for p in plan.plans)
-
-    def _kind(self, name: str) -> ToolKind | None:
-        tool = self.registry.get(name)
-        return None if tool is None else tool_kind(tool)
-
-    # -- model ---------------------------------------------------------------------------
-
-    async def _ask(self) -> Turn | None:
-        """The next turn, or None when the run was failed instead (provider gave up)."""
-        history = []
-        turn_index = 0
-        for s in self.steps:
-            if s.tool is None:
-                continue
-            status, result = (s.status, s.result)
-            if self.recorded is not None and s.id == self.recorded[0].id:
-                status, result = self.recorded[1].status.value, self.recorded[1].result
-            history.append(HistoryItem(tool=s.tool, args=s.arguments or {}, status=status, result=result))
-            turn_index = max(turn_index, s.turn + 1)
-        for read in self.reads:
-            history.append(HistoryItem(tool=read.plan.tool, args=read.plan.args, status=read.outcome.status.value,
-                                       result=read.outcome.result))  # fmt: skip
-            turn_index = max(turn_index, read.turn + 1)
-        self.asked_turn = turn_index
-        if turn_index >= self.limits.max_turns:
-            # Out of turns: the planner fails the run without asking the model again.
-            await self._out_of_turns()
-            return None
-        ctx = TurnContext(
-            run_id=self.run.id,
-            depth=self.run.depth,
-            instructions=self.agent.instructions or "",
-            input=self.run.input,
-            memories=self.memories,
-            tools=self.offered,
-            history=history,
-            turn=turn_index,
-        )
-        try:
-            with self._io():
-                return await self.provider.next_turn(ctx)
-        except ProviderError as exc:
-            await self._fail(f"model provider failed: {exc}")
-        except (asyncio.CancelledError, LeaseLost):
-            raise
-        except Exception as exc:
-            log.exception("run %s: provider crashed", self.run_id)
-            await self._fail(f"model provider crashed: {type(exc).__name__}: {exc}")
-        return None
-
-    async def _out_of_turns(self) -> None:
-        plan = plan_turn(
-            [], turns_used=self.asked_turn, tools=self.tools, chain=self.chain, limits=self.limits
-        )
-        assert isinstance(plan, Fail)
-        await self._fail(plan.error)
 
     # -- tools ---------------------------------------------------------------------------
 

@@ -42,7 +42,9 @@ class RunWrites:
     reads: list[ReadCall]
     asked_turn: int
 
-    def _ctx(self, step_id: int | None) -> ToolContext: ...  # RunExecutor
+    if TYPE_CHECKING:  # provided by RunExecutor; declared for type checkers only
+
+        def _ctx(self, step_id: int | None) -> ToolContext: ...
 
     async def _apply(self, plan: TurnPlan) -> bool:
         """Persist the pending results and the planned turn. True when the run ended."""

@@ -10,7 +10,7 @@ fence, or commits after, and its cascade ends the new child too.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -29,7 +29,9 @@ class ChildWrites:
     wakeups: list[WakeUp]
     _runs: dict[int, Run]
 
-    def emit(self, run: Run, type: EventType, **kwargs: Any) -> Any: ...  # TreeTx
+    if TYPE_CHECKING:  # provided by TreeTx; declared for type checkers only
+
+        def emit(self, run: Run, type: EventType, **kwargs: Any) -> Any: ...
 
     async def create_child(
         self, parent: Run, *, agent: Agent, task: str, input: dict[str, Any], parent_step_id: int

@@ -33,8 +33,10 @@ class StepWrites:
     session: AsyncSession
     now: datetime
 
-    def emit(self, run: Run, type: EventType, **kwargs: Any) -> RunEvent: ...  # TreeTx
-    async def steps(self, run_id: int) -> list[RunStep]: ...  # TreeTx
+    if TYPE_CHECKING:  # provided by TreeTx; declared for type checkers only
+
+        def emit(self, run: Run, type: EventType, **kwargs: Any) -> RunEvent: ...
+        async def steps(self, run_id: int) -> list[RunStep]: ...
 
     # -- new steps -----------------------------------------------------------------------
 
