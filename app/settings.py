@@ -41,6 +41,8 @@ class Settings(BaseSettings):
 
     max_page_size: int = Field(default=100, ge=1, le=1_000)
     max_text_chars: int = Field(default=100_000, ge=1_000)
+    # A memory's value: memories are injected into prompts, so they stay small.
+    max_memory_chars: int = Field(default=16_384, ge=256, le=1_000_000)
     max_query_depth: int = Field(default=12, ge=3, le=64)
 
     # Worker tuning. The lease must outlive the longest quiet stretch of a working run:

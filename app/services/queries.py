@@ -113,23 +113,17 @@ async def list_memories(
     workspace_id: int,
     agent_id: int,
     page: PageRequest,
-    query: str | None = None,
     tags: Sequence[str] | None = None,
 ) -> Page[orm.Memory]:
+    """An agent's memories carrying all ``tags``, newest first (full-text search with a query
+    is ``app.services.memory_search``)."""
     stmt = select(orm.Memory).where(orm.Memory.workspace_id == workspace_id, orm.Memory.agent_id == agent_id)
-    if query:
-        needle = query.lower()
-        # autoescape: a '%' or '_' in the query is a literal character, not a wildcard.
-        stmt = stmt.where(
-            func.lower(orm.Memory.key).contains(needle, autoescape=True)
-            | func.lower(orm.Memory.value).contains(needle, autoescape=True)
-        )
     for tag in dict.fromkeys(tags or ()):
-        stmt = stmt.where(_has_tag(session, tag))
+        stmt = stmt.where(memory_has_tag(session, tag))
     return await fetch_page(session, stmt, id_column=orm.Memory.id, page=page)
 
 
-def _has_tag(session: AsyncSession, tag: str) -> ColumnElement[bool]:
+def memory_has_tag(session: AsyncSession, tag: str) -> ColumnElement[bool]:
     """``tag`` is an element of the memory's JSON tag list, filtered in SQL so that pages
     stay full (filtering after the LIMIT would return short pages)."""
     bind = session.get_bind()
