@@ -201,6 +201,7 @@ _PREFIXED_ID: Final = re.compile(r"^[a-z]{2,12}_[A-Za-z0-9]{6,}$")
 _PATH: Final = re.compile(r"^(?:\.{0,2}/|~/|[A-Za-z]:\\)")
 _TOKEN_SPLIT: Final = re.compile(r"[\s,;:()\[\]{}<>\"'`|]+")
 _TOKEN_TRIM = ".:!?*"
+_SEPARATOR: Final = re.compile(r"[-_.]+")
 
 
 def check_credentials(key: str, value: str | None, tags: Iterable[str] = ()) -> Rejection | None:
@@ -291,6 +292,12 @@ def _class_switches(token: str) -> float:
 def _high_entropy(token: str) -> bool:
     if len(token) < MIN_ENTROPY_TOKEN_CHARS or _is_ordinary(token):
         return False
+    if _SEPARATOR.search(token):
+        # Slugs and labels (`acme-run-3fa9c01b2e`): words, numbers and hex ids joined by
+        # dashes. Judge what is left once those ordinary segments are dropped.
+        token = "".join(s for s in _SEPARATOR.split(token) if not _is_plain_segment(s))
+        if len(token) < MIN_ENTROPY_TOKEN_CHARS:
+            return False
     if _HEX.match(token):
         return len(token) not in _HASH_LENGTHS and shannon_entropy(token) > HEX_ENTROPY_LIMIT
     has_lower = any(c.islower() for c in token)
@@ -300,6 +307,10 @@ def _high_entropy(token: str) -> bool:
         # Single-class runs are words or numbers; upper case and digits only are ids (ULIDs, SKUs).
         return False
     return shannon_entropy(token) > BASE64_ENTROPY_LIMIT and _class_switches(token) > CLASS_SWITCH_LIMIT
+
+
+def _is_plain_segment(segment: str) -> bool:
+    return segment.isalpha() or segment.isdigit() or bool(_HEX.match(segment))
 
 
 def _is_ordinary(token: str) -> bool:

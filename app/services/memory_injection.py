@@ -34,14 +34,15 @@ async def candidates(rt: Runtime, run_id: int) -> list[MemoryCandidate] | None:
     async with rt.read_sessionmaker() as session:
         found = (
             await session.execute(
-                select(Run.agent_id, Agent.memory_max_items, Agent.memory_max_chars)
+                select(Run.injected_memory_ids, Run.agent_id, Agent.memory_max_items, Agent.memory_max_chars)
                 .join(Agent, Agent.id == Run.agent_id)
-                .where(Run.id == run_id, Run.injected_memory_ids.is_(None))
+                .where(Run.id == run_id)
             )
         ).first()
-        if found is None:
+        # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
+        if found is None or found[0] is not None:
             return None
-        agent_id, max_items, max_chars = found
+        _, agent_id, max_items, max_chars = found
         if max_items <= 0 or max_chars <= 0:
             return []
         return await _bounded_candidates(session, agent_id=agent_id, max_items=max_items, max_chars=max_chars)

@@ -381,6 +381,13 @@ def benign_samples(seed: int = 4321, n: int = 420) -> list[Sample]:
             ["crm"],
         ),
         lambda: Sample(
+            "labels",
+            _key(rng, "label", _word(rng)),
+            f"Workspace ws-{_r(rng, HEX, 10)} runs the {_word(rng)}-run-{_r(rng, HEX, 12)} job; "
+            f"marker confidential-{_word(rng)}-{_r(rng, HEX, 8)}.",
+            ["labels"],
+        ),
+        lambda: Sample(
             "path",
             _key(rng, "export", "path"),
             f"Exports go to /srv/exports/{_word(rng)}/{rng.randint(2024, 2026)}/{_word(rng)}_contacts_final_v{rng.randint(1, 9)}.csv",
