@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     provider_max_retries: int = Field(default=4, ge=0, le=20)
     provider_timeout_s: float = Field(default=60.0, gt=0, le=600)
     max_turns: int = Field(default=50, ge=1, le=10_000)
+    # Every tool call runs under a timeout (a tool may set its own ``timeout_s``); a call
+    # that overruns is a FAILED step the model sees.
+    tool_timeout_s: float = Field(default=120.0, gt=0, le=86_400)
+    # Cap on one stored value: a tool result, a call's arguments, a final answer (UTF-8
+    # bytes of its JSON). Over it, the step fails with TOO_LARGE; it is never retried.
+    max_result_bytes: int = Field(default=1_048_576, ge=1_024, le=64 * 1_048_576)
     # Claims of one run (each worker crash or internal error costs one) before it is failed.
     max_attempts: int = Field(default=10, ge=1, le=1_000)
 

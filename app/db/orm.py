@@ -216,6 +216,9 @@ class Run(Base):
     # Execution bookkeeping. `attempt` is the fencing token: every claim bumps it, and a
     # worker's writes only land while the row still carries the attempt it claimed.
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # Claims abandoned since the run last made progress (lease expired, handed back after an
+    # internal error): what ENVERIF_MAX_ATTEMPTS bounds. Wake-ups never count.
+    abandoned_claims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Bumped whenever the run is (re)queued; part of the arq job id so a resumed run is
     # never deduplicated against the job of an earlier wake-up.
     wake_count: Mapped[int] = mapped_column(Integer, default=0)

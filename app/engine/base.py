@@ -7,10 +7,16 @@ a JSON result. Both are Protocols so third parties can add their own.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
+from app.domain.events import EventType
 from app.domain.policy import RiskClass
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,40 @@ class ProviderError(Exception):
     """The model could not produce a turn (after retries): the run fails with this message."""
 
 
+class ToolKind(enum.StrEnum):
+    """How a tool runs (and so what a crash can do to it)."""
+
+    # Plain I/O (HTTP and the like): runs outside any transaction; its step row (and so its
+    # idempotency key) exists before it runs, and its result is recorded after.
+    IO = "IO"
+    # Changes Enverif's own state (memory writes, delegation): runs inside its step's fenced
+    # transaction through ``ToolContext.writer`` and commits together with its result and
+    # events, so a crash leaves neither, and a worker that lost its lease writes nothing.
+    STATE = "STATE"
+
+
+class RunWriter(Protocol):
+    """What a STATE tool writes through: the open, fenced transaction of its step. Never
+    begin, commit or roll back ``session``; raising (``ToolError`` or anything else) undoes
+    the tool's writes and events, and the step fails with the error."""
+
+    @property
+    def session(self) -> AsyncSession: ...
+    @property
+    def now(self) -> datetime: ...  # the database's clock
+    @property
+    def workspace_id(self) -> int: ...
+    @property
+    def agent_id(self) -> int: ...
+    @property
+    def run_id(self) -> int: ...
+    @property
+    def step_id(self) -> int: ...
+
+    def emit(self, type: EventType, *, payload: dict[str, Any]) -> None:
+        """Append an event about this run to its tree's log, in this transaction."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     workspace_id: int
@@ -81,6 +121,7 @@ class ToolContext:
     # before their step row exists (see engine.loop: batched reads have no side effects).
     step_id: int | None
     settings: Any  # app.settings.Settings
+    writer: RunWriter | None = None  # STATE tools only
 
 
 class Tool(Protocol):
@@ -88,6 +129,10 @@ class Tool(Protocol):
     description: str
     risk: RiskClass
     parameters: dict[str, Any]
+    # Optional for plugins written before they existed (see registry.tool_kind/tool_timeout_s):
+    # ``kind`` defaults to IO, ``timeout_s`` to ENVERIF_TOOL_TIMEOUT_S.
+    kind: ToolKind
+    timeout_s: float | None
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any: ...
 

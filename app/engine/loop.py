@@ -1,18 +1,23 @@
-"""The run loop (DESIGN §3): claim, ask the model, decide, execute, record, repeat.
+"""The run loop (DESIGN §3): claim, ask the model, plan, persist, execute, record, repeat.
+
+The model's turn is decided by the pure planner (``app.domain.planner``); its plans are
+applied in one fenced tree transaction (``app.services.transitions``, the only writer of
+run, step and approval states); tools only execute (``app.engine.calls``). This module holds
+no SQL.
 
 Durability rules this module keeps:
-- A step row exists (RUNNING, with its id) before its tool runs, so a side-effecting tool
+- A step row exists (RUNNING, with its id) before an I/O tool runs, so a side-effecting tool
   always gets the same idempotency key, whichever worker (re)executes it. The exception:
-  with a fast provider, consecutive turns of allowed READ calls run first and are recorded
-  together with the next write (``_batchable``). They have no side effects, so a crash
-  before that write only means they run again.
+  with a fast provider, consecutive turns of allowed READ I/O calls run first and are
+  recorded together with the next write (``_batchable``). They have no side effects, so a
+  crash before that write only means they run again.
+- A STATE tool (memory, delegation) runs inside the transaction that records its result.
 - A result is recorded once: the write is fenced by the claimed attempt and only moves a
   RUNNING step to a terminal state. A step whose result was recorded is never run again.
-- A crash between running a tool and recording its result leaves the step RUNNING; the
+- A crash between running an I/O tool and recording its result leaves the step RUNNING; the
   next claim re-executes it (at-least-once, same idempotency key).
-- Model turns are asked outside transactions; for providers marked ``fast`` (scripted) the
-  next turn is computed before the previous result is committed, so recording a result and
-  starting the next call share one transaction.
+- The lease renewer interrupts only I/O (a tool call, a model turn). Writes are fenced
+  anyway, and the work after a commit (publishing, enqueueing) is never cut short.
 """
 
 from __future__ import annotations
@@ -21,41 +26,50 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
-
 from app.clock import utcnow
-from app.db.orm import Approval, Run, RunStep
+from app.db.orm import RunStep
 from app.domain.errors import EnverifError
-from app.domain.events import EventType
-from app.domain.policy import Decision, RiskClass, effective_decision, parse_chain
-from app.domain.runs import TERMINAL_STEP, WAITING_STEP, RunStatus, StepStatus, waiting_status_for
+from app.domain.planner import (
+    Call,
+    CallPlan,
+    Calls,
+    Fail,
+    Finish,
+    Limits,
+    ToolInfo,
+    TurnPlan,
+    plan_turn,
+)
+from app.domain.planner import runs_ahead as reads_only
+from app.domain.policy import parse_chain
+from app.domain.runs import TERMINAL_STEP, WAITING_STEP, StepStatus
 from app.engine.base import (
     FinalAnswer,
     HistoryItem,
     Provider,
     ProviderError,
     Tool,
-    ToolCall,
-    ToolCalls,
     ToolContext,
-    ToolError,
+    ToolKind,
     Turn,
     TurnContext,
 )
+from app.engine.calls import Outcome, call_tool, failed
+from app.engine.persist import RunWrites
 from app.engine.providers import provider_for
-from app.engine.tools.registry import ToolRegistry
+from app.engine.tools.registry import ToolRegistry, tool_kind
 from app.services import runs
 from app.services.runtime import Runtime
-from app.services.transitions import LeaseLost, TreeTx, tree_tx
+from app.services.transitions import LeaseLost, read_steps
 
 log = logging.getLogger(__name__)
 
 OPEN = frozenset({StepStatus.PENDING, StepStatus.RUNNING})
-
 
 # Bounds of a batch of READ calls recorded together (see RunExecutor._batchable).
 READ_BATCH_MAX = 16
@@ -63,19 +77,11 @@ READ_BATCH_S = 0.25
 
 
 @dataclass
-class Outcome:
-    status: StepStatus
-    result: Any
-    error: str | None = None
-
-
-@dataclass
 class ReadCall:
     """A READ call that ran but is not recorded yet (it will be, with the next write)."""
 
     turn: int
-    call: ToolCall
-    reason: str
+    plan: CallPlan
     outcome: Outcome
     started_at: datetime
     finished_at: datetime
@@ -99,10 +105,13 @@ async def execute_run(
         log.info("run %s: lease lost at attempt %s; stopping without writing", run_id, attempt)
     except Exception:
         # Infrastructure trouble (the database went away mid-run) or a bug: hand the run back
-        # so it is tried again soon; the claim fails it once its attempts are used up.
+        # so it is tried again soon; it counts as abandoned, and the claim fails the run once
+        # too many claims in a row made no progress.
         log.exception("run %s: attempt %s broke off", run_id, attempt)
         with contextlib.suppress(Exception):
-            await runs.release(rt, run_id, attempt=attempt, reason="the worker hit an internal error")
+            await runs.release(
+                rt, run_id, attempt=attempt, reason="the worker hit an internal error", abandoned=True
+            )
     except asyncio.CancelledError:
         if executor.lease_lost:
             # Our own renewer cancelled us (the run was cancelled or taken over): absorb
@@ -112,7 +121,9 @@ async def execute_run(
             return
         # Worker shutdown: hand the run back now rather than after the lease expires.
         with contextlib.suppress(Exception):
-            await asyncio.shield(runs.release(rt, run_id, attempt=attempt, reason="worker shutting down"))
+            await asyncio.shield(
+                runs.release(rt, run_id, attempt=attempt, reason="worker shutting down", abandoned=False)
+            )
         raise
     finally:
         renewer.cancel()
@@ -120,7 +131,7 @@ async def execute_run(
             await renewer
 
 
-class RunExecutor:
+class RunExecutor(RunWrites):
     def __init__(self, rt: Runtime, registry: ToolRegistry, claimed: runs.Claim) -> None:
         self.rt = rt
         self.registry = registry
@@ -139,9 +150,12 @@ class RunExecutor:
         self.reads: list[ReadCall] = []
         self.asked_turn = 0
         self.lease_lost = False
+        self.interruptible = False
+        self.limits = Limits(max_turns=rt.settings.max_turns, max_value_bytes=rt.settings.max_result_bytes)
 
     async def keep_lease(self, worker_task: asyncio.Task[Any]) -> None:
-        """Renew the lease every third of its length; stop the work when it is gone."""
+        """Renew the lease every third of its length. When it is gone, interrupt the run's
+        I/O; a write in progress is refused by its fence instead."""
         interval = self.rt.settings.lease_s / 3
         while True:
             await asyncio.sleep(interval)
@@ -152,8 +166,20 @@ class RunExecutor:
                 continue
             if not ours:
                 self.lease_lost = True
-                worker_task.cancel()
+                if self.interruptible:
+                    worker_task.cancel()
                 return
+
+    @contextlib.contextmanager
+    def _io(self) -> Iterator[None]:
+        """Mark I/O the renewer may interrupt (a tool call, a model turn)."""
+        if self.lease_lost:
+            raise LeaseLost(f"run {self.run_id}: lease lost")
+        self.interruptible = True
+        try:
+            yield
+        finally:
+            self.interruptible = False
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -166,16 +192,26 @@ class RunExecutor:
             await self._fail(f"agent configuration: {exc.message}")
             return
         self.fast = bool(getattr(self.provider, "fast", False))
-        self.offered = self.registry.specs(list(agent.tools or []))
+        patterns = list(agent.tools or [])
+        self.offered = self.registry.specs(patterns)
+        self.tools = {
+            name: ToolInfo(risk=tool.risk, offered=self.registry.offered(patterns, name))
+            for name in self.registry.names()
+            if (tool := self.registry.get(name)) is not None
+        }
 
         while True:
             calls = [s for s in self.steps if s.tool is not None]
             runnable = [s for s in calls if StepStatus(s.status) in OPEN]
             if runnable:
                 step = runnable[0]
+                tool = self.registry.get(step.tool or "")
+                if tool is not None and tool_kind(tool) is ToolKind.STATE:
+                    await self._run_state_step(step, tool)
+                    continue
                 if step.status == StepStatus.PENDING:
                     await self._mark_running(step)
-                outcome = await self._execute(step)
+                outcome = await self._execute(step, tool)
                 others_open = any(StepStatus(s.status) not in TERMINAL_STEP for s in calls if s.id != step.id)
                 if others_open or not self.fast:
                     await self._record(step, outcome)
@@ -185,43 +221,50 @@ class RunExecutor:
             elif any(StepStatus(s.status) in WAITING_STEP for s in calls):
                 if await self._park():
                     return
-                async with self.rt.read_sessionmaker() as session:
-                    self.steps = await _load_steps(session, self.run_id)
+                self.steps = await read_steps(self.rt.read_sessionmaker, self.run_id)
                 continue
-            turn = await self._ask()
-            batch_started = time.monotonic()
-            while turn is not None and self._batchable(turn, batch_started):
-                assert isinstance(turn, ToolCalls)
-                for call in turn.calls:
-                    self.reads.append(await self._execute_read(call))
-                turn = await self._ask()
-            if turn is None or await self._apply(turn):
+            plan = await self._next_plan()
+            if plan is None or await self._apply(plan):
                 return
 
-    def _batchable(self, turn: Turn, batch_started: float) -> bool:
-        """Whether to run this turn's calls right away and record them with the next write.
+    async def _next_plan(self) -> TurnPlan | None:
+        """Ask the model and plan its turn; batchable READ turns are run on the spot and the
+        model asked again. None when the run was failed instead."""
+        batch_started = time.monotonic()
+        while True:
+            turn = await self._ask()
+            if turn is None:
+                return None
+            plan = self._plan(turn)
+            if not self._batchable(plan, batch_started):
+                return plan
+            assert isinstance(plan, Calls)
+            for call in plan.plans:
+                self.reads.append(await self._execute_read(call))
 
-        Only for a fast (local) provider, and only when every call is an allowed READ tool:
-        those have no side effects, so running one again after a crash is harmless and no
-        step row (idempotency key) has to exist first. Everything else is persisted before
-        it runs. The batch is bounded so live watchers still see progress promptly.
-        """
-        if not self.fast or not isinstance(turn, ToolCalls) or not turn.calls:
+    def _plan(self, turn: Turn) -> TurnPlan:
+        model_turn = (
+            Finish(turn.value)
+            if isinstance(turn, FinalAnswer)
+            else [Call(c.tool, c.args) for c in turn.calls]
+        )
+        return plan_turn(
+            model_turn, turns_used=self.asked_turn, tools=self.tools, chain=self.chain, limits=self.limits
+        )
+
+    def _batchable(self, plan: TurnPlan, batch_started: float) -> bool:
+        """Whether to run this turn's calls right away and record them with the next write:
+        only for a fast (local) provider, only allowed READ calls (``planner.runs_ahead``) of
+        plain I/O tools, and bounded so live watchers still see progress promptly."""
+        if not self.fast or not isinstance(plan, Calls) or not reads_only(plan.plans):
             return False
         if len(self.reads) >= READ_BATCH_MAX or time.monotonic() - batch_started > READ_BATCH_S:
             return False
-        patterns = list(self.agent.tools or [])
-        for call in turn.calls:
-            tool = self.registry.get(call.tool)
-            if (
-                tool is None
-                or tool.risk is not RiskClass.READ
-                or not self.registry.offered(patterns, call.tool)
-            ):
-                return False
-            if effective_decision(self.chain, call.tool, tool.risk).decision is not Decision.ALLOW:
-                return False
-        return True
+        return all(self._kind(p.tool) is ToolKind.IO for p in plan.plans)
+
+    def _kind(self, name: str) -> ToolKind | None:
+        tool = self.registry.get(name)
+        return None if tool is None else tool_kind(tool)
 
     # -- model ---------------------------------------------------------------------------
 
@@ -238,11 +281,13 @@ class RunExecutor:
             history.append(HistoryItem(tool=s.tool, args=s.arguments or {}, status=status, result=result))
             turn_index = max(turn_index, s.turn + 1)
         for read in self.reads:
-            history.append(HistoryItem(tool=read.call.tool, args=read.call.args, status=read.outcome.status.value,
+            history.append(HistoryItem(tool=read.plan.tool, args=read.plan.args, status=read.outcome.status.value,
                                        result=read.outcome.result))  # fmt: skip
             turn_index = max(turn_index, read.turn + 1)
-        if turn_index >= self.rt.settings.max_turns:
-            await self._fail(f"the run used its {self.rt.settings.max_turns} model turns")
+        self.asked_turn = turn_index
+        if turn_index >= self.limits.max_turns:
+            # Out of turns: the planner fails the run without asking the model again.
+            await self._out_of_turns()
             return None
         ctx = TurnContext(
             run_id=self.run.id,
@@ -254,202 +299,48 @@ class RunExecutor:
             history=history,
             turn=turn_index,
         )
-        self.asked_turn = turn_index
         try:
-            return await self.provider.next_turn(ctx)
+            with self._io():
+                return await self.provider.next_turn(ctx)
         except ProviderError as exc:
             await self._fail(f"model provider failed: {exc}")
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, LeaseLost):
             raise
         except Exception as exc:
             log.exception("run %s: provider crashed", self.run_id)
             await self._fail(f"model provider crashed: {type(exc).__name__}: {exc}")
         return None
 
-    # -- writes (all fenced) -------------------------------------------------------------
-
-    async def _apply(self, turn: Turn) -> bool:
-        """Persist the pending results and the turn. True when the run ended."""
-        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
-            run = await tx.fenced_run(self.run_id, self.attempt)
-            if isinstance(turn, FinalAnswer):
-                final = {
-                    "tool": None,
-                    "arguments": None,
-                    "status": StepStatus.SUCCEEDED,
-                    "result": turn.value,
-                }
-                await self._write_pending(tx, run, final=final)
-                # Every step is finished (we only ask the model then), so there is no open
-                # work to close: skip those queries.
-                await tx.set_run_status(run, RunStatus.SUCCEEDED, result=turn.value, quiet=True)
-                return True
-            await self._write_pending(tx, run)
-            seq = max((s.seq for s in self.steps), default=0) + 1
-            added = await self._add_calls(tx, run, turn, seq)
-        self.steps.extend(added)
-        return False
-
-    async def _write_pending(self, tx: TreeTx, run: Run, *, final: dict[str, Any] | None = None) -> None:
-        """Record what ran since the last write: the result of a persisted step, and the
-        batched READ calls (as finished steps, started and finished events together); with
-        ``final``, the final answer's step too. The new steps go in one INSERT."""
-        if self.recorded is not None:
-            await self._finish(tx, run, *self.recorded)
-            self.recorded = None
-        seq = max((s.seq for s in self.steps), default=0) + 1
-        rows = [
-            tx.step_row(run, seq=seq + i, turn=read.turn, tool=read.call.tool, arguments=read.call.args,
-                        status=read.outcome.status, decision=Decision.ALLOW.value, decision_reason=read.reason,
-                        result=read.outcome.result, error=read.outcome.error, attempt=self.attempt,
-                        started_at=read.started_at, finished_at=read.finished_at)
-            for i, read in enumerate(self.reads)
-        ]  # fmt: skip
-        if final is not None:
-            # The final answer is the turn after the last recorded one.
-            final_turn = max([run.turns] + [read.turn + 1 for read in self.reads])
-            rows.append(tx.step_row(run, seq=seq + len(rows), turn=final_turn, **final))
-        for step in await tx.add_steps(rows):
-            if step.tool is None:
-                tx.step_finished(run, step, final=True)
-            else:
-                tx.step_started(run, step)
-                tx.step_finished(run, step)
-                run.turns = max(run.turns, step.turn + 1)
-            self.steps.append(step)
-        self.reads = []
-
-    async def _add_calls(self, tx: TreeTx, run: Run, turn: ToolCalls, seq: int) -> list[RunStep]:
-        added: list[RunStep] = []
-        turn_index = run.turns
-        run.turns += 1
-        started_one = False
-        for offset, call in enumerate(turn.calls):
-            common: dict[str, Any] = {
-                "seq": seq + offset,
-                "turn": turn_index,
-                "tool": call.tool,
-                "arguments": call.args,
-            }
-            tool = self.registry.get(call.tool)
-            if tool is None or not self.registry.offered(list(self.agent.tools or []), call.tool):
-                why = "unknown tool" if tool is None else "tool not offered to this agent"
-                refusal = {"error": {"code": "UNKNOWN_TOOL", "message": f"{why}: {call.tool}"}}
-                step = await tx.add_step(run, **common, status=StepStatus.FAILED, error=why, result=refusal)
-                tx.step_started(run, step)
-                tx.step_finished(run, step)
-                added.append(step)
-                continue
-            decision = effective_decision(self.chain, call.tool, tool.risk)
-            common |= {"decision": decision.decision.value, "decision_reason": decision.reason}
-            if decision.decision is Decision.DENY:
-                denial = {"error": {"code": "DENIED", "message": decision.reason}}
-                step = await tx.add_step(run, **common, status=StepStatus.DENIED, result=denial)
-                tx.step_started(run, step)
-                tx.step_finished(run, step)
-            elif decision.decision is Decision.REQUIRE_APPROVAL:
-                step = await tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
-                await self._request_approval(tx, run, step, decision.reason)
-            else:
-                # The first allowed call starts right away (one transaction saved); the rest
-                # wait their turn as PENDING and are executed in seq order.
-                status = StepStatus.PENDING if started_one else StepStatus.RUNNING
-                started_one = True
-                step = await tx.add_step(run, **common, status=status, attempt=self.attempt)
-                tx.step_started(run, step)
-            added.append(step)
-        return added
-
-    async def _request_approval(self, tx: TreeTx, run: Run, step: RunStep, reason: str) -> None:
-        approval = Approval(workspace_id=run.workspace_id, run_id=run.id, root_run_id=tx.root.id, step_id=step.id,
-                            tool=step.tool, arguments=step.arguments, status="PENDING", requested_at=tx.now)  # fmt: skip
-        tx.session.add(approval)
-        await tx.session.flush()
-        await tx.session.execute(update(RunStep).where(RunStep.id == step.id).values(approval_id=approval.id))
-        step.approval_id = approval.id
-        tx.step_started(run, step)
-        tx.emit(run, EventType.APPROVAL_REQUESTED, status="PENDING", step_id=step.id,
-                payload={"approvalId": approval.id, "tool": step.tool, "reason": reason})  # fmt: skip
-
-    async def _mark_running(self, step: RunStep) -> None:
-        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
-            run = await tx.fenced_run(self.run_id, self.attempt)
-            row = await tx.session.get_one(RunStep, step.id, with_for_update=True)
-            if row.status != StepStatus.PENDING:
-                raise LeaseLost(f"step {step.id} is {row.status}; someone else moved it")
-            row.status = StepStatus.RUNNING.value
-            row.started_at = tx.now
-            row.executed_attempt = self.attempt
-            tx.step_started(run, row)
-        step.status = StepStatus.RUNNING.value
-
-    async def _record(self, step: RunStep, outcome: Outcome) -> None:
-        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
-            run = await tx.fenced_run(self.run_id, self.attempt)
-            await self._finish(tx, run, step, outcome)
-
-    async def _finish(self, tx: TreeTx, run: Run, step: RunStep, outcome: Outcome) -> None:
-        # Never write a result twice: the update only moves a RUNNING step.
-        if not await tx.finish_running_step(
-            run, step, outcome.status, result=outcome.result, error=outcome.error
-        ):
-            raise LeaseLost(f"step {step.id} is no longer running")
-
-    async def _park(self) -> bool:
-        """Wait for an operator or a child. Re-checked under the lock: a decision that landed
-        while we were working means there is more to do now, so we do not park."""
-        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
-            run = await tx.fenced_run(self.run_id, self.attempt)
-            status = waiting_status_for([StepStatus(s.status) for s in await tx.steps(run.id)])
-            if status is None:
-                return False
-            await tx.set_run_status(run, status)
-            return True
-
-    async def _fail(self, error: str) -> None:
-        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
-            run = await tx.fenced_run(self.run_id, self.attempt)
-            await self._write_pending(tx, run)
-            await tx.set_run_status(run, RunStatus.FAILED, error=error)
+    async def _out_of_turns(self) -> None:
+        plan = plan_turn(
+            [], turns_used=self.asked_turn, tools=self.tools, chain=self.chain, limits=self.limits
+        )
+        assert isinstance(plan, Fail)
+        await self._fail(plan.error)
 
     # -- tools ---------------------------------------------------------------------------
 
-    async def _execute_read(self, call: ToolCall) -> ReadCall:
-        tool = self.registry.get(call.tool)
-        assert tool is not None  # checked by _batchable
-        started_at = utcnow()
-        outcome = await self._run_tool(tool, call.tool, call.args, step_id=None)
-        reason = effective_decision(self.chain, call.tool, tool.risk).reason
-        return ReadCall(self.asked_turn, call, reason, outcome, started_at, utcnow())
-
-    async def _execute(self, step: RunStep) -> Outcome:
-        tool = self.registry.get(step.tool or "")
-        if tool is None:  # the tool was unregistered since the step was created
-            return Outcome(
-                StepStatus.FAILED, {"error": {"code": "UNKNOWN_TOOL", "message": step.tool}}, "unknown tool"
-            )
-        return await self._run_tool(tool, step.tool or "", dict(step.arguments or {}), step_id=step.id)
-
-    async def _run_tool(self, tool: Tool, name: str, args: dict[str, Any], *, step_id: int | None) -> Outcome:
-        ctx = ToolContext(
+    def _ctx(self, step_id: int | None) -> ToolContext:
+        return ToolContext(
             workspace_id=self.run.workspace_id,
             agent_id=self.run.agent_id,
             run_id=self.run_id,
             step_id=step_id,
             settings=self.rt.settings,
         )
-        try:
-            result = await tool.run(ctx, args)
-        except ToolError as exc:
-            return Outcome(StepStatus.FAILED, exc.as_result(), f"{exc.code}: {exc.message}")
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("run %s step %s: tool %s raised", self.run_id, step_id, name, exc_info=True)
-            message = f"{type(exc).__name__}: {exc}"
-            return Outcome(StepStatus.FAILED, {"error": {"code": "TOOL_FAILED", "message": message}}, message)
-        return Outcome(StepStatus.SUCCEEDED, result)
 
+    async def _execute_read(self, plan: CallPlan) -> ReadCall:
+        tool = self.registry.get(plan.tool)
+        assert tool is not None  # the planner only runs registered tools
+        started_at = utcnow()
+        with self._io():
+            outcome = await call_tool(tool, self._ctx(None), plan.args, settings=self.rt.settings)
+        return ReadCall(self.asked_turn, plan, outcome, started_at, utcnow())
 
-async def _load_steps(session: Any, run_id: int) -> list[RunStep]:
-    return list(await session.scalars(select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq)))
+    async def _execute(self, step: RunStep, tool: Tool | None) -> Outcome:
+        if tool is None:  # the tool was unregistered since the step was created
+            return failed("UNKNOWN_TOOL", f"unknown tool: {step.tool}")
+        with self._io():
+            return await call_tool(
+                tool, self._ctx(step.id), dict(step.arguments or {}), settings=self.rt.settings
+            )

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from app.db.orm import Approval, RunStep
+from app.db.orm import Approval
 from app.domain.agents import Role
 from app.domain.errors import InvalidTransition, NotFound, ValidationFailed
-from app.domain.events import EventType
-from app.domain.runs import TERMINAL_RUN, ApprovalStatus, RunStatus, StepStatus, check_step_transition
+from app.domain.runs import TERMINAL_RUN, ApprovalStatus, RunStatus
 from app.services.auth import Principal
 from app.services.runtime import Runtime
 from app.services.transitions import tree_tx
-
-
-def rejection_result(reason: str | None) -> dict[str, object]:
-    return {"error": {"code": "REJECTED", "message": reason or "rejected by an operator"}}
 
 
 async def decide_approval(
@@ -45,21 +40,6 @@ async def decide_approval(
             raise InvalidTransition(f"approval is already {approval.status}")
         if RunStatus(run.status) in TERMINAL_RUN:
             raise InvalidTransition(f"run is {run.status}; its approvals can no longer be decided")
-        step = await tx.session.get_one(RunStep, approval.step_id, with_for_update=True)
-        approval.status = (ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED).value
-        approval.reason = reason
-        approval.decided_at = tx.now
-        approval.decided_by_token_id = principal.token_id
-        tx.emit(
-            run,
-            EventType.APPROVAL_DECIDED,
-            step_id=step.id,
-            payload={"approvalId": approval.id, "status": approval.status, "reason": reason},
-        )
-        if approve:
-            check_step_transition(StepStatus(step.status), StepStatus.PENDING)
-            step.status = StepStatus.PENDING.value
-        else:
-            await tx.finish_step(run, step, StepStatus.REJECTED, result=rejection_result(reason))
+        await tx.decide_approval(run, approval, approve=approve, reason=reason, token_id=principal.token_id)
         await tx.wake_if_unblocked(run)
     return approval

@@ -12,6 +12,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
+from app.db.clock import now_sql
 from app.db.orm import Agent, Run, RunEvent, RunStep
 from app.domain.agents import AgentStatus, Role
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
@@ -21,7 +22,7 @@ from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
 from app.services import memory_injection
 from app.services.auth import Principal
 from app.services.runtime import Runtime
-from app.services.transitions import TreeTx, after_commit, tree_tx
+from app.services.transitions import WakeUp, after_commit, tree_tx
 
 MAX_INPUT_BYTES = 256_000
 
@@ -56,7 +57,7 @@ async def start_run(
             run, event = await create_root_run(
                 session, agent=agent, input=input, trigger=trigger, now=utcnow()
             )
-    await after_commit(rt, [event], [(run.id, run.wake_count, run.id)])
+    await after_commit(rt, [event], [WakeUp(run.id, run.wake_count, run.id)])
     return run
 
 
@@ -128,20 +129,10 @@ async def cancel_run(rt: Runtime, principal: Principal, *, run_id: int, reason: 
         run = await tx.run(run_id)
         if RunStatus(run.status) not in CANCELLABLE_RUN:
             raise InvalidTransition(f"run is already {run.status}")
-        await cancel_subtree(tx, run, reason or "cancelled by operator")
+        # The chokepoint ends the whole subtree: children first, each handing its outcome to
+        # its parent's step without waking a parent that is being cancelled too.
+        await tx.set_run_status(run, RunStatus.CANCELLED, reason=reason or "cancelled by operator")
     return run
-
-
-async def cancel_subtree(tx: TreeTx, run: Run, reason: str) -> None:
-    # Children first, so each child's outcome is delivered to a parent step that is still
-    # waiting; the parent is cancelled right after and does not resume.
-    children = await tx.session.scalars(
-        select(Run.id).where(Run.parent_run_id == run.id, Run.status.in_([s.value for s in CANCELLABLE_RUN]))
-    )
-    for child_id in list(children):
-        await cancel_subtree(tx, await tx.run(child_id), reason)
-    if RunStatus(run.status) in CANCELLABLE_RUN:
-        await tx.set_run_status(run, RunStatus.CANCELLED, reason=reason)
 
 
 @dataclass
@@ -178,10 +169,13 @@ async def claim(
         run = await tx.run(run_id)
         if run.status != RunStatus.QUEUED:
             return None
-        if run.attempt >= rt.settings.max_attempts:
-            # Every worker that took it crashed or broke off: stop trying rather than loop.
+        if run.abandoned_claims >= rt.settings.max_attempts:
+            # Every worker that took it since it last made progress crashed or broke off:
+            # stop trying rather than loop. Wake-ups (approvals, children) never count here.
             await tx.set_run_status(
-                run, RunStatus.FAILED, error=f"gave up after {run.attempt} attempts to execute the run"
+                run,
+                RunStatus.FAILED,
+                error=f"gave up after {run.abandoned_claims} abandoned attempts to execute the run",
             )
             return None
         first_start = run.injected_memory_ids is None
@@ -205,19 +199,26 @@ async def claim(
 
 
 async def renew_lease(rt: Runtime, run_id: int, *, attempt: int) -> bool:
-    """Extend the lease; False when the run is no longer ours (stop working on it)."""
+    """Extend the lease, on the database's clock; False when the run is no longer ours
+    (stop working on it)."""
     async with rt.sessionmaker() as session:
         async with session.begin():
+            expires = now_sql(session.get_bind().dialect.name, plus_s=rt.settings.lease_s)
             result = await session.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.attempt == attempt, Run.status == RunStatus.RUNNING.value)
-                .values(lease_expires_at=utcnow() + timedelta(seconds=rt.settings.lease_s))
+                .values(lease_expires_at=expires)
             )
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-async def release(rt: Runtime, run_id: int, *, attempt: int, reason: str) -> None:
-    """Hand a run we are abandoning (worker shutting down) straight back to the queue."""
+async def release(rt: Runtime, run_id: int, *, attempt: int, reason: str, abandoned: bool) -> None:
+    """Hand a run straight back to the queue instead of waiting for its lease to expire.
+    ``abandoned`` (an internal error) counts toward ENVERIF_MAX_ATTEMPTS; a worker shutting
+    down (a rolling restart) does not."""
     async with tree_tx(rt, run_id) as tx:
-        run = await tx.fenced_run(run_id, attempt)
-        await tx.set_run_status(run, RunStatus.QUEUED, reason=reason)
+        run = await tx.fenced_run(run_id, attempt, progress=False)
+        if abandoned:
+            await tx.requeue_abandoned(run, reason=reason)
+        else:
+            await tx.set_run_status(run, RunStatus.QUEUED, reason=reason)

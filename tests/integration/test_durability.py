@@ -183,7 +183,9 @@ async def test_a_run_that_keeps_breaking_its_workers_fails_instead_of_looping(
     principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
     run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)
     async with sessionmaker() as session, session.begin():
-        await session.execute(update(Run).where(Run.id == run.id).values(attempt=settings.max_attempts))
+        await session.execute(
+            update(Run).where(Run.id == run.id).values(abandoned_claims=settings.max_attempts)
+        )
     assert await runs.claim(rt, run.id, owner="w") is None
     async with sessionmaker() as session:
         row = await session.get_one(Run, run.id)
@@ -209,6 +211,7 @@ async def test_an_internal_error_hands_the_run_back(
     async with sessionmaker() as session:
         row = await session.get_one(Run, run.id)
     assert row.status == RunStatus.QUEUED and row.attempt == 1 and row.wake_count == 2
+    assert row.abandoned_claims == 1  # counts toward ENVERIF_MAX_ATTEMPTS
     monkeypatch.undo()
     await execute_run(rt, registry, run.id, owner="w2")
     async with sessionmaker() as session:

@@ -26,7 +26,7 @@ import httpcore
 import httpx
 
 from app.domain.policy import RiskClass
-from app.engine.base import ToolContext, ToolError
+from app.engine.base import ToolContext, ToolError, ToolKind
 from app.settings import Settings
 
 MAX_URL_CHARS = 2_048
@@ -174,6 +174,9 @@ def _check_url(raw: object) -> httpx.URL:
 
 class _HttpTool:
     """Shared plumbing: one client per tool instance, closed by ``aclose``."""
+
+    kind = ToolKind.IO
+    timeout_s: float | None = None  # ENVERIF_TOOL_TIMEOUT_S; requests have their own timeout too
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings

@@ -22,7 +22,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from app.domain.policy import RiskClass
-from app.engine.base import Tool, ToolSpec
+from app.engine.base import Tool, ToolKind, ToolSpec
 from app.engine.tools.http import HttpGetTool, WebhookPostTool
 from app.settings import Settings
 
@@ -48,7 +48,25 @@ def check_tool(tool: object) -> Tool:
         raise TypeError(f"tool {name!r}: parameters must be a JSON schema object")
     if not inspect.iscoroutinefunction(getattr(tool, "run", None)):
         raise TypeError(f"tool {name!r}: run must be an async method")
+    if not isinstance(getattr(tool, "kind", ToolKind.IO), ToolKind):
+        raise TypeError(f"tool {name!r}: kind must be a ToolKind")
+    timeout_s = getattr(tool, "timeout_s", None)
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                  or timeout_s <= 0):  # fmt: skip
+        raise TypeError(f"tool {name!r}: timeout_s must be a positive number of seconds or None")
     return tool  # type: ignore[return-value]
+
+
+# The two attributes a plugin may leave out (they came after the first plugins), read in one
+# place: a tool without ``kind`` does plain I/O, one without ``timeout_s`` gets the default.
+def tool_kind(tool: Tool) -> ToolKind:
+    kind: ToolKind = getattr(tool, "kind", ToolKind.IO)
+    return kind
+
+
+def tool_timeout_s(tool: Tool, default_s: float) -> float:
+    timeout_s: float | None = getattr(tool, "timeout_s", None)
+    return float(timeout_s) if timeout_s is not None else default_s
 
 
 def matches_any(name: str, patterns: Iterable[str]) -> bool:

@@ -1,11 +1,13 @@
-"""THE chokepoint for run state: every status change of a run, step or approval happens
-inside a ``TreeTx``.
+"""The tree transaction: locking, events, run states, and what happens after commit.
 
 A ``TreeTx`` is one database transaction over one run tree. It locks the tree's root row
 first (``SELECT ... FOR UPDATE``; on SQLite the whole database is locked by ``BEGIN
 IMMEDIATE``), then the rows it changes. Because every writer of a tree takes the root lock
 first, there is one lock order (no deadlocks) and event ``seq`` numbers, allocated from the
 root row, are handed out in commit order with no gaps (DESIGN §6).
+
+``now`` is the database server's clock, read with the root lock: leases are set and
+compared on one clock whatever host a worker runs on (``app.db.clock``).
 
 Nothing leaves the process before commit: events are published and jobs enqueued only after
 the transaction committed, so a subscriber never sees a change that was rolled back and a
@@ -21,28 +23,28 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.clock import utcnow
-from app.db.orm import Approval, Run, RunEvent, RunStep
+from app.db.clock import now_sql
+from app.db.orm import Run, RunEvent, RunStep
 from app.domain.errors import NotFound
 from app.domain.events import EventType
 from app.domain.runs import (
+    CANCELLABLE_RUN,
     TERMINAL_RUN,
-    TERMINAL_STEP,
     WAITING_RUN,
-    ApprovalStatus,
     RunStatus,
     StepStatus,
     check_run_transition,
-    check_step_transition,
     waiting_status_for,
 )
 from app.services.runtime import Runtime
+from app.services.transitions.steps import StepWrites
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,17 @@ class LeaseLost(Exception):
     """The worker no longer owns the run (cancelled, or claimed by another worker)."""
 
 
-class TreeTx:
+@dataclass(frozen=True, slots=True)
+class WakeUp:
+    """A job to enqueue after commit: one per time a run becomes QUEUED. ``wake`` is part
+    of the arq job id, so each wake-up is a new job (PITFALLS: arq job ids)."""
+
+    run_id: int
+    wake: int
+    root_id: int
+
+
+class TreeTx(StepWrites):
     def __init__(self, session: AsyncSession, root: Run, now: datetime) -> None:
         self.session = session
         self.root = root
@@ -59,9 +71,12 @@ class TreeTx:
         # Events are numbered here and written in one multi-row INSERT just before commit.
         self.events: list[RunEvent] = []
         self._seq = root.last_event_seq
-        # (run id, wake count, root id) to enqueue after commit.
-        self.wakeups: list[tuple[int, int, int]] = []
+        self.wakeups: list[WakeUp] = []
         self._runs: dict[int, Run] = {root.id: root}
+        # Runs this transaction is ending. A child that ends inside the cascade still hands
+        # its outcome to its parent's step, but wakes nobody in this set: no run is ever
+        # seen resuming during its own end (DESIGN §3, cancel).
+        self._ending: set[int] = set()
 
     # -- locking -------------------------------------------------------------------------
 
@@ -77,10 +92,15 @@ class TreeTx:
         self._runs[run_id] = run
         return run
 
-    async def fenced_run(self, run_id: int, attempt: int) -> Run:
+    async def fenced_run(self, run_id: int, attempt: int, *, progress: bool = True) -> Run:
+        """The run, if the worker that claimed ``attempt`` still owns it. A fenced write is
+        progress (unless the worker is giving the run up), so the count of abandoned claims
+        starts over."""
         run = await self.run(run_id)
         if run.status != RunStatus.RUNNING or run.attempt != attempt:
             raise LeaseLost(f"run {run_id} is {run.status} at attempt {run.attempt}, not ours ({attempt})")
+        if progress and run.abandoned_claims:
+            run.abandoned_claims = 0
         return run
 
     async def steps(self, run_id: int) -> list[RunStep]:
@@ -139,13 +159,17 @@ class TreeTx:
     ) -> None:
         """Move a (locked) run to ``to``, with everything that goes with it.
 
-        Terminal: open steps are cancelled and pending approvals closed (``quiet``: the
-        caller knows there are none, e.g. the worker finishing after its last step); a
-        child's outcome is handed to its parent's delegation step. QUEUED: a fresh wake-up
-        is enqueued.
+        Terminal: the run's live descendants end first (CANCELLED, the reason naming this
+        end), then its open steps are cancelled and pending approvals closed (``quiet``: the
+        caller knows there is nothing open — the worker finishing after its last step, when
+        every step and so every child has ended); a child's outcome is handed to its
+        parent's delegation step. QUEUED: a fresh wake-up is enqueued.
         """
         current = RunStatus(run.status)
         check_run_transition(current, to)
+        if to in TERMINAL_RUN and not quiet:
+            self._ending.add(run.id)
+            await self._end_children(run, to, reason if to is RunStatus.CANCELLED else None)
         run.status = to.value
         run.updated_at = self.now
         payload: dict[str, Any] = {"from": current.value, "to": to.value}
@@ -154,13 +178,9 @@ class TreeTx:
         elif to is RunStatus.QUEUED:
             run.wake_count += 1
             run.queued_at = self.now
-            run.lease_owner = None
-            run.lease_expires_at = None
-            self.wakeups.append((run.id, run.wake_count, self.root.id))
+            self.wakeups.append(WakeUp(run.id, run.wake_count, self.root.id))
         elif to in TERMINAL_RUN:
             run.finished_at = self.now
-            run.lease_owner = None
-            run.lease_expires_at = None
             if to is RunStatus.SUCCEEDED:
                 run.result = result
             if error is not None:
@@ -169,7 +189,7 @@ class TreeTx:
             if to is RunStatus.CANCELLED:
                 run.cancel_reason = reason
                 payload["reason"] = reason
-        if to in (RunStatus.WAITING_APPROVAL, RunStatus.WAITING_CHILD, RunStatus.QUEUED):
+        if to is not RunStatus.RUNNING:
             run.lease_owner = None
             run.lease_expires_at = None
         if reason is not None and "reason" not in payload:
@@ -177,45 +197,35 @@ class TreeTx:
         self.emit(run, EventType.RUN_STATUS_CHANGED, status=to.value, payload=payload)
         if to in TERMINAL_RUN:
             if not quiet:
-                await self._close_open_work(run, to, reason or error)
+                await self.close_open_work(run, to, reason or error)
             if run.parent_step_id is not None:
                 await self._deliver_to_parent(run)
+
+    async def requeue_abandoned(self, run: Run, *, reason: str) -> None:
+        """A claim was abandoned (its lease expired, or the worker broke off with an internal
+        error): back to QUEUED, and it counts toward ``ENVERIF_MAX_ATTEMPTS``. Wake-ups after
+        an approval or a child never count: only claims that made no progress do."""
+        run.abandoned_claims += 1
+        await self.set_run_status(run, RunStatus.QUEUED, reason=reason)
 
     def reissue_job(self, run: Run) -> None:
         """A fresh wake-up (job id) for a QUEUED run whose job is stuck; no state change."""
         run.wake_count += 1
         run.queued_at = self.now
         run.updated_at = self.now
-        self.wakeups.append((run.id, run.wake_count, self.root.id))
+        self.wakeups.append(WakeUp(run.id, run.wake_count, self.root.id))
 
-    async def _close_open_work(self, run: Run, to: RunStatus, why: str | None) -> None:
-        for step in await self.steps(run.id):
-            if StepStatus(step.status) in TERMINAL_STEP:
-                continue
-            await self.finish_step(
-                run,
-                step,
-                StepStatus.CANCELLED,
-                result={
-                    "error": {"code": "RUN_ENDED", "message": f"run {to.value.lower()}: {why or ''}".strip()}
-                },
+    async def _end_children(self, run: Run, to: RunStatus, cancel_reason: str | None) -> None:
+        why = cancel_reason or f"ancestor run {run.id} {to.value.lower()}"
+        children = await self.session.scalars(
+            select(Run.id).where(
+                Run.parent_run_id == run.id, Run.status.in_([s.value for s in CANCELLABLE_RUN])
             )
-        approvals = await self.session.scalars(
-            select(Approval)
-            .where(Approval.run_id == run.id, Approval.status == ApprovalStatus.PENDING.value)
-            .with_for_update()
         )
-        for approval in approvals:
-            # Closed, so it can no longer be decided; the reason says why it was not approved.
-            approval.status = ApprovalStatus.REJECTED.value
-            approval.reason = f"run {to.value.lower()}" + (f": {why}" if why else "")
-            approval.decided_at = self.now
-            self.emit(
-                run,
-                EventType.APPROVAL_DECIDED,
-                step_id=approval.step_id,
-                payload={"approvalId": approval.id, "status": approval.status, "reason": approval.reason},
-            )
+        for child_id in list(children):
+            child = await self.run(child_id)
+            if RunStatus(child.status) in CANCELLABLE_RUN:
+                await self.set_run_status(child, RunStatus.CANCELLED, reason=why)
 
     async def _deliver_to_parent(self, child: Run) -> None:
         """A delegated child ended: its outcome is the result of the parent's tool call."""
@@ -225,7 +235,7 @@ class TreeTx:
             select(RunStep).where(RunStep.id == child.parent_step_id).with_for_update()
         )
         if step is None or StepStatus(step.status) is not StepStatus.WAITING_CHILD:
-            return  # the parent already moved on (e.g. it was cancelled first)
+            return  # the parent already moved on
         outcome = {"status": child.status, "result": child.result, "error": child.error, "runId": child.id}
         await self.finish_step(parent, step, StepStatus.SUCCEEDED, result=outcome)
         await self.wake_if_unblocked(parent)
@@ -233,113 +243,13 @@ class TreeTx:
     async def wake_if_unblocked(self, run: Run) -> None:
         """Requeue a parked run once none of its steps waits any more."""
         status = RunStatus(run.status)
-        if status not in WAITING_RUN:
+        if status not in WAITING_RUN or run.id in self._ending:
             return
-
         # Woken when what it parked for is resolved; if it must wait for something else
         # (a child, after its approval), the worker re-parks it after running what it can.
         still = waiting_status_for([StepStatus(s.status) for s in await self.steps(run.id)])
         if still is not status:
             await self.set_run_status(run, RunStatus.QUEUED)
-
-    # -- steps ---------------------------------------------------------------------------
-
-    def step_row(
-        self,
-        run: Run,
-        *,
-        seq: int,
-        turn: int,
-        tool: str | None,
-        arguments: Any,
-        status: StepStatus,
-        decision: str | None = None,
-        decision_reason: str | None = None,
-        result: Any = None,
-        error: str | None = None,
-        attempt: int | None = None,
-        started_at: datetime | None = None,
-        finished_at: datetime | None = None,
-    ) -> dict[str, Any]:
-        """The column values of a new step (see ``add_steps``)."""
-        started = status is not StepStatus.PENDING
-        finished = status in TERMINAL_STEP
-        return {
-            "workspace_id": run.workspace_id,
-            "run_id": run.id,
-            "seq": seq,
-            "turn": turn,
-            "tool": tool,
-            "arguments": arguments,
-            "status": status.value,
-            "decision": decision,
-            "decision_reason": decision_reason,
-            "result": result,
-            "error": error,
-            "executed_attempt": attempt if status is StepStatus.RUNNING or started_at else None,
-            "created_at": self.now,
-            "started_at": started_at or (self.now if started else None),
-            "finished_at": finished_at or (self.now if finished else None),
-        }
-
-    async def add_step(self, run: Run, **columns: Any) -> RunStep:
-        [step] = await self.add_steps([self.step_row(run, **columns)])
-        return step
-
-    async def add_steps(self, rows: list[dict[str, Any]]) -> list[RunStep]:
-        """Insert steps without ORM flushes and return them detached, with their ids: one
-        multi-row INSERT ... RETURNING where the database has it (MariaDB, SQLite), one
-        INSERT per row elsewhere (MySQL)."""
-        if not rows:
-            return []
-        if len(rows) > 1 and self.session.get_bind().dialect.insert_returning:
-            ids = (await self.session.execute(_INSERT_STEPS_RETURNING, rows)).scalars().all()
-        else:
-            ids = [(await self.session.execute(_INSERT_STEP, row)).inserted_primary_key[0] for row in rows]
-        return [RunStep(id=step_id, **row) for step_id, row in zip(ids, rows, strict=True)]
-
-    def step_finished(self, run: Run, step: RunStep, *, final: bool = False) -> None:
-        payload: dict[str, Any] = {"seq": step.seq, "tool": step.tool, "status": step.status}
-        if final:
-            payload["final"] = True
-        self.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload=payload)
-
-    def step_started(self, run: Run, step: RunStep) -> None:
-        self.emit(
-            run,
-            EventType.STEP_STARTED,
-            status=step.status,
-            step_id=step.id,
-            payload={"seq": step.seq, "tool": step.tool, "decision": step.decision},
-        )
-
-    async def finish_running_step(
-        self, run: Run, step: RunStep, to: StepStatus, *, result: Any = None, error: str | None = None
-    ) -> bool:
-        """Record the result of a step the caller is executing, in one conditional UPDATE
-        (``step`` is the caller's detached copy; it is updated to match). False when the step
-        is not RUNNING any more (its result was recorded already)."""
-        check_step_transition(StepStatus.RUNNING, to)
-        done = await self.session.execute(
-            _FINISH_RUNNING_STEP,
-            {"b_id": step.id, "b_status": to.value, "b_result": result, "b_error": error, "b_at": self.now},
-        )
-        if not done.rowcount:  # type: ignore[attr-defined]
-            return False
-        step.status, step.result, step.error, step.finished_at = to.value, result, error, self.now
-        self.step_finished(run, step)
-        return True
-
-    async def finish_step(
-        self, run: Run, step: RunStep, to: StepStatus, *, result: Any = None, error: str | None = None
-    ) -> None:
-        check_step_transition(StepStatus(step.status), to)
-        step.status = to.value
-        step.result = result
-        step.error = error
-        step.finished_at = self.now
-        step.started_at = step.started_at or self.now
-        self.step_finished(run, step)
 
 
 @asynccontextmanager
@@ -349,47 +259,41 @@ async def tree_tx(rt: Runtime, run_id: int, *, root_id: int | None = None) -> As
 
     Commits on normal exit, then publishes the events and enqueues the wake-ups.
     """
-    now = utcnow()
     async with rt.sessionmaker() as session:
         async with session.begin():
             if root_id is None:
                 root_id = await session.scalar(select(Run.root_run_id).where(Run.id == run_id))
             if root_id is None:
                 raise NotFound(f"run {run_id} not found")
-            root = await session.scalar(select(Run).where(Run.id == root_id).with_for_update())
-            assert root is not None  # a root row is never deleted while its tree exists
-            tx = TreeTx(session, root, now)
+            now_expr = now_sql(session.get_bind().dialect.name)
+            row = (
+                await session.execute(select(Run, now_expr).where(Run.id == root_id).with_for_update())
+            ).one_or_none()
+            assert row is not None  # a root row is never deleted while its tree exists
+            tx = TreeTx(session, row[0], _utc(row[1]))
             yield tx
             await tx.write_events()
+        # After commit, and never cut short: the renewer of a worker whose run just ended
+        # must not cancel what tells the world it ended (engine.loop keeps it from trying).
         await after_commit(rt, tx.events, tx.wakeups)
 
 
-async def after_commit(rt: Runtime, events: list[RunEvent], wakeups: list[tuple[int, int, int]]) -> None:
+def _utc(value: Any) -> datetime:
+    if isinstance(value, str):  # SQLite returns text
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    return value.replace(tzinfo=UTC)
+
+
+async def after_commit(rt: Runtime, events: list[RunEvent], wakeups: list[WakeUp]) -> None:
     """Publish and enqueue. Redis failures are logged, never raised: the database already
     holds the truth, subscribers re-read it on gaps and the sweeper re-enqueues lost jobs."""
     if events:
         from app.events.publish import publish_events
 
         await publish_events(rt.redis, rt.settings.redis_prefix, events)
-    for run_id, wake, root_id in wakeups:
-        await enqueue_run(rt, run_id, wake, root_id)
-
-
-# Built once: statements with bound parameters are compiled once and cached, where values
-# inlined with .values(...) would be traversed for a cache key on every execution.
-_steps = RunStep.__table__
-_INSERT_STEP = insert(_steps)
-_INSERT_STEPS_RETURNING = insert(_steps).returning(_steps.c.id, sort_by_parameter_order=True)
-_FINISH_RUNNING_STEP = (
-    update(_steps)
-    .where(_steps.c.id == bindparam("b_id"), _steps.c.status == StepStatus.RUNNING.value)
-    .values(
-        status=bindparam("b_status"),
-        result=bindparam("b_result"),
-        error=bindparam("b_error"),
-        finished_at=bindparam("b_at"),
-    )
-)
+    for wakeup in wakeups:
+        await enqueue_run(rt, wakeup.run_id, wakeup.wake, wakeup.root_id)
 
 
 def _event_row(event: RunEvent) -> dict[str, Any]:

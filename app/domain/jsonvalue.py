@@ -1,0 +1,82 @@
+"""Strict JSON for everything a run stores: tool results, tool arguments, final answers.
+
+Both databases must store and return the same thing, so a value is reduced to what strict
+JSON (RFC 8259) can carry: no NaN or Infinity (SQLite's JSON would take them, MariaDB's
+would not), string keys only, nothing a serialiser would have to guess at (``datetime``,
+``bytes``, sets). A value that does not fit is refused with a reason, never coerced; the
+size cap is on the UTF-8 encoding, which is what the database stores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+
+class NotStorable(ValueError):
+    """The value is not strict JSON, or is over the size cap. ``code`` is what the model sees."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def as_result(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+NOT_JSON = "NOT_JSON"
+TOO_LARGE = "TOO_LARGE"
+
+
+def strict_json(value: Any, *, max_bytes: int, what: str = "value") -> Any:
+    """``value`` as it will come back from the database: a fresh tree of dict/list/str/
+    int/float/bool/None. Raises ``NotStorable`` when it is not strict JSON or its encoding
+    is larger than ``max_bytes``."""
+    try:
+        encoded = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise NotStorable(NOT_JSON, f"{what} is not JSON: {_why(value, exc)}") from None
+    except RecursionError:
+        raise NotStorable(NOT_JSON, f"{what} is nested too deeply") from None
+    size = len(encoded.encode("utf-8", errors="surrogatepass"))
+    if size > max_bytes:
+        raise NotStorable(TOO_LARGE, f"{what} is {size} bytes, over the cap of {max_bytes} bytes")
+    try:
+        # Round trip: tuples become lists, int keys become strings, exactly as stored.
+        return json.loads(encoded)
+    except RecursionError:
+        raise NotStorable(NOT_JSON, f"{what} is nested too deeply") from None
+
+
+def _why(value: Any, exc: Exception) -> str:
+    bad = _first_bad(value, depth=0)
+    if bad is not None:
+        return bad
+    return str(exc)
+
+
+def _first_bad(value: Any, *, depth: int) -> str | None:
+    """A short description of the first thing in ``value`` that strict JSON cannot hold."""
+    if depth > 64:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not a JSON number"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, (str, int, float, bool)) and k is not None:
+                return f"a key of type {type(k).__name__}"
+            found = _first_bad(v, depth=depth + 1)
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = _first_bad(item, depth=depth + 1)
+            if found:
+                return found
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return None
+    return f"a value of type {type(value).__name__}"

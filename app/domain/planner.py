@@ -1,0 +1,146 @@
+"""Deciding a model turn (DESIGN §3.3-3.6): pure, no I/O.
+
+Given what the run can see of the tools, its policy chain, how many turns it used and the
+model's turn, ``plan_turn`` says what happens, call by call::
+
+    final answer                 -> Finish(value)         (or Fail: not storable)
+    turn budget used up          -> Fail(error)
+    unknown / not offered tool   -> Refuse (FAILED step, the model sees UNKNOWN_TOOL)
+    arguments not storable       -> Refuse (FAILED step, the model sees the reason)
+    policy DENY                  -> Deny   (DENIED step, the model sees the denial)
+    policy REQUIRE_APPROVAL      -> AwaitApproval (step and run wait for an operator)
+    ALLOW, a tool that delegates -> StartChild (step and run wait for the child)
+    ALLOW                        -> RunTool
+
+The engine applies the plans of one turn in one fenced transaction; tools only execute.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.domain.jsonvalue import NotStorable, strict_json
+from app.domain.policy import Decision, PolicyLink, RiskClass, effective_decision
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInfo:
+    """What the planner needs to know about a registered tool."""
+
+    risk: RiskClass
+    offered: bool  # matched by the agent's tool patterns
+    delegates: bool = False  # its call starts a child run (agents.delegate)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    tool: str
+    args: Any
+
+
+class Action(enum.StrEnum):
+    REFUSE = "REFUSE"
+    DENY = "DENY"
+    AWAIT_APPROVAL = "AWAIT_APPROVAL"
+    START_CHILD = "START_CHILD"
+    RUN_TOOL = "RUN_TOOL"
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    action: Action
+    tool: str
+    args: Any  # strict JSON (as stored) unless refused for its arguments
+    decision: Decision | None = None  # None when refused before the policy was asked
+    reason: str = ""  # the policy's reason (agent and rule), or why the call was refused
+    result: Any = None  # what the model sees for REFUSE and DENY
+    risk: RiskClass | None = None
+
+    @property
+    def runs_now(self) -> bool:
+        return self.action is Action.RUN_TOOL
+
+
+@dataclass(frozen=True, slots=True)
+class Calls:
+    plans: list[CallPlan]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    error: str
+
+
+TurnPlan = Calls | Finish | Fail
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_turns: int
+    max_value_bytes: int
+
+
+def plan_turn(
+    turn: Sequence[Call] | Finish,
+    *,
+    turns_used: int,
+    tools: Mapping[str, ToolInfo],
+    chain: Sequence[PolicyLink],
+    limits: Limits,
+) -> TurnPlan:
+    """What to do with the model's turn: its calls (in order) or its final answer."""
+    if isinstance(turn, Finish):
+        try:
+            return Finish(strict_json(turn.value, max_bytes=limits.max_value_bytes, what="the final answer"))
+        except NotStorable as exc:
+            return Fail(f"model output: {exc.message}")
+    if turns_used >= limits.max_turns:
+        return Fail(f"the run used its {limits.max_turns} model turns")
+    return Calls([plan_call(call, tools=tools, chain=chain, limits=limits) for call in turn])
+
+
+def plan_call(
+    call: Call, *, tools: Mapping[str, ToolInfo], chain: Sequence[PolicyLink], limits: Limits
+) -> CallPlan:
+    info = tools.get(call.tool)
+    if info is None or not info.offered:
+        why = "unknown tool" if info is None else "tool not offered to this agent"
+        return _refuse(call.tool, None, "UNKNOWN_TOOL", f"{why}: {call.tool}")
+    try:
+        args = strict_json(call.args, max_bytes=limits.max_value_bytes, what="the arguments")
+    except NotStorable as exc:
+        return _refuse(call.tool, None, "INVALID_ARGUMENTS", exc.message, risk=info.risk)
+    if not isinstance(args, dict):
+        return _refuse(
+            call.tool, args, "INVALID_ARGUMENTS", "the arguments must be a JSON object", risk=info.risk
+        )
+    decision = effective_decision(chain, call.tool, info.risk)
+    if decision.decision is Decision.DENY:
+        action = Action.DENY
+    elif decision.decision is Decision.REQUIRE_APPROVAL:
+        action = Action.AWAIT_APPROVAL
+    else:
+        action = Action.START_CHILD if info.delegates else Action.RUN_TOOL
+    denial = {"error": {"code": "DENIED", "message": decision.reason}} if action is Action.DENY else None
+    return CallPlan(action, call.tool, args, decision.decision, decision.reason, denial, info.risk)
+
+
+def _refuse(tool: str, args: Any, code: str, message: str, *, risk: RiskClass | None = None) -> CallPlan:
+    return CallPlan(Action.REFUSE, tool, args, reason=message, result={"error": {"code": code, "message": message}},
+                    risk=risk)  # fmt: skip
+
+
+def runs_ahead(plans: Sequence[CallPlan]) -> bool:
+    """Whether a turn's calls may run before anything is written, to be recorded with the
+    next write: only when every call is an allowed READ. Those have no side effects, so
+    running one again after a crash is harmless and no idempotency key (step row) has to
+    exist first. (The engine further limits this to tools that do plain I/O.)"""
+    return bool(plans) and all(p.action is Action.RUN_TOOL and p.risk is RiskClass.READ for p in plans)

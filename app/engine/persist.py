@@ -1,0 +1,188 @@
+"""The run loop's writes: each one fenced tree transaction (``app.services.transitions``).
+
+Mixed into ``engine.loop.RunExecutor``. A worker that lost its lease (cancelled, taken over)
+gets ``LeaseLost`` from the fence and writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import DataError, IntegrityError
+
+from app.db.orm import Run, RunStep
+from app.domain.planner import Action, Calls, Fail, Finish, TurnPlan
+from app.domain.policy import Decision
+from app.domain.runs import RunStatus, StepStatus, waiting_status_for
+from app.engine.base import Tool, ToolContext
+from app.engine.calls import Outcome, call_state_tool, failed
+from app.services.transitions import LeaseLost, TreeTx, tree_tx
+
+if TYPE_CHECKING:
+    from app.engine.loop import ReadCall
+    from app.engine.tools.registry import ToolRegistry
+    from app.services.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+# Storing these again would fail again: the step fails instead of the run being retried.
+DETERMINISTIC_DB_ERRORS = (DataError, IntegrityError)
+
+
+class RunWrites:
+    rt: Runtime
+    registry: ToolRegistry
+    run: Run
+    run_id: int
+    root_id: int
+    attempt: int
+    steps: list[RunStep]
+    recorded: tuple[RunStep, Outcome] | None
+    reads: list[ReadCall]
+    asked_turn: int
+
+    def _ctx(self, step_id: int | None) -> ToolContext: ...  # RunExecutor
+
+    async def _apply(self, plan: TurnPlan) -> bool:
+        """Persist the pending results and the planned turn. True when the run ended."""
+        if isinstance(plan, Fail):
+            await self._fail(plan.error)
+            return True
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+            run = await tx.fenced_run(self.run_id, self.attempt)
+            if isinstance(plan, Finish):
+                final = {
+                    "tool": None,
+                    "arguments": None,
+                    "status": StepStatus.SUCCEEDED,
+                    "result": plan.value,
+                }
+                await self._write_pending(tx, run, final=final)
+                # Every step is finished (we only ask the model then), so there is no open
+                # work and no live child to end: skip those queries.
+                await tx.set_run_status(run, RunStatus.SUCCEEDED, result=plan.value, quiet=True)
+                return True
+            await self._write_pending(tx, run)
+            added = await self._add_calls(tx, run, plan)
+        self.steps.extend(added)
+        return False
+
+    async def _write_pending(self, tx: TreeTx, run: Run, *, final: dict[str, Any] | None = None) -> None:
+        """Record what ran since the last write: the result of a persisted step, and the
+        batched READ calls (as finished steps, started and finished events together); with
+        ``final``, the final answer's step too. The new steps go in one INSERT."""
+        if self.recorded is not None:
+            await self._finish(tx, run, *self.recorded)
+            self.recorded = None
+        seq = max((s.seq for s in self.steps), default=0) + 1
+        rows = [
+            tx.step_row(run, seq=seq + i, turn=read.turn, tool=read.plan.tool, arguments=read.plan.args,
+                        status=read.outcome.status, decision=Decision.ALLOW.value, decision_reason=read.plan.reason,
+                        result=read.outcome.result, error=read.outcome.error, attempt=self.attempt,
+                        started_at=read.started_at, finished_at=read.finished_at)
+            for i, read in enumerate(self.reads)
+        ]  # fmt: skip
+        if final is not None:
+            # The final answer is the turn after the last recorded one.
+            final_turn = max([run.turns] + [read.turn + 1 for read in self.reads])
+            rows.append(tx.step_row(run, seq=seq + len(rows), turn=final_turn, **final))
+        for step in await tx.add_steps(rows):
+            if step.tool is None:
+                tx.step_finished(run, step, final=True)
+            else:
+                tx.step_started(run, step)
+                tx.step_finished(run, step)
+                run.turns = max(run.turns, step.turn + 1)
+            self.steps.append(step)
+        self.reads = []
+
+    async def _add_calls(self, tx: TreeTx, run: Run, plan: Calls) -> list[RunStep]:
+        added: list[RunStep] = []
+        seq = max((s.seq for s in self.steps), default=0) + 1
+        turn_index = run.turns
+        run.turns += 1
+        started_one = False
+        for offset, call in enumerate(plan.plans):
+            common: dict[str, Any] = {"seq": seq + offset, "turn": turn_index, "tool": call.tool,
+                                      "arguments": call.args, "decision_reason": call.reason or None,
+                                      "decision": call.decision.value if call.decision else None}  # fmt: skip
+            if call.action is Action.REFUSE:
+                common["decision_reason"] = None
+                step = await tx.add_step(run, **common, status=StepStatus.FAILED, error=call.reason,
+                                         result=call.result)  # fmt: skip
+                tx.step_started(run, step)
+                tx.step_finished(run, step)
+            elif call.action is Action.DENY:
+                step = await tx.add_step(run, **common, status=StepStatus.DENIED, result=call.result)
+                tx.step_started(run, step)
+                tx.step_finished(run, step)
+            elif call.action is Action.AWAIT_APPROVAL:
+                step = await tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
+                await tx.request_approval(run, step, reason=call.reason)
+            elif call.action is Action.START_CHILD:
+                raise NotImplementedError("no registered tool starts child runs yet (agents.delegate)")
+            else:
+                # The first allowed call starts right away (one transaction saved); the rest
+                # wait their turn as PENDING and are executed in seq order.
+                status = StepStatus.PENDING if started_one else StepStatus.RUNNING
+                started_one = True
+                step = await tx.add_step(run, **common, status=status, attempt=self.attempt)
+                tx.step_started(run, step)
+            added.append(step)
+        return added
+
+    async def _mark_running(self, step: RunStep) -> None:
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+            run = await tx.fenced_run(self.run_id, self.attempt)
+            if not await tx.start_step(run, step, attempt=self.attempt):
+                raise LeaseLost(f"step {step.id} is no longer PENDING; someone else moved it")
+
+    async def _run_state_step(self, step: RunStep, tool: Tool) -> None:
+        """A STATE tool: started (if PENDING), executed and recorded in one transaction, so
+        its writes commit with its result or not at all."""
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+            run = await tx.fenced_run(self.run_id, self.attempt)
+            if step.status == StepStatus.PENDING and not await tx.start_step(run, step, attempt=self.attempt):
+                raise LeaseLost(f"step {step.id} is no longer PENDING; someone else moved it")
+            outcome = await call_state_tool(
+                tool, tx, run, step, self._ctx(step.id), settings=self.rt.settings
+            )
+            await self._finish(tx, run, step, outcome)
+
+    async def _record(self, step: RunStep, outcome: Outcome) -> None:
+        try:
+            async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+                await self._finish(tx, await tx.fenced_run(self.run_id, self.attempt), step, outcome)
+        except DETERMINISTIC_DB_ERRORS as exc:
+            # The database refused this result (too long for a column, a constraint):
+            # storing it again would fail again, so the step fails; the tool is not re-run.
+            log.warning("run %s step %s: result not stored", self.run_id, step.id, exc_info=True)
+            message = f"the database refused the result: {type(exc.orig).__name__}"
+            async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+                run = await tx.fenced_run(self.run_id, self.attempt)
+                await self._finish(tx, run, step, failed("RESULT_NOT_STORED", message))
+
+    async def _finish(self, tx: TreeTx, run: Run, step: RunStep, outcome: Outcome) -> None:
+        # Never write a result twice: the update only moves a RUNNING step.
+        if not await tx.finish_running_step(
+            run, step, outcome.status, result=outcome.result, error=outcome.error
+        ):
+            raise LeaseLost(f"step {step.id} is no longer running")
+
+    async def _park(self) -> bool:
+        """Wait for an operator or a child. Re-checked under the lock: a decision that landed
+        while we were working means there is more to do now, so we do not park."""
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+            run = await tx.fenced_run(self.run_id, self.attempt)
+            status = waiting_status_for([StepStatus(s.status) for s in await tx.steps(run.id)])
+            if status is None:
+                return False
+            await tx.set_run_status(run, status)
+            return True
+
+    async def _fail(self, error: str) -> None:
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+            run = await tx.fenced_run(self.run_id, self.attempt)
+            await self._write_pending(tx, run)
+            await tx.set_run_status(run, RunStatus.FAILED, error=error)

@@ -1,0 +1,248 @@
+"""Step and approval states: the only writer, part of ``TreeTx``.
+
+Every step or approval status change happens here, inside a tree transaction, after asking
+the pure state machine (``app.domain.runs``), with its event. Steps are written through Core
+statements compiled once (a run's hot path); approvals through the ORM (rare, operator-paced).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.orm import Approval, Run, RunStep
+from app.domain.events import EventType
+from app.domain.runs import (
+    TERMINAL_STEP,
+    ApprovalStatus,
+    RunStatus,
+    StepStatus,
+    check_step_transition,
+)
+
+if TYPE_CHECKING:
+    from app.db.orm import RunEvent
+
+
+class StepWrites:
+    """Mixed into ``TreeTx``; relies on its session, clock, locks and event log."""
+
+    session: AsyncSession
+    now: datetime
+
+    def emit(self, run: Run, type: EventType, **kwargs: Any) -> RunEvent: ...  # TreeTx
+    async def steps(self, run_id: int) -> list[RunStep]: ...  # TreeTx
+
+    # -- new steps -----------------------------------------------------------------------
+
+    def step_row(
+        self,
+        run: Run,
+        *,
+        seq: int,
+        turn: int,
+        tool: str | None,
+        arguments: Any,
+        status: StepStatus,
+        decision: str | None = None,
+        decision_reason: str | None = None,
+        result: Any = None,
+        error: str | None = None,
+        attempt: int | None = None,
+        started_at: datetime | None = None,
+        finished_at: datetime | None = None,
+    ) -> dict[str, Any]:
+        """The column values of a new step (see ``add_steps``)."""
+        started = status is not StepStatus.PENDING
+        finished = status in TERMINAL_STEP
+        return {
+            "workspace_id": run.workspace_id,
+            "run_id": run.id,
+            "seq": seq,
+            "turn": turn,
+            "tool": tool,
+            "arguments": arguments,
+            "status": status.value,
+            "decision": decision,
+            "decision_reason": decision_reason,
+            "result": result,
+            "error": error,
+            "executed_attempt": attempt if status is StepStatus.RUNNING or started_at else None,
+            "created_at": self.now,
+            "started_at": started_at or (self.now if started else None),
+            "finished_at": finished_at or (self.now if finished else None),
+        }
+
+    async def add_step(self, run: Run, **columns: Any) -> RunStep:
+        [step] = await self.add_steps([self.step_row(run, **columns)])
+        return step
+
+    async def add_steps(self, rows: list[dict[str, Any]]) -> list[RunStep]:
+        """Insert steps without ORM flushes and return them detached, with their ids: one
+        multi-row INSERT ... RETURNING where the database has it (MariaDB, SQLite), one
+        INSERT per row elsewhere (MySQL)."""
+        if not rows:
+            return []
+        if len(rows) > 1 and self.session.get_bind().dialect.insert_returning:
+            ids = (await self.session.execute(_INSERT_STEPS_RETURNING, rows)).scalars().all()
+        else:
+            ids = [(await self.session.execute(_INSERT_STEP, row)).inserted_primary_key[0] for row in rows]
+        return [RunStep(id=step_id, **row) for step_id, row in zip(ids, rows, strict=True)]
+
+    # -- events --------------------------------------------------------------------------
+
+    def step_finished(self, run: Run, step: RunStep, *, final: bool = False) -> None:
+        payload: dict[str, Any] = {"seq": step.seq, "tool": step.tool, "status": step.status}
+        if final:
+            payload["final"] = True
+        self.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload=payload)
+
+    def step_started(self, run: Run, step: RunStep) -> None:
+        self.emit(
+            run,
+            EventType.STEP_STARTED,
+            status=step.status,
+            step_id=step.id,
+            payload={"seq": step.seq, "tool": step.tool, "decision": step.decision},
+        )
+
+    # -- the executing worker's steps (``step`` is its detached copy, kept in step) -------
+
+    async def start_step(self, run: Run, step: RunStep, *, attempt: int) -> bool:
+        """PENDING -> RUNNING for the worker about to execute it. False when somebody else
+        moved the step meanwhile."""
+        check_step_transition(StepStatus.PENDING, StepStatus.RUNNING)
+        done = await self.session.execute(
+            _START_PENDING_STEP, {"b_id": step.id, "b_at": self.now, "b_attempt": attempt}
+        )
+        if not done.rowcount:  # type: ignore[attr-defined]
+            return False
+        step.status, step.started_at, step.executed_attempt = StepStatus.RUNNING.value, self.now, attempt
+        self.step_started(run, step)
+        return True
+
+    async def finish_running_step(
+        self, run: Run, step: RunStep, to: StepStatus, *, result: Any = None, error: str | None = None
+    ) -> bool:
+        """Record the result of a step the caller is executing, in one conditional UPDATE.
+        False when the step is not RUNNING any more (its result was recorded already)."""
+        check_step_transition(StepStatus.RUNNING, to)
+        done = await self.session.execute(
+            _FINISH_RUNNING_STEP,
+            {"b_id": step.id, "b_status": to.value, "b_result": result, "b_error": error, "b_at": self.now},
+        )
+        if not done.rowcount:  # type: ignore[attr-defined]
+            return False
+        step.status, step.result, step.error, step.finished_at = to.value, result, error, self.now
+        self.step_finished(run, step)
+        return True
+
+    # -- steps of parked runs (locked ORM rows) ------------------------------------------
+
+    async def finish_step(
+        self, run: Run, step: RunStep, to: StepStatus, *, result: Any = None, error: str | None = None
+    ) -> None:
+        check_step_transition(StepStatus(step.status), to)
+        step.status = to.value
+        step.result = result
+        step.error = error
+        step.finished_at = self.now
+        step.started_at = step.started_at or self.now
+        self.step_finished(run, step)
+
+    # -- approvals -----------------------------------------------------------------------
+
+    async def request_approval(self, run: Run, step: RunStep, *, reason: str) -> Approval:
+        """An operator has to decide ``step`` (just added as WAITING_APPROVAL)."""
+        approval = Approval(workspace_id=run.workspace_id, run_id=run.id, root_run_id=run.root_run_id,
+                            step_id=step.id, tool=step.tool, arguments=step.arguments,
+                            status=ApprovalStatus.PENDING.value, requested_at=self.now)  # fmt: skip
+        self.session.add(approval)
+        await self.session.flush()
+        await self.session.execute(
+            update(RunStep).where(RunStep.id == step.id).values(approval_id=approval.id)
+        )
+        step.approval_id = approval.id
+        self.step_started(run, step)
+        self.emit(run, EventType.APPROVAL_REQUESTED, status=ApprovalStatus.PENDING.value, step_id=step.id,
+                  payload={"approvalId": approval.id, "tool": step.tool, "reason": reason})  # fmt: skip
+        return approval
+
+    async def decide_approval(
+        self, run: Run, approval: Approval, *, approve: bool, reason: str | None, token_id: int | None
+    ) -> None:
+        """Approve: the step goes back to PENDING for the next worker to execute. Reject: the
+        step is REJECTED and the model sees the rejection as the call's result."""
+        step = await self.session.get_one(RunStep, approval.step_id, with_for_update=True)
+        approval.status = (ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED).value
+        approval.reason = reason
+        approval.decided_at = self.now
+        approval.decided_by_token_id = token_id
+        self.emit(run, EventType.APPROVAL_DECIDED, step_id=step.id,
+                  payload={"approvalId": approval.id, "status": approval.status, "reason": reason})  # fmt: skip
+        if approve:
+            check_step_transition(StepStatus(step.status), StepStatus.PENDING)
+            step.status = StepStatus.PENDING.value
+        else:
+            await self.finish_step(run, step, StepStatus.REJECTED, result=rejection_result(reason))
+
+    async def close_open_work(self, run: Run, to: RunStatus, why: str | None) -> None:
+        """A run ended: its open steps are cancelled and its pending approvals closed, so they
+        can no longer be decided (the reason says why they were not approved)."""
+        for step in await self.steps(run.id):
+            if StepStatus(step.status) in TERMINAL_STEP:
+                continue
+            message = f"run {to.value.lower()}: {why or ''}".strip().rstrip(":")
+            await self.finish_step(
+                run, step, StepStatus.CANCELLED, result={"error": {"code": "RUN_ENDED", "message": message}}
+            )
+        approvals = await self.session.scalars(
+            select(Approval)
+            .where(Approval.run_id == run.id, Approval.status == ApprovalStatus.PENDING.value)
+            .with_for_update()
+        )
+        for approval in approvals:
+            approval.status = ApprovalStatus.REJECTED.value
+            approval.reason = f"run {to.value.lower()}" + (f": {why}" if why else "")
+            approval.decided_at = self.now
+            self.emit(run, EventType.APPROVAL_DECIDED, step_id=approval.step_id,
+                      payload={"approvalId": approval.id, "status": approval.status, "reason": approval.reason})  # fmt: skip
+
+
+def rejection_result(reason: str | None) -> dict[str, object]:
+    return {"error": {"code": "REJECTED", "message": reason or "rejected by an operator"}}
+
+
+async def read_steps(read_sessionmaker: async_sessionmaker[AsyncSession], run_id: int) -> list[RunStep]:
+    """A run's steps in order, read without locks (a worker refreshing its view after waiting)."""
+    async with read_sessionmaker() as session:
+        return list(
+            await session.scalars(select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq))
+        )
+
+
+# Built once: statements with bound parameters are compiled once and cached, where values
+# inlined with .values(...) would be traversed for a cache key on every execution.
+_steps = RunStep.__table__
+_INSERT_STEP = insert(_steps)
+_INSERT_STEPS_RETURNING = insert(_steps).returning(_steps.c.id, sort_by_parameter_order=True)
+_FINISH_RUNNING_STEP = (
+    update(_steps)
+    .where(_steps.c.id == bindparam("b_id"), _steps.c.status == StepStatus.RUNNING.value)
+    .values(
+        status=bindparam("b_status"),
+        result=bindparam("b_result"),
+        error=bindparam("b_error"),
+        finished_at=bindparam("b_at"),
+    )
+)
+_START_PENDING_STEP = (
+    update(_steps)
+    .where(_steps.c.id == bindparam("b_id"), _steps.c.status == StepStatus.PENDING.value)
+    .values(
+        status=StepStatus.RUNNING.value, started_at=bindparam("b_at"), executed_attempt=bindparam("b_attempt")
+    )
+)
