@@ -116,66 +116,61 @@ async def remember(
     checked_tags = None if tags is None else check_tags(tags)
     checked_importance = None if importance is None else check_importance(importance)
     screen(key, value, checked_tags or [])
-    # A plain read first: on MariaDB a locking read of a missing row takes a gap lock, and
-    # two runs inserting one key would then deadlock instead of meeting at the unique index.
-    row = await session.scalar(
-        select(orm.Memory).where(orm.Memory.agent_id == agent_id, orm.Memory.key == key)
+    # Lock order: an existing memory's row; a new key's writers queue on the agent's row
+    # instead. Inserting and letting the unique index settle a race would not do on MariaDB:
+    # each loser keeps a shared lock on the winner's index entry, and their locking reads
+    # to update it then deadlock with one another.
+    existing_id = await session.scalar(
+        select(orm.Memory.id).where(orm.Memory.agent_id == agent_id, orm.Memory.key == key)
     )
-    if row is None:
-        try:
-            # A savepoint: two runs inserting one key at once meet at the unique index; the
-            # loser updates the winner's row instead of failing its whole transaction.
-            async with session.begin_nested():
-                row = orm.Memory(
-                    workspace_id=workspace_id,
-                    agent_id=agent_id,
-                    key=key,
-                    value=value,
-                    tags=checked_tags or [],
-                    importance=DEFAULT_IMPORTANCE if checked_importance is None else checked_importance,
-                    source_run_id=source_run_id,
-                    created_at=now,
-                    updated_at=now,
-                    last_used_at=None,
-                )
-                session.add(row)
-                await session.flush()
-        except IntegrityError:
-            row = await _lock_by_key(session, agent_id=agent_id, key=key)
-            if row is None:
-                raise
-        else:
-            record_revision(
-                session,
-                memory=row,
-                action=RevisionAction.CREATE,
-                old_value=None,
-                at=now,
-                run_id=source_run_id,
-                token_id=token_id,
-            )
-            return Written(memory=row, created=True)
-    row = await _lock_by_key(session, agent_id=agent_id, key=key)
-    if row is None:  # a forget deleted it between the read and the lock; the caller may retry
-        raise Conflict(f"the memory {key!r} was deleted while being written; try again", field="key")
-    old_value = row.value
-    row.value = value
+    memory = None if existing_id is None else await _lock_by_key(session, agent_id=agent_id, key=key)
+    if memory is None:
+        await _lock_agent(session, agent_id)
+        # A locking read sees what the writer before us committed (a plain one would not).
+        memory = await _lock_by_key(session, agent_id=agent_id, key=key)
+    if memory is None:
+        memory = orm.Memory(
+            workspace_id=workspace_id,
+            agent_id=agent_id,
+            key=key,
+            value=value,
+            tags=checked_tags or [],
+            importance=DEFAULT_IMPORTANCE if checked_importance is None else checked_importance,
+            source_run_id=source_run_id,
+            created_at=now,
+            updated_at=now,
+            last_used_at=None,
+        )
+        session.add(memory)
+        await _flush_unique_key(session, key)
+        record_revision(
+            session,
+            memory=memory,
+            action=RevisionAction.CREATE,
+            old_value=None,
+            at=now,
+            run_id=source_run_id,
+            token_id=token_id,
+        )
+        return Written(memory=memory, created=True)
+    old_value = memory.value
+    memory.value = value
     if checked_tags is not None:
-        row.tags = checked_tags
+        memory.tags = checked_tags
     if checked_importance is not None:
-        row.importance = checked_importance
-    row.source_run_id = source_run_id  # DESIGN §2: the run that last updated it; null for operators
-    row.updated_at = now
+        memory.importance = checked_importance
+    memory.source_run_id = source_run_id  # DESIGN §2: the run that last updated it; null for operators
+    memory.updated_at = now
     record_revision(
         session,
-        memory=row,
+        memory=memory,
         action=RevisionAction.UPDATE,
         old_value=old_value,
         at=now,
         run_id=source_run_id,
         token_id=token_id,
     )
-    return Written(memory=row, created=False)
+    return Written(memory=memory, created=False)
 
 
 async def forget(
@@ -212,6 +207,7 @@ async def create_memory(
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         agent = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
+        await _lock_agent(session, agent.id)
         await _ensure_key_free(session, agent_id=agent.id, key=key, memory_id=None)
         row = orm.Memory(
             workspace_id=principal.workspace_id,
@@ -342,6 +338,12 @@ async def _delete(
     )
     await session.delete(row)
     await session.flush()
+
+
+async def _lock_agent(session: AsyncSession, agent_id: int) -> None:
+    """Serialise the creation of an agent's memories (see ``remember``; operators' creates
+    take it too). Held to the end of the caller's transaction."""
+    await session.execute(select(orm.Agent.id).where(orm.Agent.id == agent_id).with_for_update())
 
 
 async def _lock_by_key(session: AsyncSession, *, agent_id: int, key: str) -> orm.Memory | None:

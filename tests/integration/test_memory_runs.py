@@ -3,6 +3,7 @@ candidate read, and the write cores the memory tools use (on the real database).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -288,3 +289,48 @@ async def test_search_for_a_run_marks_results_used(gql: Any, workspace: Any, ses
             for m in await session.scalars(select(orm.Memory).where(orm.Memory.agent_id == agent_pk))
         }
     assert used["excluded"] is not None and used["other"] is None
+
+
+async def test_concurrent_remembers_of_one_new_key_both_land(
+    gql: Any, workspace: Any, sessionmaker: Any
+) -> None:
+    """Two runs remembering the same new key at once: one creates, the other updates (the
+    unique index decides; a savepoint keeps the loser's transaction alive). On MariaDB this
+    is real row locking; on SQLite the writers take turns."""
+    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    rows = Rows(sessionmaker, workspace.id)
+    runs = [await rows.run(agent_pk, status="RUNNING") for _ in range(4)]
+
+    async def remember(run: orm.Run) -> bool:
+        async with sessionmaker() as session, session.begin():
+            written = await memories.remember(
+                session,
+                workspace_id=workspace.id,
+                agent_id=agent_pk,
+                key="shared",
+                value=f"from run {run.id}",
+                tags=None,
+                importance=None,
+                now=datetime.now(UTC),
+                max_value_chars=100,
+                source_run_id=run.id,
+            )
+            await asyncio.sleep(0.05)  # hold the transaction open so the others overlap
+            return written.created
+
+    created = await asyncio.gather(*(remember(r) for r in runs))
+    assert sorted(created) == [False, False, False, True]
+    async with sessionmaker() as session:
+        stored = list(await session.scalars(select(orm.Memory).where(orm.Memory.agent_id == agent_pk)))
+        revisions = list(
+            await session.scalars(
+                select(orm.MemoryRevision)
+                .where(orm.MemoryRevision.agent_id == agent_pk)
+                .order_by(orm.MemoryRevision.id)
+            )
+        )
+    assert len(stored) == 1
+    assert [r.action for r in revisions] == ["CREATE", "UPDATE", "UPDATE", "UPDATE"]
+    # Each revision starts from the value the previous one left: no branching history.
+    assert [r.old_value for r in revisions[1:]] == [r.new_value for r in revisions[:-1]]
+    assert stored[0].value == revisions[-1].new_value
