@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import Float, column, func, literal_column, select, table, update
 from sqlalchemy.dialects.mysql import match
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnClause
 
 from app.db import orm
 from app.domain.memory import SearchHit, rank_search_hits, search_terms
@@ -37,7 +38,7 @@ MAX_SEARCH_LIMIT = 50
 MAX_CANDIDATES = 200
 
 _FTS = table("memories_fts", column("rowid"))
-_FTS_TABLE = literal_column("memories_fts")
+_FTS_TABLE: ColumnClause[Any] = literal_column("memories_fts")
 
 
 async def search(
@@ -69,7 +70,8 @@ async def search(
         stmt = stmt.order_by(orm.Memory.importance.desc(), orm.Memory.updated_at.desc(), orm.Memory.id.desc())
     rows: dict[int, orm.Memory] = {}
     hits: list[SearchHit] = []
-    for row in (await session.execute(stmt.limit(MAX_CANDIDATES))).all():
+    result: Any = await session.execute(stmt.limit(MAX_CANDIDATES))
+    for row in result.all():
         memory: orm.Memory = row[0]
         rows[memory.id] = memory
         hits.append(
@@ -99,7 +101,9 @@ def _match(session: AsyncSession, stmt: Any, terms: list[str]) -> tuple[Any, Any
     expression (larger is better)."""
     if session.get_bind().dialect.name in ("mysql", "mariadb"):
         # Boolean mode without operators: every word optional, each a prefix (`word*`).
-        score = match(orm.Memory.search_text, against=" ".join(f"{t}*" for t in terms)).in_boolean_mode()
+        score = match(
+            orm.Memory.__table__.c.search_text, against=" ".join(f"{t}*" for t in terms)
+        ).in_boolean_mode()
         return stmt.where(score > 0), score
     # FTS5: each word a quoted prefix phrase (quotes keep AND/OR/NOT/NEAR literal words).
     expression = " OR ".join(f'"{t}"*' for t in terms)
