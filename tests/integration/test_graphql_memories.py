@@ -162,13 +162,29 @@ async def test_full_text_search_and_tags(gql: Any, workspace: Any) -> None:
     assert await keys(tags=["place", "pet"]) == ["100% sure"]
     assert await keys(tags=["nope"]) == []
     assert await keys(query="berlin", tags=["pet"]) == ["pet"]
+    # The index follows every change: an edited value, a deleted memory.
+    home = (await gql.ok(SEARCH, {"agentId": agent["id"], "query": "city"}, token=workspace.viewer))[
+        "memories"
+    ]
+    home_id = (
+        await gql.ok(
+            'query($a: ID!) { memories(agentId: $a, query: "city") { edges { node { id } } } }',
+            {"a": agent["id"]},
+            token=workspace.viewer,
+        )
+    )["memories"]["edges"][0]["node"]["id"]
+    await gql.ok(UPDATE_MEMORY, {"id": home_id, "input": {"value": "Hamburg"}}, token=workspace.operator)
+    assert sorted(await keys(query="berlin")) == ["pet"]
+    assert await keys(query="hamburg") == ["Home city"]
+    await gql.ok(DELETE_MEMORY, {"id": home_id}, token=workspace.operator)
+    assert await keys(query="hamburg") == []
     # The same search through Agent.memories.
     data = await gql.ok(
-        'query($id: ID!) { agent(id: $id) { memories(query: "city") { edges { node { key } } } } }',
+        'query($id: ID!) { agent(id: $id) { memories(query: "cat") { edges { node { key } } } } }',
         {"id": agent["id"]},
         token=workspace.viewer,
     )
-    assert [e["node"]["key"] for e in data["agent"]["memories"]["edges"]] == ["Home city"]
+    assert [e["node"]["key"] for e in data["agent"]["memories"]["edges"]] == ["pet"]
 
 
 async def test_search_ranks_by_relevance_then_importance_and_pages(gql: Any, workspace: Any) -> None:

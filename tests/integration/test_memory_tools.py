@@ -180,6 +180,9 @@ async def test_refused_writes_are_results_the_model_sees_and_store_nothing(
         {"call": "memory.remember", "args": {"key": "k", "value": "v", "tags": ["t" * 65]}},
         {"call": "memory.search", "args": {"limit": 0}},
         {"call": "memory.remember", "args": {"key": "k", "value": "v", "colour": "red"}},
+        {"call": "memory.remember", "args": {"key": "k" * 256, "value": "v"}},
+        {"call": "memory.remember", "args": {"key": "k", "value": "v" * 16_385}},
+        {"call": "memory.remember", "args": {"key": "k", "value": "v", "tags": [f"t{i}" for i in range(33)]}},
         {"final": "{{ results }}"},
     ]
     agent_id = await create_agent(gql, workspace.admin, steps=steps, tools=["memory.*"])
@@ -195,10 +198,14 @@ async def test_refused_writes_are_results_the_model_sees_and_store_nothing(
         "VALIDATION_FAILED",
         "VALIDATION_FAILED",
         "VALIDATION_FAILED",
+        "VALIDATION_FAILED",
+        "VALIDATION_FAILED",
+        "VALIDATION_FAILED",
     ]
     assert "GitHub" in errors[0]["message"] and secret not in errors[0]["message"]
     assert "tulip42" not in errors[1]["message"]
-    for error, field in zip(errors[2:], ["importance", "key", "tags", "limit", "colour"], strict=True):
+    fields = ["importance", "key", "tags", "limit", "colour", "key", "value", "tags"]
+    for error, field in zip(errors[2:], fields, strict=True):
         assert field in error["message"]
     assert await _memories(gql, workspace.viewer, agent_id) == {}
     assert await _events(sessionmaker, run_id, "MEMORY_WRITTEN") == []
