@@ -163,9 +163,6 @@ async def test_full_text_search_and_tags(gql: Any, workspace: Any) -> None:
     assert await keys(tags=["nope"]) == []
     assert await keys(query="berlin", tags=["pet"]) == ["pet"]
     # The index follows every change: an edited value, a deleted memory.
-    home = (await gql.ok(SEARCH, {"agentId": agent["id"], "query": "city"}, token=workspace.viewer))[
-        "memories"
-    ]
     home_id = (
         await gql.ok(
             'query($a: ID!) { memories(agentId: $a, query: "city") { edges { node { id } } } }',
