@@ -44,6 +44,18 @@ class Settings(BaseSettings):
     # A memory's value: memories are injected into prompts, so they stay small.
     max_memory_chars: int = Field(default=16_384, ge=256, le=1_000_000)
     max_query_depth: int = Field(default=12, ge=3, le=64)
+    # Estimated rows one operation may read, sizes multiplied down the tree (app/graphql/cost.py).
+    # 10,000: two nested connections fit at the default page size (50 x 50 = 2,500 rows),
+    # not at the maximum (100 x 100 = 10,000 plus the outer 100), so one request reads at
+    # most about ten full pages' worth of rows per nested level.
+    max_query_cost: int = Field(default=10_000, ge=100, le=10_000_000)
+    # Argument caps, checked before any SQL: items in one list argument (tags, statuses,
+    # ids) and characters in one string argument that filters or names something.
+    max_list_arg_items: int = Field(default=100, ge=1, le=10_000)
+    max_string_arg_chars: int = Field(default=1_000, ge=16, le=1_000_000)
+    # Cap on one SQL statement of the API (MariaDB max_statement_time; SQLite: a progress
+    # handler interrupts it). 0 disables. Workers are not affected.
+    db_statement_timeout_ms: int = Field(default=5_000, ge=0, le=3_600_000)
 
     # Worker tuning. The lease must outlive the longest quiet stretch of a working run:
     # it is renewed every lease_s / 3 while a run is being executed.

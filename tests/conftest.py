@@ -28,6 +28,9 @@ from app.domain.agents import Role
 from app.services import auth
 from app.settings import Settings
 
+# Real worker processes (the ``processes`` fixture) for fault and engine tests.
+pytest_plugins = ["tests.support.workers"]
+
 # Pure properties are fast; a wall-clock deadline would only make them flaky on a busy machine.
 hypothesis.settings.register_profile("enverif", deadline=None)
 hypothesis.settings.load_profile("enverif")

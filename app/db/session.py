@@ -9,33 +9,53 @@ On MySQL/MariaDB the row locks are real (``with_for_update``).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.util import await_
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 READ_ONLY_OPTION = "enverif_read_only"
+_DEADLINE = "enverif_statement_deadline"
+_PROGRESS_STEPS = 10_000  # VM instructions between deadline checks (well under a millisecond)
 MYSQL_POOL_RECYCLE_S = 1_800  # below the server's default wait_timeout (8 h) and most proxies'
 
 
-def create_engine(url: str, *, echo: bool = False, pool_size: int = 10, pre_ping: bool = True) -> AsyncEngine:
+def create_engine(
+    url: str,
+    *,
+    echo: bool = False,
+    pool_size: int = 10,
+    pre_ping: bool = True,
+    statement_timeout_ms: int = 0,
+) -> AsyncEngine:
     """``pre_ping`` tests each pooled MySQL connection before use (one round trip per checkout).
     The API keeps it: a request must not fail because the server restarted. Workers turn it off
     (``open_runtime(..., worker=True)``): a transaction that hits a dead connection fails, the
-    pool drops the connection, and the run is handed back and retried (engine.loop)."""
+    pool drops the connection, and the run is handed back and retried (engine.loop).
+
+    ``statement_timeout_ms`` (0: none) makes the server abort any one statement that runs
+    longer, so a single expensive request cannot hold pooled connections while every other
+    workspace waits for one. MariaDB enforces it (``max_statement_time``, set on each new
+    connection; MySQL 8: ``max_execution_time``, SELECTs only). SQLite has no such setting:
+    a progress handler aborts the statement instead (waiting for the write lock is not
+    counted: that is the busy timeout's business)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         _configure_sqlite(engine)
+        if statement_timeout_ms > 0:
+            _limit_sqlite_statements(engine, statement_timeout_ms)
         return engine
     if parsed.get_backend_name() == "mysql" and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
-    return create_async_engine(
+    engine = create_async_engine(
         parsed,
         echo=echo,
         pool_pre_ping=pre_ping,
@@ -44,6 +64,56 @@ def create_engine(url: str, *, echo: bool = False, pool_size: int = 10, pre_ping
         max_overflow=pool_size,
         isolation_level="READ COMMITTED",
     )
+    if statement_timeout_ms > 0:
+        _limit_mysql_statements(engine, statement_timeout_ms)
+    return engine
+
+
+def _limit_mysql_statements(engine: AsyncEngine, timeout_ms: int) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("SELECT VERSION()")
+        (version,) = cursor.fetchone()
+        if "mariadb" in str(version).lower():
+            # Seconds, fractions allowed; applies to every statement, not only SELECTs.
+            cursor.execute(f"SET SESSION max_statement_time = {timeout_ms / 1000:.3f}")
+        else:
+            # MySQL has no max_statement_time; max_execution_time (ms) covers SELECTs only.
+            cursor.execute(f"SET SESSION max_execution_time = {int(timeout_ms)}")
+        cursor.close()
+
+
+def _limit_sqlite_statements(engine: AsyncEngine, timeout_ms: int) -> None:
+    """SQLite calls the progress handler every few thousand VM instructions, on the driver's
+    thread; a non-zero answer interrupts the statement ("interrupted"). The deadline lives
+    in the pooled connection's ``info``: set before each statement, cleared after it (or its
+    failure), so a COMMIT or an idle connection never finds a stale one."""
+    timeout_s = timeout_ms / 1000
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        info = record.info
+
+        def past_deadline() -> int:
+            deadline = info.get(_DEADLINE)
+            return 1 if deadline is not None and time.monotonic() > deadline else 0
+
+        await_(dbapi_connection.driver_connection.set_progress_handler(past_deadline, _PROGRESS_STEPS))
+
+    @event.listens_for(engine.sync_engine, "before_cursor_execute")
+    def _start(conn: Any, *_: Any) -> None:
+        conn.connection.info[_DEADLINE] = time.monotonic() + timeout_s
+
+    @event.listens_for(engine.sync_engine, "after_cursor_execute")
+    def _stop(conn: Any, *_: Any) -> None:
+        conn.connection.info.pop(_DEADLINE, None)
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _failed(context: Any) -> None:
+        conn = context.connection
+        if conn is not None and not conn.closed and not conn.invalidated:
+            conn.connection.info.pop(_DEADLINE, None)
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

@@ -49,6 +49,15 @@ class RunWrites:
         if isinstance(plan, Fail):
             await self._fail(plan.error)
             return True
+        try:
+            return await self._apply_plan(plan)
+        except DETERMINISTIC_DB_ERRORS as exc:
+            if await self._refuse_pending(exc):
+                return False  # the model is asked again, now seeing the failure
+            await self._fail(f"could not store the model's turn: {_db_reason(exc)}")
+            return True
+
+    async def _apply_plan(self, plan: Calls | Finish) -> bool:
         async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             if isinstance(plan, Finish):
@@ -151,17 +160,32 @@ class RunWrites:
             await self._finish(tx, run, step, outcome)
 
     async def _record(self, step: RunStep, outcome: Outcome) -> None:
+        self.recorded = (step, outcome)
         try:
-            async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
-                await self._finish(tx, await tx.fenced_run(self.run_id, self.attempt), step, outcome)
+            await self._write_recorded()
         except DETERMINISTIC_DB_ERRORS as exc:
-            # The database refused this result (too long for a column, a constraint):
-            # storing it again would fail again, so the step fails; the tool is not re-run.
-            log.warning("run %s step %s: result not stored", self.run_id, step.id, exc_info=True)
-            message = f"the database refused the result: {type(exc.orig).__name__}"
-            async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
-                run = await tx.fenced_run(self.run_id, self.attempt)
-                await self._finish(tx, run, step, failed("RESULT_NOT_STORED", message))
+            if not await self._refuse_pending(exc):
+                raise
+
+    async def _write_recorded(self) -> None:
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+            await self._write_pending(tx, await tx.fenced_run(self.run_id, self.attempt))
+
+    async def _refuse_pending(self, exc: Exception) -> bool:
+        """The database refused what ran since the last write (a value too long for a column,
+        a constraint): storing it again would fail again, and running the tools again could
+        repeat side effects. So their steps fail, recorded as such; nothing is re-run.
+        False when nothing was pending (the refusal was about something else)."""
+        if self.recorded is None and not self.reads:
+            return False
+        log.warning("run %s: the database refused a result", self.run_id, exc_info=exc)
+        refusal = failed("RESULT_NOT_STORED", f"the database refused the result: {_db_reason(exc)}")
+        if self.recorded is not None:
+            self.recorded = (self.recorded[0], refusal)
+        for read in self.reads:
+            read.outcome = refusal
+        await self._write_recorded()
+        return True
 
     async def _finish(self, tx: TreeTx, run: Run, step: RunStep, outcome: Outcome) -> None:
         # Never write a result twice: the update only moves a RUNNING step.
@@ -182,7 +206,20 @@ class RunWrites:
             return True
 
     async def _fail(self, error: str) -> None:
+        try:
+            await self._fail_once(error)
+        except DETERMINISTIC_DB_ERRORS as exc:
+            if not await self._refuse_pending(exc):
+                raise
+            await self._fail_once(error)
+
+    async def _fail_once(self, error: str) -> None:
         async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             await self._write_pending(tx, run)
             await tx.set_run_status(run, RunStatus.FAILED, error=error)
+
+
+def _db_reason(exc: Exception) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return f"{type(orig).__name__}: {str(orig)[:200]}"

@@ -14,7 +14,7 @@ websocket, or one emitted subscription event (``Context.fresh_loaders``).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import select
@@ -23,12 +23,20 @@ from sqlalchemy.orm import InstrumentedAttribute
 from strawberry.dataloader import DataLoader
 
 from app.db import orm
-from app.domain.runs import ApprovalStatus
+from app.domain.runs import ApprovalStatus, RunStatus
+from app.services import queries
+from app.services.queries import Page, PageRequest
 
 # Bounds the IN (...) list of one query; a bigger batch becomes several queries.
 MAX_BATCH = 500
 
 M = TypeVar("M", bound=orm.Base)
+F = TypeVar("F", bound=Hashable)
+
+# A per-parent page is asked for with (parent id, page, filters): parents that share a page
+# request and filters are loaded together in one statement.
+RunsKey = tuple[int, PageRequest, tuple[RunStatus, ...]]
+MemoriesKey = tuple[int, PageRequest, tuple[str | None, tuple[str, ...]]]
 
 
 class Loaders:
@@ -60,6 +68,56 @@ class Loaders:
         self.schedules = self._grouped(
             orm.Schedule, orm.Schedule.agent_id, order=orm.Schedule.id, prime=self.schedule
         )
+
+        self.agent_runs: DataLoader[RunsKey, Page[orm.Run]] = self._pages(
+            self._runs_per_agent, prime=self.run
+        )
+        self.agent_memories: DataLoader[MemoriesKey, Page[orm.Memory]] = self._pages(
+            self._memories_per_agent, prime=self.memory
+        )
+
+    async def _runs_per_agent(
+        self, session: AsyncSession, agent_ids: list[int], page: PageRequest, statuses: tuple[RunStatus, ...]
+    ) -> dict[int, Page[orm.Run]]:
+        return await queries.list_runs_per_agent(
+            session, workspace_id=self.workspace_id, agent_ids=agent_ids, page=page, statuses=statuses
+        )
+
+    async def _memories_per_agent(
+        self,
+        session: AsyncSession,
+        agent_ids: list[int],
+        page: PageRequest,
+        search: tuple[str | None, tuple[str, ...]],
+    ) -> dict[int, Page[orm.Memory]]:
+        query, tags = search
+        return await queries.list_memories_per_agent(
+            session, workspace_id=self.workspace_id, agent_ids=agent_ids, page=page, query=query, tags=tags
+        )
+
+    def _pages(
+        self,
+        fetch: Callable[[AsyncSession, list[int], PageRequest, F], Awaitable[dict[int, Page[M]]]],
+        *,
+        prime: DataLoader[int, M | None],
+    ) -> DataLoader[tuple[int, PageRequest, F], Page[M]]:
+        """Pages of a per-parent connection: one statement per distinct (page, filters)."""
+
+        async def load(keys: Sequence[tuple[int, PageRequest, F]]) -> list[Page[M]]:
+            groups: dict[tuple[PageRequest, F], list[int]] = defaultdict(list)
+            for parent, page, filters in keys:
+                groups[(page, filters)].append(parent)
+            found: dict[tuple[int, PageRequest, F], Page[M]] = {}
+            for (page, filters), parents in groups.items():
+                async with self._sessionmaker() as session:
+                    pages = await fetch(session, parents, page, filters)
+                for parent, result in pages.items():
+                    found[(parent, page, filters)] = result
+                    for row in result.rows:
+                        prime.prime(row.id, row)  # type: ignore[attr-defined]
+            return [found[key] for key in keys]
+
+        return DataLoader(load_fn=load, max_batch_size=MAX_BATCH)
 
     async def _select(self, stmt: Any) -> list[Any]:
         async with self._sessionmaker() as session:

@@ -17,7 +17,9 @@ from collections.abc import Callable
 from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
 
 from app.graphql.context import FreshLoadersPerOperation
+from app.graphql.cost import QueryCostLimiter
 from app.graphql.errors import EnverifSchema, ErrorPresenter
+from app.graphql.limits import ArgumentLimiter
 from app.graphql.mutations import Mutation
 from app.graphql.queries import Query
 from app.graphql.subscriptions import Subscription
@@ -44,6 +46,9 @@ def build_schema(max_query_depth: int = DEFAULT_MAX_QUERY_DEPTH) -> EnverifSchem
         lambda: QueryDepthLimiter(max_depth=max_query_depth),
         lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
         lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+        # Both read their limits from the request's settings at execution start.
+        ArgumentLimiter,
+        QueryCostLimiter,
     ]
     return EnverifSchema(
         query=Query,

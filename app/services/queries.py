@@ -11,13 +11,14 @@ rows are indistinguishable from rows that do not exist (``NotFound``).
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from sqlalchemy import ColumnElement, Select, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from app.db import orm
 from app.domain.agents import AgentStatus
@@ -53,6 +54,43 @@ async def fetch_page(
     stmt = stmt.order_by(id_column.desc()).limit(page.limit + 1)
     rows = list((await session.scalars(stmt)).all())
     return Page(rows=rows[: page.limit], has_next=len(rows) > page.limit)
+
+
+async def fetch_pages_by_parent(
+    session: AsyncSession,
+    model: type[Row],
+    stmt: Select[Row],
+    *,
+    parent_column: InstrumentedAttribute[int],
+    parent_ids: Sequence[int],
+    id_column: InstrumentedAttribute[int],
+    page: PageRequest,
+) -> dict[int, Page[Row]]:
+    """The same page of ``stmt`` for each of several parents, in ONE statement.
+
+    ``ROW_NUMBER() OVER (PARTITION BY parent ORDER BY id DESC)`` numbers each parent's rows;
+    keeping those numbered up to ``limit + 1`` gives every parent its own first page (and
+    tells whether it has a next one), however many parents a GraphQL level holds. Window
+    functions need SQLite >= 3.25 and MariaDB >= 10.2, both below what we support.
+    """
+    stmt = stmt.where(parent_column.in_(parent_ids))
+    if page.after_id is not None:
+        stmt = stmt.where(id_column < page.after_id)
+    position = func.row_number().over(partition_by=parent_column, order_by=id_column.desc())
+    numbered = stmt.add_columns(position.label("position")).subquery()
+    row = aliased(model, numbered)
+    outer = (
+        select(row)
+        .where(numbered.c.position <= page.limit + 1)
+        .order_by(numbered.c[parent_column.key], numbered.c[id_column.key].desc())
+    )
+    grouped: dict[int, list[Row]] = defaultdict(list)
+    for found in (await session.scalars(outer)).all():
+        grouped[getattr(found, parent_column.key)].append(found)
+    return {
+        parent: Page(rows=grouped[parent][: page.limit], has_next=len(grouped[parent]) > page.limit)
+        for parent in parent_ids
+    }
 
 
 # -- single objects -------------------------------------------------------------------------
@@ -97,14 +135,39 @@ async def list_runs(
     agent_id: int | None = None,
     roots_only: bool = False,
 ) -> Page[orm.Run]:
-    stmt = select(orm.Run).where(orm.Run.workspace_id == workspace_id)
-    if statuses:
-        stmt = stmt.where(orm.Run.status.in_([s.value for s in statuses]))
+    stmt = _runs(workspace_id, statuses)
     if agent_id is not None:
         stmt = stmt.where(orm.Run.agent_id == agent_id)
     if roots_only:
         stmt = stmt.where(orm.Run.parent_run_id.is_(None))
     return await fetch_page(session, stmt, id_column=orm.Run.id, page=page)
+
+
+async def list_runs_per_agent(
+    session: AsyncSession,
+    *,
+    workspace_id: int,
+    agent_ids: Sequence[int],
+    page: PageRequest,
+    statuses: Sequence[RunStatus] | None = None,
+) -> dict[int, Page[orm.Run]]:
+    """``Agent.runs`` for a whole level of agents in one statement."""
+    return await fetch_pages_by_parent(
+        session,
+        orm.Run,
+        _runs(workspace_id, statuses),
+        parent_column=orm.Run.agent_id,
+        parent_ids=agent_ids,
+        id_column=orm.Run.id,
+        page=page,
+    )
+
+
+def _runs(workspace_id: int, statuses: Sequence[RunStatus] | None) -> Select[orm.Run]:
+    stmt = select(orm.Run).where(orm.Run.workspace_id == workspace_id)
+    if statuses:
+        stmt = stmt.where(orm.Run.status.in_([s.value for s in statuses]))
+    return stmt
 
 
 async def list_memories(
@@ -115,12 +178,47 @@ async def list_memories(
     page: PageRequest,
     tags: Sequence[str] | None = None,
 ) -> Page[orm.Memory]:
-    """An agent's memories carrying all ``tags``, newest first (full-text search with a query
-    is ``app.services.memory_search``)."""
-    stmt = select(orm.Memory).where(orm.Memory.workspace_id == workspace_id, orm.Memory.agent_id == agent_id)
+    """An agent's memories carrying all ``tags``, newest first. Searching with a query is
+    ``app.services.memory_search`` (full-text, ranked)."""
+    stmt = _memories(session, workspace_id, None, tags).where(orm.Memory.agent_id == agent_id)
+    return await fetch_page(session, stmt, id_column=orm.Memory.id, page=page)
+
+
+async def list_memories_per_agent(
+    session: AsyncSession,
+    *,
+    workspace_id: int,
+    agent_ids: Sequence[int],
+    page: PageRequest,
+    query: str | None = None,
+    tags: Sequence[str] | None = None,
+) -> dict[int, Page[orm.Memory]]:
+    """``Agent.memories`` for a whole level of agents in one statement."""
+    return await fetch_pages_by_parent(
+        session,
+        orm.Memory,
+        _memories(session, workspace_id, query, tags),
+        parent_column=orm.Memory.agent_id,
+        parent_ids=agent_ids,
+        id_column=orm.Memory.id,
+        page=page,
+    )
+
+
+def _memories(
+    session: AsyncSession, workspace_id: int, query: str | None, tags: Sequence[str] | None
+) -> Select[orm.Memory]:
+    stmt = select(orm.Memory).where(orm.Memory.workspace_id == workspace_id)
+    if query:
+        needle = query.lower()
+        # autoescape: a '%' or '_' in the query is a literal character, not a wildcard.
+        stmt = stmt.where(
+            func.lower(orm.Memory.key).contains(needle, autoescape=True)
+            | func.lower(orm.Memory.value).contains(needle, autoescape=True)
+        )
     for tag in dict.fromkeys(tags or ()):
         stmt = stmt.where(memory_has_tag(session, tag))
-    return await fetch_page(session, stmt, id_column=orm.Memory.id, page=page)
+    return stmt
 
 
 def memory_has_tag(session: AsyncSession, tag: str) -> ColumnElement[bool]:

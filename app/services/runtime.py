@@ -45,7 +45,10 @@ async def open_runtime(settings: Settings, *, worker: bool = False) -> Runtime:
             settings.effective_database_url, pool_size=max(10, settings.worker_max_jobs + 4), pre_ping=False
         )
     else:
-        engine = create_engine(settings.effective_database_url)
+        # Only the API's statements are capped: a worker's work is bounded by its own timeouts.
+        engine = create_engine(
+            settings.effective_database_url, statement_timeout_ms=settings.db_statement_timeout_ms
+        )
     pool = await create_pool(redis_settings(settings), default_queue_name=_queue(settings))
     return Runtime(
         settings=settings,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from app.clock import utcnow
 from app.db import orm
@@ -55,6 +55,13 @@ def check_cron(expr: str) -> str:
         )
     if not croniter.is_valid(expr):
         raise ValidationFailed(f"{expr!r} is not a valid cron expression", field="cron")
+    # Valid syntax can still name a date that never comes (``0 0 30 2 *``: February 30th);
+    # croniter only finds out when asked for the next time, and that must not happen first
+    # inside a write transaction (or on an enabled schedule, as an internal error).
+    try:
+        croniter(expr, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except CroniterBadDateError:
+        raise ValidationFailed(f"{expr!r} never fires: no date matches it", field="cron") from None
     return expr
 
 

@@ -140,3 +140,39 @@ async def test_viewer_cannot_write_schedules(gql: Any, workspace: Any) -> None:
         CREATE, {"agentId": agent["id"], "input": {"cron": "@hourly"}}, token=workspace.viewer
     )
     assert error["extensions"]["code"] == "FORBIDDEN"
+
+
+@pytest.mark.parametrize("cron", ["0 0 30 2 *", "0 0 31 4 *", "15 10 31 6,9,11 *"])
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_a_cron_that_never_fires_is_refused_naming_cron(
+    gql: Any, workspace: Any, cron: str, enabled: bool
+) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    error = await gql.error(
+        CREATE,
+        {"agentId": agent["id"], "input": {"cron": cron, "enabled": enabled}},
+        token=workspace.operator,
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "cron"}, error
+    assert "never fires" in error["message"]
+    listed = await gql.ok(AGENT_SCHEDULES, {"id": agent["id"]}, token=workspace.viewer)
+    assert listed["agent"]["schedules"] == []
+
+    created = (
+        await gql.ok(CREATE, {"agentId": agent["id"], "input": {"cron": "@daily"}}, token=workspace.operator)
+    )["createSchedule"]
+    error = await gql.error(
+        UPDATE, {"id": created["id"], "input": {"cron": cron, "enabled": enabled}}, token=workspace.operator
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "cron"}, error
+
+
+async def test_a_cron_that_fires_rarely_is_accepted(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    created = (
+        await gql.ok(
+            CREATE, {"agentId": agent["id"], "input": {"cron": "0 0 29 2 *"}}, token=workspace.operator
+        )
+    )["createSchedule"]
+    fire = _at(created["nextFireAt"])
+    assert (fire.month, fire.day) == (2, 29)  # the next leap day

@@ -5,52 +5,19 @@ a real worker."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from app.clock import utcnow
-from app.db.orm import Agent, Run, RunStep
+from app.db.orm import RunStep
 from app.domain.agents import Role
 from app.graphql.ids import from_global_id, to_global_id
 from app.services import runs
 from app.services.auth import Principal
 from app.services.runtime import open_runtime
 from tests.support.runs import CANCEL_RUN, create_agent, get_run, wait_run
-
-
-async def _tree(sessionmaker: Any, agent_id: int) -> tuple[int, int, int]:
-    """A parent WAITING_CHILD on step 1, whose child run is QUEUED. Returns ids."""
-    now = utcnow()
-    async with sessionmaker() as session, session.begin():
-        agent = await session.get_one(Agent, agent_id)
-        link = {"agent_id": agent.id, "agent_name": agent.name, "policy": agent.policy}
-        common = {
-            "workspace_id": agent.workspace_id,
-            "agent_id": agent.id,
-            "created_at": now,
-            "updated_at": now,
-        }
-        parent = Run(**common, status="WAITING_CHILD", trigger="API", depth=0, policy_chain=[link],
-                     injected_memory_ids=[], turns=1, attempt=1, wake_count=1, last_event_seq=0, started_at=now)  # fmt: skip
-        session.add(parent)
-        await session.flush()
-        parent.root_run_id = parent.id
-        step = RunStep(workspace_id=agent.workspace_id, run_id=parent.id, seq=1, turn=0, tool="agents.delegate",
-                       arguments={"agent": agent.name, "task": "t"}, status="WAITING_CHILD", created_at=now,
-                       started_at=now)  # fmt: skip
-        session.add(step)
-        await session.flush()
-        child = Run(**common, status="QUEUED", trigger="DELEGATION", depth=1, parent_run_id=parent.id,
-                    root_run_id=parent.id, parent_step_id=step.id, delegation_task="t", policy_chain=[link, link],
-                    attempt=0, wake_count=1, turns=0, last_event_seq=0, queued_at=now)  # fmt: skip
-        session.add(child)
-        await session.flush()
-        step.child_run_id = child.id
-        return parent.id, step.id, child.id
+from tests.support.trees import waiting_parent_with_child
 
 
 async def test_cancelling_a_parent_cancels_its_descendants(gql, workspace, sessionmaker) -> None:
     agent = await create_agent(gql, workspace.admin, steps=[{"final": "{{ results[-1] }}"}])
-    parent, step_id, child = await _tree(sessionmaker, from_global_id(agent, "Agent"))
+    parent, step_id, child = await waiting_parent_with_child(sessionmaker, from_global_id(agent, "Agent"))
     data = await gql.ok(
         CANCEL_RUN, {"id": to_global_id("Run", parent), "reason": "stop all"}, token=workspace.operator
     )
@@ -70,7 +37,7 @@ async def test_a_cancelled_child_wakes_its_parent_with_the_outcome(
     agent = await create_agent(
         gql, workspace.admin, steps=[{"final": "never"}, {"final": "{{ results[-1] }}"}]
     )
-    parent, _step_id, child = await _tree(sessionmaker, from_global_id(agent, "Agent"))
+    parent, _step_id, child = await waiting_parent_with_child(sessionmaker, from_global_id(agent, "Agent"))
     # Cancel the child before the worker gets to it (its job was never enqueued).
     rt = await open_runtime(settings)
     try:

@@ -98,11 +98,19 @@ class Agent(Node):
         first: int | None = None,
         after: str | None = None,
     ) -> Annotated[MemoryConnection, strawberry.lazy("app.graphql.types.memories")]:
-        from app.graphql.types.memories import memory_connection  # circular: Memory.agent
+        from app.graphql.types.memories import Memory, MemoryConnection, memory_connection  # circular
 
-        return await memory_connection(
-            info, agent_id=self.row.id, query=query, tags=tags, first=first, after=after
-        )
+        if query is not None and query.strip():
+            # Full-text search, ranked: the same search as Query.memories (not batched).
+            return await memory_connection(
+                info, agent_id=self.row.id, query=query, tags=tags, first=first, after=after
+            )
+        request = page_request(first, after, info.context.settings)
+        # Tags are ANDed, so their order does not matter: sorted, equal filters share a batch.
+        search = (query or None, tuple(sorted(set(tags or ()))))
+        page = await (await info.context.loaders()).agent_memories.load((self.row.id, request, search))
+        edges, page_info = build_edges(page, request, Memory.from_row)
+        return MemoryConnection(edges=edges, page_info=page_info)
 
     @strawberry.field
     async def runs(
@@ -112,9 +120,13 @@ class Agent(Node):
         after: str | None = None,
         status: list[RunStatus] | None = None,
     ) -> Annotated[RunConnection, strawberry.lazy("app.graphql.types.runs")]:
-        from app.graphql.types.runs import run_connection  # circular: Run.agent
+        from app.graphql.types.runs import Run, RunConnection  # circular: Run.agent
 
-        return await run_connection(info, first=first, after=after, statuses=status, agent_id=self.row.id)
+        request = page_request(first, after, info.context.settings)
+        statuses = tuple(sorted(set(status or ()), key=lambda s: s.value))
+        page = await (await info.context.loaders()).agent_runs.load((self.row.id, request, statuses))
+        edges, page_info = build_edges(page, request, Run.from_row)
+        return RunConnection(edges=edges, page_info=page_info)
 
     @strawberry.field
     async def schedules(

@@ -2,8 +2,9 @@
 inside a ``TreeTx`` (``tree.py``: locking, events, run states, after-commit work;
 ``steps.py``: step and approval states). Nothing else assigns a status."""
 
+from app.services.transitions.outbox import WakeUp, after_commit, enqueue_run
 from app.services.transitions.steps import read_steps, rejection_result
-from app.services.transitions.tree import LeaseLost, TreeTx, WakeUp, after_commit, enqueue_run, tree_tx
+from app.services.transitions.tree import LeaseLost, TreeTx, tree_tx
 
 __all__ = [
     "LeaseLost",

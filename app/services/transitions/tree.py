@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,6 +43,7 @@ from app.domain.runs import (
     waiting_status_for,
 )
 from app.services.runtime import Runtime
+from app.services.transitions.outbox import WakeUp, after_commit
 from app.services.transitions.steps import StepWrites
 
 log = logging.getLogger(__name__)
@@ -51,16 +51,6 @@ log = logging.getLogger(__name__)
 
 class LeaseLost(Exception):
     """The worker no longer owns the run (cancelled, or claimed by another worker)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WakeUp:
-    """A job to enqueue after commit: one per time a run becomes QUEUED. ``wake`` is part
-    of the arq job id, so each wake-up is a new job (PITFALLS: arq job ids)."""
-
-    run_id: int
-    wake: int
-    root_id: int
 
 
 class TreeTx(StepWrites):
@@ -161,13 +151,13 @@ class TreeTx(StepWrites):
 
         Terminal: the run's live descendants end first (CANCELLED, the reason naming this
         end), then its open steps are cancelled and pending approvals closed (``quiet``: the
-        caller knows there is nothing open — the worker finishing after its last step, when
-        every step and so every child has ended); a child's outcome is handed to its
-        parent's delegation step. QUEUED: a fresh wake-up is enqueued.
+        caller knows no step is open — the worker finishing after its last step); a child's
+        outcome is handed to its parent's delegation step. QUEUED: a fresh wake-up is
+        enqueued.
         """
         current = RunStatus(run.status)
         check_run_transition(current, to)
-        if to in TERMINAL_RUN and not quiet:
+        if to in TERMINAL_RUN:
             self._ending.add(run.id)
             await self._end_children(run, to, reason if to is RunStatus.CANCELLED else None)
         run.status = to.value
@@ -285,17 +275,6 @@ def _utc(value: Any) -> datetime:
     return value.replace(tzinfo=UTC)
 
 
-async def after_commit(rt: Runtime, events: list[RunEvent], wakeups: list[WakeUp]) -> None:
-    """Publish and enqueue. Redis failures are logged, never raised: the database already
-    holds the truth, subscribers re-read it on gaps and the sweeper re-enqueues lost jobs."""
-    if events:
-        from app.events.publish import publish_events
-
-        await publish_events(rt.redis, rt.settings.redis_prefix, events)
-    for wakeup in wakeups:
-        await enqueue_run(rt, wakeup.run_id, wakeup.wake, wakeup.root_id)
-
-
 def _event_row(event: RunEvent) -> dict[str, Any]:
     return {c: getattr(event, c) for c in _EVENT_COLUMNS}
 
@@ -312,19 +291,3 @@ _EVENT_COLUMNS = (
     "payload",
     "at",
 )
-
-
-async def enqueue_run(rt: Runtime, run_id: int, wake: int, root_id: int | None = None) -> None:
-    from app.keys import queue_name, run_job_id
-
-    try:
-        await rt.redis.enqueue_job(
-            "execute_run",
-            run_id,
-            wake,
-            root_id,
-            _job_id=run_job_id(rt.settings.redis_prefix, run_id, wake),
-            _queue_name=queue_name(rt.settings.redis_prefix),
-        )
-    except Exception:
-        log.warning("could not enqueue run %s (wake %s); the sweeper will retry", run_id, wake, exc_info=True)

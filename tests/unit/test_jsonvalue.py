@@ -1,0 +1,74 @@
+"""Strict JSON for stored values: what both databases can hold, under a size cap."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.domain.jsonvalue import NOT_JSON, TOO_LARGE, NotStorable, strict_json
+
+
+@pytest.mark.parametrize(
+    ("value", "stored"),
+    [
+        (None, None),
+        ("é", "é"),
+        ({"a": [1, 2.5, True, None]}, {"a": [1, 2.5, True, None]}),
+        ((1, 2), [1, 2]),
+        ({1: "x"}, {"1": "x"}),
+        ({"nested": {"deep": ("t",)}}, {"nested": {"deep": ["t"]}}),
+    ],
+)
+def test_storable_values_come_back_as_stored(value: Any, stored: Any) -> None:
+    assert strict_json(value, max_bytes=1_000) == stored
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "says"),
+    [
+        (math.nan, NOT_JSON, "nan"),
+        ({"x": [math.inf]}, NOT_JSON, "inf"),
+        (datetime(2026, 1, 1, tzinfo=UTC), NOT_JSON, "datetime"),
+        ({"at": b"bytes"}, NOT_JSON, "bytes"),
+        ({"s": {1, 2}}, NOT_JSON, "set"),
+        (Decimal("1.5"), NOT_JSON, "Decimal"),
+        ({(1, 2): "tuple key"}, NOT_JSON, "key"),
+        ("x" * 2_000, TOO_LARGE, "2002 bytes"),
+        ("é" * 600, TOO_LARGE, "1202 bytes"),  # the cap counts UTF-8 bytes, not characters
+    ],
+)
+def test_values_that_cannot_be_stored_are_refused_with_a_reason(value: Any, code: str, says: str) -> None:
+    with pytest.raises(NotStorable) as info:
+        strict_json(value, max_bytes=1_000, what="the tool result")
+    assert info.value.code == code
+    assert says in info.value.message and info.value.message.startswith("the tool result")
+    assert info.value.as_result() == {"error": {"code": code, "message": info.value.message}}
+
+
+def test_deep_nesting_is_refused_not_crashed() -> None:
+    value: Any = []
+    for _ in range(100_000):
+        value = [value]
+    with pytest.raises(NotStorable):
+        strict_json(value, max_bytes=10_000_000)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_strict_json_is_identity_on_json_and_its_encoding_is_strict(value: Any) -> None:
+    stored = strict_json(value, max_bytes=10_000_000)
+    assert stored == value
+    json.dumps(stored, allow_nan=False)  # strict: NaN/Infinity never get through
