@@ -22,7 +22,7 @@ help:
 	@echo "make setup    create .venv and install Enverif with its dev tools"
 	@echo "make schema   regenerate schema.graphql from the code"
 	@echo "make lint     ruff check + ruff format --check;  make fmt: ruff format + ruff check --fix"
-	@echo "make bench    run the throughput benchmark;  make chaos: the fault-injection tests"
+	@echo "make bench    run the benchmarks (bench/);  make chaos: the fault-injection tests"
 
 setup: $(STAMP)
 
@@ -88,6 +88,7 @@ typecheck: setup
 
 bench: setup
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/delegation.py
 
 chaos: setup
 	@if [ -d tests/chaos ]; then ENVERIF_TEST_DB=$${ENVERIF_TEST_DB:-mysql} $(PYTEST) -m chaos tests/chaos $(PYTEST_ARGS); \

@@ -6,7 +6,10 @@
     enverif run start --workspace W --agent A [--input JSON] [--json]   start a run (MANUAL)
     enverif migrate [--revision REV | --downgrade REV]
     enverif workspace create NAME [--json]          prints the workspace's first admin token
-    enverif token create --workspace NAME --role viewer|operator|admin [--json]
+    enverif token create --workspace NAME --role viewer|operator|admin [--name NAME]
+                         [--expires-at ISO] [--json]
+    enverif token list --workspace NAME [--json]    never prints a token's secret
+    enverif token revoke --workspace NAME (--id ID | --name NAME) [--json]
 
 Expected failures (a name taken, a workspace unknown, a bad setting, a database or Redis that
 does not answer) print one line ``enverif: error: ...`` on stderr and exit 2; no traceback.
@@ -23,6 +26,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from importlib import metadata
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
@@ -236,19 +240,112 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     from app.services import auth
 
     role = auth.parse_role(args.role)
+    expires_at = _parse_expiry(args.expires_at)
     settings = _settings(log=False)
 
-    async def run(engine: AsyncEngine) -> str:
+    async def run(engine: AsyncEngine) -> auth.IssuedToken:
         async with create_sessionmaker(engine)() as session:
-            return await auth.create_token(session, workspace_name=args.workspace, role=role, name=args.name)
+            return await auth.issue_token(
+                session, workspace_name=args.workspace, role=role, name=args.name, expires_at=expires_at
+            )
 
-    token: str = asyncio.run(_with_engine(settings, run))
+    issued: auth.IssuedToken = asyncio.run(_with_engine(settings, run))
     if args.json:
-        print(json.dumps({"token": token, "workspace": args.workspace, "role": role.value}))
+        described = _describe_token(issued.row)
+        print(json.dumps({"token": issued.secret, "workspace": args.workspace, **described}))
     else:
-        print(f"Created a {role.value} token for workspace {args.workspace!r}, shown only this once:")
-        print(token)
+        until = f", expires {_iso(issued.row.expires_at)}" if issued.row.expires_at else ""
+        print(
+            f"Created {role.value} token {issued.row.name!r} for workspace {args.workspace!r}{until}, "
+            "shown only this once:"
+        )
+        print(issued.secret)
     return 0
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    from app.services import auth
+
+    settings = _settings(log=False)
+
+    async def run(engine: AsyncEngine) -> list[dict[str, Any]]:
+        async with create_sessionmaker(engine)() as session:
+            rows = await auth.workspace_tokens(session, workspace_name=args.workspace)
+            return [_describe_token(row) for row in rows]
+
+    tokens: list[dict[str, Any]] = asyncio.run(_with_engine(settings, run))
+    if args.json:
+        print(json.dumps({"workspace": args.workspace, "tokens": tokens}))
+        return 0
+    if not tokens:
+        print(f"Workspace {args.workspace!r} has no tokens.")
+        return 0
+    columns = ("id", "name", "role", "state", "created_at", "expires_at", "last_used_at")
+    table = [[str(t[c] or "-") for c in columns] for t in tokens]
+    widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(columns)]
+    for cells in [list(columns), *table]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    from app.graphql.ids import parse_global_id
+    from app.services import auth
+
+    token_id: int | None = None
+    if args.id is not None:
+        parsed = parse_global_id(args.id)
+        if parsed is None or parsed[0] != "ApiToken":
+            raise CliError(f"no token with id {args.id!r} in workspace {args.workspace!r}")
+        token_id = parsed[1]
+    settings = _settings(log=False)
+
+    async def run(engine: AsyncEngine) -> dict[str, Any]:
+        async with create_sessionmaker(engine)() as session:
+            row = await auth.revoke_token(
+                session, workspace_name=args.workspace, token_id=token_id, name=args.name
+            )
+            return _describe_token(row)
+
+    token: dict[str, Any] = asyncio.run(_with_engine(settings, run))
+    if args.json:
+        print(json.dumps({"workspace": args.workspace, **token}))
+    else:
+        print(f"Revoked token {token['name']!r} ({token['id']}) of workspace {args.workspace!r}.")
+    return 0
+
+
+def _parse_expiry(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise CliError(f"--expires-at is not an ISO 8601 date and time: {value!r}") from None
+    if parsed.tzinfo is None:
+        raise CliError(f"--expires-at needs a timezone, e.g. {value}Z or {value}+02:00")
+    return parsed
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def _describe_token(row: Any) -> dict[str, Any]:
+    """A token for display: everything but its secret (and the secret's prefix)."""
+    from app.clock import utcnow
+    from app.domain.tokens import token_state
+
+    return {
+        "id": to_global_id("ApiToken", row.id),
+        "name": row.name,
+        "role": row.role,
+        "state": token_state(revoked_at=row.revoked_at, expires_at=row.expires_at, now=utcnow()).value,
+        "created_at": _iso(row.created_at),
+        "expires_at": _iso(row.expires_at),
+        "last_used_at": _iso(row.last_used_at),
+        "revoked_at": _iso(row.revoked_at),
+    }
 
 
 def cmd_run_start(args: argparse.Namespace) -> int:
@@ -452,9 +549,23 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("create", help="create an API token for a workspace")
     c.add_argument("--workspace", required=True, metavar="NAME")
     c.add_argument("--role", required=True, metavar="ROLE", help="viewer, operator or admin")
-    c.add_argument("--name", help="a label for the token")
-    c.add_argument("--json", action="store_true", help='print {"token", "workspace", "role"} as JSON')
+    c.add_argument("--name", help="unique in the workspace (default: generated, e.g. viewer-1a2b3c4d)")
+    c.add_argument("--expires-at", metavar="ISO", help="when it stops working, e.g. 2027-01-31T00:00:00Z")
+    c.add_argument(
+        "--json", action="store_true", help='print {"token", "workspace", "id", "name", "role", ...} as JSON'
+    )
     c.set_defaults(handler=cmd_token_create)
+    c = sub.add_parser("list", help="list a workspace's tokens (never their secrets)")
+    c.add_argument("--workspace", required=True, metavar="NAME")
+    c.add_argument("--json", action="store_true", help='print {"workspace", "tokens": [...]} as JSON')
+    c.set_defaults(handler=cmd_token_list)
+    c = sub.add_parser("revoke", help="revoke a token: it stops working everywhere within seconds")
+    c.add_argument("--workspace", required=True, metavar="NAME")
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", metavar="ID", help="the token's id, as `token list` shows it")
+    which.add_argument("--name", metavar="NAME", help="the token's name")
+    c.add_argument("--json", action="store_true", help="print the revoked token as JSON")
+    c.set_defaults(handler=cmd_token_revoke)
 
     p = commands.add_parser("run", help="runs")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)

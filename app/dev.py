@@ -163,7 +163,11 @@ async def seed_demo(
     if token is None:
         async with sessionmaker() as session:
             token = await auth.create_token(
-                session, workspace_name=DEMO_WORKSPACE, role=Role.ADMIN, name=DEV_TOKEN_NAME
+                session,
+                workspace_name=DEMO_WORKSPACE,
+                role=Role.ADMIN,
+                # Token names are unique per workspace and every start mints one: stamp it.
+                name=f"{DEV_TOKEN_NAME} {utcnow():%Y-%m-%d %H:%M:%S.%f}",
             )
             workspace = await session.scalar(select(Workspace).where(Workspace.name == DEMO_WORKSPACE))
     assert workspace is not None

@@ -28,6 +28,7 @@ from app.domain.errors import EnverifError
 from app.events.hub import EventHub
 from app.graphql.context import Context
 from app.graphql.schema import build_schema
+from app.graphql.ws_auth import TokenCheckingHandler
 from app.services.runtime import Runtime, open_runtime
 from app.settings import Settings
 
@@ -37,6 +38,9 @@ HEALTH_TIMEOUT_S = 2.0
 
 
 class GraphQLApp(GraphQL[Context, None]):
+    # Re-checks the token of an open websocket: a revoked or expired one closes it (4403).
+    graphql_transport_ws_handler_class = TokenCheckingHandler
+
     async def get_context(
         self, request: Request | WebSocket, response: Response | WebSocket | None
     ) -> Context:

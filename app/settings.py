@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     # Cap on one SQL statement of the API (MariaDB max_statement_time; SQLite: a progress
     # handler interrupts it). 0 disables. Workers are not affected.
     db_statement_timeout_ms: int = Field(default=5_000, ge=0, le=3_600_000)
+    # How often an open websocket re-checks its token against the database; a revoked token's
+    # sockets close within about this long (DESIGN §2 promises seconds, so at most 4 s).
+    ws_token_recheck_s: float = Field(default=2.0, ge=0.1, le=4.0)
 
     # Worker tuning. The lease must outlive the longest quiet stretch of a working run:
     # it is renewed every lease_s / 3 while a run is being executed.

@@ -91,6 +91,8 @@ class Workspace(Base):
 
 class ApiToken(Base):
     __tablename__ = "api_tokens"
+    # Operators revoke tokens by name, so a name means one token within its workspace.
+    __table_args__ = (UniqueConstraint("workspace_id", "name"),)
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
@@ -98,8 +100,11 @@ class ApiToken(Base):
     # sha256 of the token: tokens are 256-bit random, so a slow hash buys nothing.
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))
-    name: Mapped[str | None] = mapped_column(String(100))
+    name: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[datetime]
+    # None: never expires. Compared with the API process's clock on every use.
+    expires_at: Mapped[datetime | None]
+    # Written at most once a minute per token (services.auth), so reads stay reads.
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
 

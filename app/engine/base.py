@@ -108,8 +108,24 @@ class RunWriter(Protocol):
     @property
     def step_id(self) -> int: ...
 
+    @property
+    def run(self) -> Any: ...  # the locked ``app.db.orm.Run`` row (depth, policy chain)
+
     def emit(self, type: EventType, *, payload: dict[str, Any]) -> None:
         """Append an event about this run to its tree's log, in this transaction."""
+
+    async def start_child(self, *, agent: Any, task: str, input: dict[str, Any]) -> int:
+        """Create a QUEUED child run of ``agent`` (an ``app.db.orm.Agent`` of this workspace)
+        for this step, enqueued after commit; returns its id. The tool then returns
+        ``ChildStarted(id)`` and the step waits for the child's outcome."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildStarted:
+    """A STATE tool's result that says: this step waits for child run ``run_id``; its
+    outcome ``{status, result, error, runId}`` becomes the step's result when it ends."""
+
+    run_id: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from app.db.orm import Run, RunStep
 from app.domain.events import EventType
 from app.domain.jsonvalue import NotStorable, strict_json
 from app.domain.runs import StepStatus
-from app.engine.base import Tool, ToolContext, ToolError
+from app.engine.base import ChildStarted, Tool, ToolContext, ToolError
 from app.engine.tools.registry import tool_timeout_s
 from app.services.transitions import TreeTx
 
@@ -39,6 +39,7 @@ class Outcome:
     status: StepStatus
     result: Any
     error: str | None = None
+    child_run_id: int | None = None  # WAITING_CHILD: the child this step waits for
 
 
 def failed(code: str, message: str) -> Outcome:
@@ -71,6 +72,8 @@ async def call_tool(tool: Tool, ctx: ToolContext, args: dict[str, Any], *, setti
         raise
     except Exception as exc:
         return _crashed(tool, ctx, exc)
+    if isinstance(raw, ChildStarted) and ctx.writer is not None:
+        return Outcome(StepStatus.WAITING_CHILD, None, child_run_id=raw.run_id)
     return stored_outcome(raw, max_bytes=settings.max_result_bytes)
 
 
@@ -116,6 +119,12 @@ class StepWriter:
     def emit(self, type: EventType, *, payload: dict[str, Any]) -> None:
         self.events.append((type, payload))
 
+    async def start_child(self, *, agent: Any, task: str, input: dict[str, Any]) -> int:
+        child = await self.tx.create_child(
+            self.run, agent=agent, task=task, input=input, parent_step_id=self.step.id
+        )
+        return child.id
+
 
 class _Undo(Exception):
     """Roll the savepoint back: the tool call failed."""
@@ -126,16 +135,19 @@ async def call_state_tool(
 ) -> Outcome:
     """Run a STATE tool inside ``tx`` (fenced by the caller) under a savepoint."""
     writer = StepWriter(tx, run, step)
+    mark = tx.event_mark()
     ctx = ToolContext(ctx.workspace_id, ctx.agent_id, ctx.run_id, ctx.step_id, ctx.settings, writer=writer)
     outcome: Outcome | None = None
     try:
         async with tx.session.begin_nested():
             outcome = await call_tool(tool, ctx, dict(step.arguments or {}), settings=settings)
-            if outcome.status is not StepStatus.SUCCEEDED:
+            if outcome.status not in (StepStatus.SUCCEEDED, StepStatus.WAITING_CHILD):
                 raise _Undo
     except _Undo:
         writer.events.clear()
     assert outcome is not None
+    if outcome.status is not StepStatus.SUCCEEDED and outcome.child_run_id is None:
+        tx.drop_events_after(mark)  # a child's RUN_CREATED went with the undone savepoint
     for type, payload in writer.events:
         tx.emit(run, type, step_id=step.id, payload=payload)
     return outcome

@@ -62,6 +62,7 @@ from app.engine.base import (
 from app.engine.calls import Outcome, call_tool, failed
 from app.engine.persist import RunWrites
 from app.engine.providers import provider_for
+from app.engine.tools.agents import DELEGATE
 from app.engine.tools.registry import ToolRegistry, tool_kind
 from app.services import runs
 from app.services.runtime import Runtime
@@ -195,7 +196,9 @@ class RunExecutor(RunWrites):
         patterns = list(agent.tools or [])
         self.offered = self.registry.specs(patterns)
         self.tools = {
-            name: ToolInfo(risk=tool.risk, offered=self.registry.offered(patterns, name))
+            name: ToolInfo(
+                risk=tool.risk, offered=self.registry.offered(patterns, name), delegates=name == DELEGATE
+            )
             for name in self.registry.names()
             if (tool := self.registry.get(name)) is not None
         }

@@ -130,7 +130,12 @@ class RunWrites:
                 step = await tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
                 await tx.request_approval(run, step, reason=call.reason)
             elif call.action is Action.START_CHILD:
-                raise NotImplementedError("no registered tool starts child runs yet (agents.delegate)")
+                # The delegating tool runs right here: every child of this turn is created
+                # in the transaction that records the turn, its step WAITING_CHILD (or
+                # FAILED with the refusal the model sees).
+                step = await tx.add_step(run, **common, status=StepStatus.RUNNING, attempt=self.attempt)
+                tx.step_started(run, step)
+                await self._start_child(tx, run, step)
             else:
                 # The first allowed call starts right away (one transaction saved); the rest
                 # wait their turn as PENDING and are executed in seq order.
@@ -140,6 +145,12 @@ class RunWrites:
                 tx.step_started(run, step)
             added.append(step)
         return added
+
+    async def _start_child(self, tx: TreeTx, run: Run, step: RunStep) -> None:
+        tool = self.registry.get(step.tool or "")
+        assert tool is not None  # the planner only starts children through a registered tool
+        outcome = await call_state_tool(tool, tx, run, step, self._ctx(step.id), settings=self.rt.settings)
+        await self._finish(tx, run, step, outcome)
 
     async def _mark_running(self, step: RunStep) -> None:
         async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
@@ -188,6 +199,10 @@ class RunWrites:
         return True
 
     async def _finish(self, tx: TreeTx, run: Run, step: RunStep, outcome: Outcome) -> None:
+        if outcome.child_run_id is not None:
+            if not await tx.await_child(run, step, child_id=outcome.child_run_id):
+                raise LeaseLost(f"step {step.id} is no longer running")
+            return
         # Never write a result twice: the update only moves a RUNNING step.
         if not await tx.finish_running_step(
             run, step, outcome.status, result=outcome.result, error=outcome.error

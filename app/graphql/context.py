@@ -5,7 +5,9 @@ Over HTTP a context lives for one request. Over a websocket strawberry builds it
 subscription. Hence:
 
 * the principal is authenticated lazily on first need and cached: per request over HTTP,
-  per connection over a websocket (``on_ws_connect`` authenticates before any operation);
+  per connection over a websocket (``on_ws_connect`` authenticates before any operation).
+  A websocket's token is re-checked on every new operation and on a timer
+  (``app.graphql.ws_auth``); once it is found revoked or expired, ``principal()`` refuses;
 * DataLoaders are replaced at the start of every operation (``FreshLoadersPerOperation``)
   and a subscription calls ``fresh_loaders()`` before it emits each event, so every
   emitted event resolves against the database as it is now.
@@ -25,7 +27,7 @@ from strawberry.extensions import SchemaExtension
 
 from app.domain.errors import Unauthenticated
 from app.graphql.loaders import Loaders
-from app.services.auth import Principal, authenticate, bearer_token
+from app.services.auth import Principal, bearer_token, recheck, sign_in
 from app.services.runtime import Runtime
 from app.settings import Settings
 
@@ -59,19 +61,41 @@ class Context:
 
     async def principal(self) -> Principal:
         """The caller, or UNAUTHENTICATED. Looked up once, then cached (failures too)."""
+        if self._auth_error is not None:
+            raise Unauthenticated(self._auth_error.message)
         if self._principal is not None:
             return self._principal
         async with self._auth_lock:
             if self._principal is None and self._auth_error is None:
                 try:
-                    async with self.session() as session:
-                        self._principal = await authenticate(session, token=self._token())
+                    self._principal = await sign_in(self.runtime, token=self._token())
                 except Unauthenticated as exc:
                     self._auth_error = exc
         if self._auth_error is not None:
             raise Unauthenticated(self._auth_error.message)
         assert self._principal is not None
         return self._principal
+
+    @property
+    def signed_in(self) -> Principal | None:
+        """The principal once authenticated, without checking it again."""
+        return self._principal if self._auth_error is None else None
+
+    async def recheck_token(self) -> Principal:
+        """Ask the database whether this connection's token still works; UNAUTHENTICATED if not.
+
+        A refusal sticks: every later ``principal()`` on this context refuses too, so an
+        operation that slips in while the socket is being closed cannot run.
+        """
+        principal = await self.principal()
+        try:
+            fresh = await recheck(self.runtime, principal)
+        except Unauthenticated as exc:
+            self._auth_error = exc
+            raise
+        # The role and workspace of a token never change; only its expiry is news.
+        self._principal = fresh
+        return fresh
 
     def _token(self) -> str | None:
         if self.is_websocket:

@@ -27,7 +27,8 @@ from app.graphql.types.approvals import Approval
 from app.graphql.types.memories import Memory
 from app.graphql.types.runs import Run
 from app.graphql.types.schedules import Schedule
-from app.services import agents, approvals, memories, runs, schedules
+from app.graphql.types.tokens import ApiToken, CreateApiTokenInput, CreatedApiToken
+from app.services import agents, approvals, auth, memories, runs, schedules
 from app.services.auth import Principal
 
 
@@ -138,3 +139,26 @@ class Mutation:
         pk = from_global_id(id, "Schedule", field="id")
         await schedules.delete_schedule(info.context.runtime, principal, schedule_id=pk)
         return strawberry.ID(to_global_id("Schedule", pk))
+
+    # -- API tokens (admin) -------------------------------------------------------------------
+
+    @strawberry.mutation(description="A new token for your workspace; its secret is in the answer only.")
+    async def create_api_token(self, info: Info, input: CreateApiTokenInput) -> CreatedApiToken:
+        principal = await _caller(info, Role.ADMIN)
+        issued = await auth.create_api_token(
+            info.context.runtime,
+            principal,
+            role=auth.parse_role(input.role),
+            name=input.name,
+            expires_at=input.expires_at,
+        )
+        return CreatedApiToken(token=issued.secret, api_token=ApiToken.from_row(issued.row))
+
+    @strawberry.mutation(
+        description="Stops the token everywhere: HTTP at once, open websockets within seconds."
+    )
+    async def revoke_api_token(self, info: Info, id: strawberry.ID) -> ApiToken:
+        principal = await _caller(info, Role.ADMIN)
+        pk = from_global_id(id, "ApiToken", field="id")
+        row = await auth.revoke_api_token(info.context.runtime, principal, token_id=pk)
+        return ApiToken.from_row(row)

@@ -20,6 +20,7 @@ from app.graphql.types.memories import Memory, MemoryConnection, memory_connecti
 from app.graphql.types.node import Node
 from app.graphql.types.runs import Run, RunConnection, RunStep, run_connection
 from app.graphql.types.schedules import Schedule
+from app.graphql.types.tokens import ApiTokenConnection, api_token_connection, api_token_node
 from app.graphql.types.workspace import Viewer, Workspace
 
 R = TypeVar("R")
@@ -65,6 +66,11 @@ class Query:
             raise NotFound("no object with this id", field="id")
         type_name, pk = parsed
         loaders = await info.context.loaders()
+        if type_name == "ApiToken":
+            try:
+                return await api_token_node(info, pk)
+            except NotFound:
+                return None
         if type_name == "Workspace":
             if pk != principal.workspace_id:
                 return None
@@ -147,3 +153,9 @@ class Query:
         after: str | None = None,
     ) -> ApprovalConnection:
         return await approval_connection(info, status=status, first=first, after=after)
+
+    @strawberry.field(description="The workspace's API tokens, newest first, revoked ones too (admins only).")
+    async def api_tokens(
+        self, info: Info, first: int | None = None, after: str | None = None
+    ) -> ApiTokenConnection:
+        return await api_token_connection(info, first=first, after=after)

@@ -28,6 +28,7 @@ from app.graphql.types.approvals import Approval
 from app.graphql.types.memories import Memory
 from app.graphql.types.runs import Run, RunStep
 from app.graphql.types.schedules import Schedule
+from app.graphql.types.tokens import ApiToken
 from app.graphql.types.workspace import Workspace
 from app.settings import Settings
 
@@ -56,7 +57,7 @@ def build_schema(max_query_depth: int = DEFAULT_MAX_QUERY_DEPTH) -> EnverifSchem
         subscription=Subscription,
         extensions=extensions,
         # Reachable only through node(id:) for some clients: list every Node explicitly.
-        types=[Workspace, Agent, Run, RunStep, Memory, Approval, Schedule],
+        types=[Workspace, Agent, Run, RunStep, Memory, Approval, Schedule, ApiToken],
     )
 
 

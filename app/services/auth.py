@@ -1,27 +1,48 @@
-"""Workspaces and API tokens.
+"""Workspaces and API tokens: issue, list, revoke, authenticate.
 
 Tokens are 256-bit random strings shown once; only their sha256 is stored. A leaked database
 therefore leaks no usable token, and lookup stays one indexed equality query.
+
+A token is alive while it is neither revoked nor past its ``expires_at`` (the rules live in
+``app.domain.tokens``). Every HTTP request looks the token up afresh, so revocation and
+expiry bite on the next request in every process. Websockets authenticate once, so they
+re-check by token id (``recheck``) on every new operation and on a timer
+(``app.graphql.ws_auth``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db.orm import ApiToken, Workspace
 from app.domain.agents import Role
 from app.domain.errors import Conflict, Forbidden, NotFound, Unauthenticated, ValidationFailed
+from app.domain.tokens import (
+    LAST_USED_RESOLUTION,
+    TokenState,
+    check_expiry,
+    check_token_name,
+    token_state,
+    use_worth_recording,
+)
+from app.services.queries import Page, PageRequest, fetch_page
+from app.services.runtime import Runtime
+
+logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "evf_"
 WORKSPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+INITIAL_TOKEN_NAME = "initial admin token"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +52,20 @@ class Principal:
     workspace_id: int
     role: Role
     token_id: int
+    # When the token stops working on its own; an open websocket closes then.
+    expires_at: datetime | None = None
 
     def require(self, needed: Role) -> None:
         if not self.role.allows(needed):
             raise Forbidden(f"this needs the {needed.value} role; the token has {self.role.value}")
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    """A new token: ``secret`` is the only copy of the token in the clear, shown once."""
+
+    secret: str
+    row: ApiToken
 
 
 def hash_token(token: str) -> str:
@@ -50,6 +81,9 @@ def parse_role(value: str) -> Role:
         ) from None
 
 
+# -- workspaces and issuing tokens -------------------------------------------------------------
+
+
 async def create_workspace(session: AsyncSession, *, name: str) -> tuple[Workspace, str]:
     """Create a workspace and its first admin token; returns the token in the clear, once."""
     if not WORKSPACE_NAME.match(name):
@@ -63,36 +97,166 @@ async def create_workspace(session: AsyncSession, *, name: str) -> tuple[Workspa
     except IntegrityError:
         await session.rollback()
         raise Conflict(f"a workspace named {name!r} already exists", field="name") from None
-    token = await _issue(session, workspace_id=workspace.id, role=Role.ADMIN, name="initial admin token")
+    issued = await _issue(
+        session, workspace_id=workspace.id, role=Role.ADMIN, name=INITIAL_TOKEN_NAME, expires_at=None
+    )
     await session.commit()
-    return workspace, token
+    return workspace, issued.secret
 
 
 async def create_token(
-    session: AsyncSession, *, workspace_name: str, role: Role, name: str | None = None
+    session: AsyncSession,
+    *,
+    workspace_name: str,
+    role: Role,
+    name: str | None = None,
+    expires_at: datetime | None = None,
 ) -> str:
-    workspace = await session.scalar(select(Workspace).where(Workspace.name == workspace_name))
-    if workspace is None:
-        raise NotFound(f"no workspace named {workspace_name!r}", field="workspace")
-    token = await _issue(session, workspace_id=workspace.id, role=role, name=name)
+    """A new token for the named workspace (the command line); returns the secret, once."""
+    return (
+        await issue_token(session, workspace_name=workspace_name, role=role, name=name, expires_at=expires_at)
+    ).secret
+
+
+async def issue_token(
+    session: AsyncSession,
+    *,
+    workspace_name: str,
+    role: Role,
+    name: str | None = None,
+    expires_at: datetime | None = None,
+) -> IssuedToken:
+    workspace = await _workspace_named(session, workspace_name)
+    issued = await _issue(session, workspace_id=workspace.id, role=role, name=name, expires_at=expires_at)
     await session.commit()
-    return token
+    return issued
 
 
-async def _issue(session: AsyncSession, *, workspace_id: int, role: Role, name: str | None) -> str:
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    session.add(
-        ApiToken(
-            workspace_id=workspace_id,
-            role=role.value,
-            token_hash=hash_token(token),
-            prefix=token[: len(TOKEN_PREFIX) + 4],
-            name=name,
-            created_at=utcnow(),
+async def create_api_token(
+    rt: Runtime, principal: Principal, *, role: Role, name: str, expires_at: datetime | None
+) -> IssuedToken:
+    """``createApiToken``: an admin mints a token for its own workspace."""
+    principal.require(Role.ADMIN)
+    async with rt.sessionmaker() as session, session.begin():
+        return await _issue(
+            session, workspace_id=principal.workspace_id, role=role, name=name, expires_at=expires_at
         )
+
+
+async def _issue(
+    session: AsyncSession, *, workspace_id: int, role: Role, name: str | None, expires_at: datetime | None
+) -> IssuedToken:
+    now = utcnow()
+    expires_at = check_expiry(expires_at, now=now)
+    if name is None:
+        # Unnamed (older scripts, tests): a name is still needed to list and revoke it by.
+        name = f"{role.value}-{secrets.token_hex(4)}"
+    name = check_token_name(name)
+    await _ensure_name_free(session, workspace_id=workspace_id, name=name)
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken(
+        workspace_id=workspace_id,
+        role=role.value,
+        token_hash=hash_token(secret),
+        prefix=secret[: len(TOKEN_PREFIX) + 4],
+        name=name,
+        created_at=now,
+        expires_at=expires_at,
     )
-    await session.flush()
-    return token
+    session.add(row)
+    try:
+        await session.flush()
+    except IntegrityError:
+        # Two creators passed the check at once; the unique index picked one.
+        raise _name_taken(name) from None
+    return IssuedToken(secret=secret, row=row)
+
+
+async def _ensure_name_free(session: AsyncSession, *, workspace_id: int, name: str) -> None:
+    # Case-insensitive everywhere (MariaDB's collation is; SQLite is not), so "CI" and "ci"
+    # never both exist: operators revoke by name.
+    stmt = select(ApiToken.id).where(
+        ApiToken.workspace_id == workspace_id, func.lower(ApiToken.name) == name.lower()
+    )
+    if await session.scalar(stmt) is not None:
+        raise _name_taken(name)
+
+
+def _name_taken(name: str) -> Conflict:
+    return Conflict(f"a token named {name!r} already exists in this workspace", field="name")
+
+
+async def _workspace_named(session: AsyncSession, name: str) -> Workspace:
+    workspace = await session.scalar(select(Workspace).where(Workspace.name == name))
+    if workspace is None:
+        raise NotFound(f"no workspace named {name!r}", field="workspace")
+    return workspace
+
+
+# -- listing and revoking ------------------------------------------------------------------
+
+
+async def list_tokens(session: AsyncSession, *, workspace_id: int, page: PageRequest) -> Page[ApiToken]:
+    stmt = select(ApiToken).where(ApiToken.workspace_id == workspace_id)
+    return await fetch_page(session, stmt, id_column=ApiToken.id, page=page)
+
+
+async def workspace_tokens(session: AsyncSession, *, workspace_name: str) -> list[ApiToken]:
+    """Every token of the named workspace, oldest first (the command line)."""
+    workspace = await _workspace_named(session, workspace_name)
+    stmt = select(ApiToken).where(ApiToken.workspace_id == workspace.id).order_by(ApiToken.id)
+    return list((await session.scalars(stmt)).all())
+
+
+async def get_token(session: AsyncSession, principal: Principal, *, token_id: int) -> ApiToken:
+    """An admin's view of one token of its workspace; another workspace's is NOT_FOUND."""
+    principal.require(Role.ADMIN)
+    row = await session.scalar(
+        select(ApiToken).where(ApiToken.id == token_id, ApiToken.workspace_id == principal.workspace_id)
+    )
+    if row is None:
+        raise NotFound("no API token with this id", field="id")
+    return row
+
+
+async def revoke_api_token(rt: Runtime, principal: Principal, *, token_id: int) -> ApiToken:
+    """``revokeApiToken``. Revoking twice is fine and keeps the first ``revokedAt``."""
+    principal.require(Role.ADMIN)
+    async with rt.sessionmaker() as session, session.begin():
+        row = await get_token(session, principal, token_id=token_id)
+        _revoke(row)
+    return row
+
+
+async def revoke_token(
+    session: AsyncSession, *, workspace_name: str, token_id: int | None = None, name: str | None = None
+) -> ApiToken:
+    """Revoke by id or by name (the command line)."""
+    if (token_id is None) == (name is None):
+        raise ValidationFailed("name the token by its id or by its name, not both")
+    workspace = await _workspace_named(session, workspace_name)
+    stmt = select(ApiToken).where(ApiToken.workspace_id == workspace.id)
+    if token_id is not None:
+        stmt = stmt.where(ApiToken.id == token_id)
+        missing = "no token with this id"
+    else:
+        assert name is not None
+        stmt = stmt.where(func.lower(ApiToken.name) == name.strip().lower())
+        missing = f"no token named {name!r}"
+    row = await session.scalar(stmt)
+    if row is None:
+        raise NotFound(f"{missing} in workspace {workspace_name!r}", field="id" if token_id else "name")
+    _revoke(row)
+    await session.commit()
+    return row
+
+
+def _revoke(row: ApiToken) -> None:
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+
+
+# -- authentication --------------------------------------------------------------------------
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -104,12 +268,72 @@ def bearer_token(header: str | None) -> str | None:
     return value.strip()
 
 
-async def authenticate(session: AsyncSession, *, token: str | None) -> Principal:
+async def authenticate(session: AsyncSession, *, token: str | None, now: datetime | None = None) -> Principal:
+    """The principal of a live token, else UNAUTHENTICATED. Reads only; see ``sign_in``."""
     if not token:
         raise Unauthenticated("missing bearer token")
-    row = await session.scalar(
-        select(ApiToken).where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
-    )
+    row = await session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
     if row is None:
-        raise Unauthenticated("invalid or revoked token")
-    return Principal(workspace_id=row.workspace_id, role=Role(row.role), token_id=row.id)
+        raise Unauthenticated("invalid token")
+    return _principal(row, now or utcnow())
+
+
+async def sign_in(rt: Runtime, *, token: str | None) -> Principal:
+    """``authenticate`` plus a (throttled) ``lastUsedAt`` record: what every request does."""
+    now = utcnow()
+    if not token:
+        raise Unauthenticated("missing bearer token")
+    async with rt.read_sessionmaker() as session:
+        row = await session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
+        if row is None:
+            raise Unauthenticated("invalid token")
+        principal = _principal(row, now)
+    _maybe_record_use(rt, row, now)
+    return principal
+
+
+async def recheck(rt: Runtime, principal: Principal) -> Principal:
+    """Is the token behind a long-lived connection still alive? UNAUTHENTICATED if not."""
+    now = utcnow()
+    async with rt.read_sessionmaker() as session:
+        row = await session.scalar(select(ApiToken).where(ApiToken.id == principal.token_id))
+        if row is None:  # its workspace was deleted
+            raise Unauthenticated("invalid token")
+        fresh = _principal(row, now)
+    _maybe_record_use(rt, row, now)
+    return fresh
+
+
+def _principal(row: ApiToken, now: datetime) -> Principal:
+    match token_state(revoked_at=row.revoked_at, expires_at=row.expires_at, now=now):
+        case TokenState.REVOKED:
+            raise Unauthenticated("this token has been revoked")
+        case TokenState.EXPIRED:
+            raise Unauthenticated("this token has expired")
+    return Principal(
+        workspace_id=row.workspace_id, role=Role(row.role), token_id=row.id, expires_at=row.expires_at
+    )
+
+
+def _maybe_record_use(rt: Runtime, row: ApiToken, now: datetime) -> None:
+    # In the background: a read must never wait for a write (on SQLite, for the write lock).
+    if use_worth_recording(row.last_used_at, now):
+        rt.spawn(_record_use(rt, token_id=row.id, now=now), name="enverif-token-used")
+
+
+async def _record_use(rt: Runtime, *, token_id: int, now: datetime) -> None:
+    # Conditional, so API processes racing to record the same minute write once between them.
+    # Best effort: lastUsedAt is a hint for operators, never a reason to refuse a request.
+    stale = now - LAST_USED_RESOLUTION
+    try:
+        async with rt.sessionmaker() as session, session.begin():
+            await session.execute(
+                update(ApiToken)
+                .where(
+                    ApiToken.id == token_id,
+                    or_(ApiToken.last_used_at.is_(None), ApiToken.last_used_at <= stale),
+                )
+                .values(last_used_at=now)
+            )
+    except SQLAlchemyError:
+        logger.warning("could not record the use of API token %s", token_id, exc_info=True)

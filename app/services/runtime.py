@@ -3,7 +3,10 @@ or worker ``on_startup``) and closed at shutdown. No module-level clients."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -11,6 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.db.session import create_engine, create_read_sessionmaker, create_sessionmaker
 from app.embedded import ensure_embedded_redis
 from app.settings import Settings
+
+BACKGROUND_GRACE_S = 5.0
 
 
 @dataclass
@@ -22,8 +27,21 @@ class Runtime:
     read_sessionmaker: async_sessionmaker[AsyncSession]
     # One arq pool per process: enqueues jobs and publishes events.
     redis: ArqRedis
+    # Best-effort writes that must not hold up a request (recording a token's use: on SQLite
+    # a write waits for the one write lock). Tracked so close() lets them finish first.
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def close(self) -> None:
+        if self._background:
+            _, pending = await asyncio.wait(set(self._background), timeout=BACKGROUND_GRACE_S)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         await self.redis.aclose()
         await self.engine.dispose()
 

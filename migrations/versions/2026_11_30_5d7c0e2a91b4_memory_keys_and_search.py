@@ -12,7 +12,7 @@
   triggers with the old table; such a migration must drop and re-create them (and rebuild).
 
 Revision ID: 5d7c0e2a91b4
-Revises: c3a1e2f4b5d6
+Revises: 5c1e9a7d2b40
 Create Date: 2026-11-30 09:40:00
 """
 
@@ -29,7 +29,7 @@ KEY = sa.String(255).with_variant(mysql.VARCHAR(255, collation="utf8mb4_bin"), "
 OLD_KEY = sa.String(200)
 
 revision: str = "5d7c0e2a91b4"
-down_revision: str | None = "c3a1e2f4b5d6"
+down_revision: str | None = "5c1e9a7d2b40"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import ApiToken, Workspace
 from app.domain.agents import Role
+from app.domain.errors import Unauthenticated
 from app.graphql.ids import parse_global_id
 from app.services import auth
 from tests.conftest import REDIS_URL
@@ -242,3 +243,90 @@ def test_worker_burst_exits_when_the_queue_is_empty(enverif: Enverif) -> None:
 def test_worker_names_an_unreachable_redis(enverif: Enverif) -> None:
     proc = enverif("worker", "--burst", ENVERIF_REDIS_URL="redis://127.0.0.1:1/0")
     assert_one_line_error(proc, "Redis", "127.0.0.1:1")
+
+
+# -- token lifecycle: create, list, revoke ----------------------------------------------------
+
+
+async def test_token_create_list_revoke(
+    enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    name = _name()
+    admin = json.loads(enverif("workspace", "create", name, "--json").stdout)["token"]
+    proc = enverif(
+        "token", "create", "--workspace", name, "--role", "viewer", "--name", "ci-bot",
+        "--expires-at", "2099-01-31T00:00:00Z", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    created = json.loads(proc.stdout)
+    assert created["name"] == "ci-bot" and created["role"] == "viewer" and created["workspace"] == name
+    assert created["expires_at"] == "2099-01-31T00:00:00Z" and created["state"] == "ACTIVE"
+    assert parse_global_id(created["id"]) is not None
+    secret = created["token"]
+
+    # Names are unique in the workspace.
+    again = enverif("token", "create", "--workspace", name, "--role", "admin", "--name", "CI-BOT")
+    assert_one_line_error(again, "already exists")
+
+    # Listing shows every token, never a secret (nor the start of one).
+    listed = enverif("token", "list", "--workspace", name, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert auth.TOKEN_PREFIX not in listed.stdout
+    tokens = {t["name"]: t for t in json.loads(listed.stdout)["tokens"]}
+    assert set(tokens) == {auth.INITIAL_TOKEN_NAME, "ci-bot"}
+    assert tokens["ci-bot"]["id"] == created["id"] and tokens["ci-bot"]["revoked_at"] is None
+    human = enverif("token", "list", "--workspace", name)
+    assert human.returncode == 0 and "ci-bot" in human.stdout and auth.TOKEN_PREFIX not in human.stdout
+
+    # Revoke by name: the token stops working.
+    proc = enverif("token", "revoke", "--workspace", name, "--name", "ci-bot")
+    assert proc.returncode == 0, proc.stderr
+    assert "ci-bot" in proc.stdout
+    async with sessionmaker() as session:
+        with pytest.raises(Unauthenticated):
+            await auth.authenticate(session, token=secret)
+
+    # Revoke by id, as `token list` printed it.
+    admin_id = tokens[auth.INITIAL_TOKEN_NAME]["id"]
+    proc = enverif("token", "revoke", "--workspace", name, "--id", admin_id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["state"] == "REVOKED"
+    async with sessionmaker() as session:
+        with pytest.raises(Unauthenticated):
+            await auth.authenticate(session, token=admin)
+    states = {
+        t["name"]: t["state"]
+        for t in json.loads(enverif("token", "list", "--workspace", name, "--json").stdout)["tokens"]
+    }
+    assert states == {auth.INITIAL_TOKEN_NAME: "REVOKED", "ci-bot": "REVOKED"}
+
+
+def test_revoking_an_unknown_token_is_a_one_line_error(enverif: Enverif) -> None:
+    name, other = _name(), _name()
+    assert enverif("workspace", "create", name).returncode == 0
+    assert enverif("workspace", "create", other).returncode == 0
+    theirs = json.loads(enverif("token", "list", "--workspace", other, "--json").stdout)["tokens"][0]["id"]
+
+    assert_one_line_error(enverif("token", "revoke", "--workspace", name, "--name", "nope"), "nope", name)
+    assert_one_line_error(enverif("token", "revoke", "--workspace", name, "--id", "garbage"), "garbage")
+    # Another workspace's token id is unknown here, and stays alive.
+    assert_one_line_error(enverif("token", "revoke", "--workspace", name, "--id", theirs), "no token")
+    states = [
+        t["state"]
+        for t in json.loads(enverif("token", "list", "--workspace", other, "--json").stdout)["tokens"]
+    ]
+    assert states == ["ACTIVE"]
+    # Neither --id nor --name: a usage error, no traceback.
+    usage = enverif("token", "revoke", "--workspace", name)
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr and "--id" in usage.stderr
+
+
+@pytest.mark.parametrize(
+    ("expires_at", "needle"),
+    [("2001-01-01T00:00:00Z", "future"), ("2099-01-01T00:00:00", "timezone"), ("next tuesday", "ISO 8601")],
+)
+def test_bad_expiry_is_a_one_line_error(enverif: Enverif, expires_at: str, needle: str) -> None:
+    name = _name()
+    assert enverif("workspace", "create", name).returncode == 0
+    proc = enverif("token", "create", "--workspace", name, "--role", "viewer", "--expires-at", expires_at)
+    assert_one_line_error(proc, needle)

@@ -27,7 +27,7 @@ query($id: ID!) {
   node(id: $id) {
     ... on Memory {
       id key value tags importance createdAt updatedAt lastUsedAt agent { id } sourceRun { id }
-      revisions { action key oldValue newValue byOperator sourceRun { id } at }
+      revisions { action key oldValue newValue byOperator apiTokenId sourceRun { id } at }
     }
   }
 }
@@ -72,6 +72,13 @@ async def test_create_update_delete_with_revisions(gql: Any, workspace: Any) -> 
         ("CREATE", None, "blue", True),
         ("UPDATE", "blue", "green", True),
     ]
+    # Which token: the operator's (the id an admin sees in apiTokens).
+    operator_token = (
+        await gql.ok("{ apiTokens(first: 50) { edges { node { id role } } } }", token=workspace.admin)
+    )["apiTokens"]["edges"]
+    operator_ids = {e["node"]["id"] for e in operator_token if e["node"]["role"].lower() == "operator"}
+    assert {r["apiTokenId"] for r in memory["revisions"]} <= operator_ids
+    assert all(r["apiTokenId"] for r in memory["revisions"])
 
     deleted = await gql.ok(DELETE_MEMORY, {"id": created["id"]}, token=workspace.operator)
     assert deleted["deleteMemory"] == created["id"]

@@ -107,3 +107,41 @@ async def test_upgrade_is_idempotent_at_head(empty_engine: AsyncEngine) -> None:
     await migrate.upgrade(empty_engine)
     await migrate.upgrade(empty_engine)
     assert await _tables(empty_engine) == APP_TABLES | {"alembic_version"}
+
+
+async def test_token_names_become_unique_and_expiry_is_added(empty_engine: AsyncEngine) -> None:
+    """Tokens from before names were required keep working under a unique name each."""
+    await migrate.upgrade(empty_engine, "8bbd93a7046c")
+    rows = [
+        # (workspace, name): the first holder of a name keeps it, case aside.
+        (1, None),
+        (1, "ci"),
+        (1, "CI"),
+        (1, "token-1"),  # the name the first token would get; generated names avoid it
+        (1, "ci"),
+        (2, "ci"),  # another workspace's "ci" is no collision
+        (2, None),
+    ]
+    async with empty_engine.begin() as conn:
+        await conn.execute(
+            text("INSERT INTO workspaces (id, name, created_at) VALUES (1, 'a', :t), (2, 'b', :t)"),
+            {"t": "2026-01-01 00:00:00"},
+        )
+        for i, (ws, name) in enumerate(rows, start=1):
+            await conn.execute(
+                text(
+                    "INSERT INTO api_tokens (id, workspace_id, role, token_hash, prefix, name, created_at)"
+                    " VALUES (:id, :ws, 'viewer', :hash, 'evf_', :name, :t)"
+                ),
+                {"id": i, "ws": ws, "hash": f"{i:064d}", "name": name, "t": "2026-01-01 00:00:00"},
+            )
+
+    await migrate.upgrade(empty_engine)
+    async with empty_engine.connect() as conn:
+        names = dict((await conn.execute(text("SELECT id, name FROM api_tokens ORDER BY id"))).all())
+        expiries = (await conn.execute(text("SELECT expires_at FROM api_tokens"))).scalars().all()
+    assert names == {1: "token-1-2", 2: "ci", 3: "CI-3", 4: "token-1", 5: "ci-5", 6: "ci", 7: "token-7"}
+    assert expiries == [None] * len(rows)
+
+    await migrate.downgrade(empty_engine, "8bbd93a7046c")
+    await migrate.upgrade(empty_engine)

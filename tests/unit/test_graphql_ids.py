@@ -59,7 +59,7 @@ def test_known_encoding() -> None:
         _b64("Agent:3.0"),
         _b64(f"Agent:{BIGINT_MAX + 1}"),
         _b64("agent:3"),
-        _b64("ApiToken:3"),
+        _b64("Secret:3"),
         _b64("Agent:3:4"),
         _b64("Agent:٣"),  # a non-ASCII digit
         _b64("Agent:3") + "==",
@@ -80,7 +80,7 @@ def test_wrong_type_is_not_found() -> None:
 
 def test_unknown_type_cannot_be_encoded() -> None:
     with pytest.raises(ValueError):
-        to_global_id("ApiToken", 1)
+        to_global_id("Secret", 1)
 
 
 @pytest.mark.parametrize(

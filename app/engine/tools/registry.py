@@ -23,6 +23,7 @@ from typing import Any
 
 from app.domain.policy import RiskClass
 from app.engine.base import Tool, ToolKind, ToolSpec
+from app.engine.tools.agents import AgentsListTool, DelegateTool
 from app.engine.tools.http import HttpGetTool, WebhookPostTool
 from app.engine.tools.memory import memory_tools
 from app.settings import Settings
@@ -144,7 +145,14 @@ def default_registry(settings: Settings, *, extra: Iterable[Tool] = ()) -> ToolR
     skipped: plugins must not be able to replace a built-in (say, a ``http.get`` without the
     private-network guard) nor to take the server down.
     """
-    registry = ToolRegistry([HttpGetTool(settings), WebhookPostTool(settings), *memory_tools(), *extra])
+    builtins = [
+        HttpGetTool(settings),
+        WebhookPostTool(settings),
+        AgentsListTool(settings),
+        DelegateTool(settings),
+        *memory_tools(),
+    ]
+    registry = ToolRegistry([*builtins, *extra])
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             tool = load_plugin(entry_point, settings)

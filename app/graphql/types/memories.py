@@ -36,6 +36,9 @@ class MemoryRevision:
     old_value: str | None
     new_value: str | None
     by_operator: bool = strawberry.field(description="True when an API token (not a run) made the change.")
+    api_token_id: strawberry.ID | None = strawberry.field(
+        description="The ApiToken (global id) that made the change; null when a run made it."
+    )
     at: datetime
     row: strawberry.Private[orm.MemoryRevision]
 
@@ -47,6 +50,9 @@ class MemoryRevision:
             old_value=row.old_value,
             new_value=row.new_value,
             by_operator=row.token_id is not None,
+            api_token_id=None
+            if row.token_id is None
+            else strawberry.ID(to_global_id("ApiToken", row.token_id)),
             at=row.at,
             row=row,
         )

@@ -140,6 +140,18 @@ class StepWrites:
         self.step_finished(run, step)
         return True
 
+    async def await_child(self, run: Run, step: RunStep, *, child_id: int) -> bool:
+        """RUNNING -> WAITING_CHILD: the step started ``child_id`` and waits for its outcome
+        (delivered by the child's terminal transition). False when the step is not RUNNING."""
+        check_step_transition(StepStatus.RUNNING, StepStatus.WAITING_CHILD)
+        done = await self.session.execute(_AWAIT_CHILD, {"b_id": step.id, "b_child": child_id})
+        if not done.rowcount:  # type: ignore[attr-defined]
+            return False
+        step.status, step.child_run_id = StepStatus.WAITING_CHILD.value, child_id
+        self.emit(run, EventType.STEP_STARTED, status=step.status, step_id=step.id,
+                  payload={"seq": step.seq, "tool": step.tool, "decision": step.decision, "childRunId": child_id})  # fmt: skip
+        return True
+
     # -- steps of parked runs (locked ORM rows) ------------------------------------------
 
     async def finish_step(
@@ -245,4 +257,9 @@ _START_PENDING_STEP = (
     .values(
         status=StepStatus.RUNNING.value, started_at=bindparam("b_at"), executed_attempt=bindparam("b_attempt")
     )
+)
+_AWAIT_CHILD = (
+    update(_steps)
+    .where(_steps.c.id == bindparam("b_id"), _steps.c.status == StepStatus.RUNNING.value)
+    .values(status=StepStatus.WAITING_CHILD.value, child_run_id=bindparam("b_child"))
 )

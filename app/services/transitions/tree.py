@@ -43,6 +43,7 @@ from app.domain.runs import (
     waiting_status_for,
 )
 from app.services.runtime import Runtime
+from app.services.transitions.children import ChildWrites
 from app.services.transitions.outbox import WakeUp, after_commit
 from app.services.transitions.steps import StepWrites
 
@@ -53,7 +54,7 @@ class LeaseLost(Exception):
     """The worker no longer owns the run (cancelled, or claimed by another worker)."""
 
 
-class TreeTx(StepWrites):
+class TreeTx(StepWrites, ChildWrites):
     def __init__(self, session: AsyncSession, root: Run, now: datetime) -> None:
         self.session = session
         self.root = root
@@ -125,6 +126,16 @@ class TreeTx(StepWrites):
         )
         self.events.append(event)
         return event
+
+    def event_mark(self) -> tuple[int, int, int]:
+        """Where the event log and wake-ups stand, to undo what a rolled-back savepoint added."""
+        return (len(self.events), self._seq, len(self.wakeups))
+
+    def drop_events_after(self, mark: tuple[int, int, int]) -> None:
+        events, seq, wakeups = mark
+        del self.events[events:]
+        del self.wakeups[wakeups:]
+        self._seq = seq
 
     async def write_events(self) -> None:
         """Append this transaction's events (called once, right before commit)."""

@@ -1,0 +1,94 @@
+"""``agents.list`` and ``agents.delegate`` (DESIGN §7): STATE tools, run inside their step's
+fenced transaction, so a child run exists exactly when its parent's step says it does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from app.db.orm import Agent
+from app.domain.delegation import Refusal, Target, check_delegation, delegable, parse_request
+from app.domain.policy import RiskClass
+from app.engine.base import ChildStarted, ToolContext, ToolError, ToolKind
+from app.settings import Settings
+
+DELEGATE = "agents.delegate"
+MAX_LISTED = 200
+
+
+def _ancestors(run: Any) -> list[int]:
+    """Agent ids from the root down to this run (its snapshotted policy chain)."""
+    return [int(link["agent_id"]) for link in run.policy_chain if "agent_id" in link]
+
+
+def _target(agent: Agent) -> Target:
+    return Target(id=agent.id, name=agent.name, status=agent.status)
+
+
+class AgentsListTool:
+    name = "agents.list"
+    description = "List the agents this run may delegate to (name and description)."
+    risk = RiskClass.READ
+    kind = ToolKind.STATE
+    timeout_s: float | None = None
+    parameters: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
+        assert ctx.writer is not None
+        rows = await ctx.writer.session.scalars(
+            select(Agent).where(Agent.workspace_id == ctx.workspace_id).order_by(Agent.name).limit(MAX_LISTED)
+        )
+        agents = {a.id: a for a in rows}
+        offered = delegable([_target(a) for a in agents.values()], _ancestors(ctx.writer.run))
+        return {"agents": [{"name": t.name, "description": agents[t.id].description} for t in offered]}
+
+
+class DelegateTool:
+    name = DELEGATE
+    description = (
+        "Delegate a task to another agent: starts a child run of that agent and waits for it. "
+        "The result is the child's outcome {status, result, error, runId}."
+    )
+    risk = RiskClass.INTERNAL_WRITE
+    kind = ToolKind.STATE
+    timeout_s: float | None = None
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "agent": {"type": "string", "description": "name of the agent to delegate to"},
+            "task": {"type": "string", "description": "what the child should do"},
+            "input": {"type": "object", "description": "extra input for the child run"},
+        },
+        "required": ["agent", "task"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
+        writer = ctx.writer
+        assert writer is not None
+        request = parse_request(args)
+        if isinstance(request, Refusal):
+            raise ToolError(request.code, request.message)
+        # Looked up in this run's workspace only: another workspace's agent is unknown here.
+        agent = await writer.session.scalar(
+            select(Agent).where(Agent.workspace_id == ctx.workspace_id, Agent.name == request.agent)
+        )
+        refusal = check_delegation(
+            name=request.agent,
+            target=None if agent is None else _target(agent),
+            ancestors=_ancestors(writer.run),
+            child_depth=writer.run.depth + 1,
+            max_depth=self.settings.max_delegation_depth,
+        )
+        if refusal is not None:
+            raise ToolError(refusal.code, refusal.message)
+        assert agent is not None
+        child_id = await writer.start_child(agent=agent, task=request.task, input=request.child_input())
+        return ChildStarted(child_id)

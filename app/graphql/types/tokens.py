@@ -1,0 +1,76 @@
+"""API tokens as an admin sees them: never the secret, except once in ``CreatedApiToken``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+
+from app.db import orm
+from app.domain.agents import Role
+from app.graphql.context import Info
+from app.graphql.ids import to_global_id
+from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.services import auth
+
+
+@strawberry.type(name="ApiToken", description="An API token of your workspace (admins only).")
+class ApiToken(Node):
+    id: strawberry.ID
+    name: str = strawberry.field(description="Unique in the workspace.")
+    role: str = strawberry.field(description="viewer, operator or admin.")
+    created_at: datetime
+    expires_at: datetime | None = strawberry.field(description="Null: never expires.")
+    last_used_at: datetime | None = strawberry.field(
+        description="When it last authenticated a request, to within about a minute."
+    )
+    revoked_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: orm.ApiToken) -> ApiToken:
+        return cls(
+            id=strawberry.ID(to_global_id("ApiToken", row.id)),
+            name=row.name,
+            role=row.role,
+            created_at=row.created_at,
+            expires_at=row.expires_at,
+            last_used_at=row.last_used_at,
+            revoked_at=row.revoked_at,
+        )
+
+
+@strawberry.type(name="CreatedApiToken")
+class CreatedApiToken:
+    token: str = strawberry.field(description="The token itself. Shown only this once; store it now.")
+    api_token: ApiToken
+
+
+@strawberry.input(name="CreateApiTokenInput")
+class CreateApiTokenInput:
+    role: str = strawberry.field(description="viewer, operator or admin.")
+    name: str = strawberry.field(description="Unique in the workspace.")
+    expires_at: datetime | None = strawberry.field(
+        default=None, description="When the token stops working; must be in the future."
+    )
+
+
+@strawberry.type(name="ApiTokenConnection")
+class ApiTokenConnection(Connection[ApiToken]):
+    pass
+
+
+async def api_token_connection(info: Info, *, first: int | None, after: str | None) -> ApiTokenConnection:
+    principal = await info.context.principal()
+    principal.require(Role.ADMIN)
+    request = page_request(first, after, info.context.settings)
+    async with info.context.session() as session:
+        page = await auth.list_tokens(session, workspace_id=principal.workspace_id, page=request)
+    edges, page_info = build_edges(page, request, ApiToken.from_row)
+    return ApiTokenConnection(edges=edges, page_info=page_info)
+
+
+async def api_token_node(info: Info, pk: int) -> ApiToken:
+    principal = await info.context.principal()
+    async with info.context.session() as session:
+        row = await auth.get_token(session, principal, token_id=pk)
+    return ApiToken.from_row(row)

@@ -1,0 +1,100 @@
+"""Websockets whose token dies: refused at once, closed within seconds (DESIGN §2).
+
+A websocket authenticates once, in ``connection_init``, and then may live for hours. So the
+graphql-transport-ws handler here checks the token again
+
+* before every new operation (``subscribe`` message): a revoked or expired token gets no
+  new operation, the socket is closed at once;
+* on a timer, in one watcher task per connection: every ``ws_token_recheck_s`` and, for a
+  token with an expiry, exactly at ``expiresAt``. A dead token's operations are cancelled
+  first (so no further event goes out), then the socket is closed with 4403.
+
+Every check reads the token row from the database by id, so it does not matter which API
+process the revocation went through: nothing here is state another process needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    ConnectionInitMessage,
+    SubscribeMessage,
+)
+
+from app.clock import utcnow
+from app.domain.errors import Unauthenticated
+from app.domain.tokens import seconds_until_next_check
+from app.graphql.context import Context
+
+logger = logging.getLogger(__name__)
+
+# graphql-transport-ws's "Forbidden": what a bad token gets at connection_init too.
+CLOSE_TOKEN_REFUSED = 4403
+# Asyncio may wake a timer a hair early; sleeping this much longer means the check at
+# expiresAt finds the token expired instead of spinning through a few zero-length sleeps.
+EXPIRY_SLACK_S = 0.01
+
+
+class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
+    """strawberry's graphql-transport-ws handler, plus the token checks described above."""
+
+    _watcher: asyncio.Task[None] | None = None
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        await super().handle_connection_init(message)
+        if self.connection_acknowledged and self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch_token(), name="enverif-ws-token-watch")
+
+    async def handle_subscribe(self, message: SubscribeMessage) -> None:
+        if self.connection_acknowledged:
+            try:
+                await self.context.recheck_token()
+            except Unauthenticated as exc:
+                await self._close_for(exc.message)
+                return
+        await super().handle_subscribe(message)
+
+    async def shutdown(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None and watcher is not asyncio.current_task():
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        await super().shutdown()
+
+    async def _watch_token(self) -> None:
+        interval_s = self.context.settings.ws_token_recheck_s
+        while True:
+            principal = self.context.signed_in
+            if principal is None:
+                return
+            delay_s = seconds_until_next_check(
+                now=utcnow(), expires_at=principal.expires_at, interval_s=interval_s
+            )
+            await asyncio.sleep(delay_s + EXPIRY_SLACK_S)
+            try:
+                await self.context.recheck_token()
+            except Unauthenticated as exc:
+                await self._close_for(exc.message)
+                return
+            except Exception:
+                # The database is unreachable: keep the socket (its events come from Redis and
+                # the log alike) and ask again next time rather than drop every client at once.
+                logger.warning("websocket token re-check failed; retrying", exc_info=True)
+
+    async def _close_for(self, reason: str) -> None:
+        # Operations first: once cancelled, nothing more is sent to a dead token's holder, and
+        # no operation task races the close frame with a late send.
+        tasks = [op.task for op in self.operations.values() if op.task is not None]
+        for operation_id in list(self.operations):
+            await self.cleanup_operation(operation_id)
+        for task in tasks:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
+        with contextlib.suppress(Exception):
+            # A close reason is at most 123 bytes on the wire.
+            await self.websocket.close(code=CLOSE_TOKEN_REFUSED, reason=reason[:120])

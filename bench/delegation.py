@@ -1,0 +1,150 @@
+"""What a delegation costs, against plain runs measured in the same process.
+
+    .venv/bin/python bench/delegation.py [--repeat 3] [--server mysql+asyncmy://root@127.0.0.1:3306/test]
+
+1. Plain: 31 one-turn runs (a final answer) started at once; time until all SUCCEEDED.
+2. Tree: a root delegating to 5 children in one turn, each delegating to 5 leaves (31 runs);
+   time until the root SUCCEEDED. The ratio of (2) to (1) is what a delegation costs
+   compared to a plain run (target: at most 1.5).
+3. Wide: a root delegating to 50 children in one turn (51 runs), against 51 plain runs:
+   every run of a tree serialises on its root row, so this is where that shows.
+
+One in-process worker; MariaDB by default (a fresh schema, dropped afterwards); Redis at
+127.0.0.1:6379. Medians of ``--repeat`` rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sqlalchemy import text
+
+from app.db import migrate
+from app.db.orm import Agent
+from app.db.session import create_engine
+from app.domain.agents import Role
+from app.keys import events_channel
+from app.services import auth, runs
+from app.services.runtime import open_runtime
+from app.settings import Settings
+from workers.main import build_worker
+
+
+async def make_agent(rt: Any, workspace_id: int, name: str, steps: list[dict[str, Any]]) -> int:
+    from app.clock import utcnow
+
+    async with rt.sessionmaker() as session, session.begin():
+        agent = Agent(workspace_id=workspace_id, name=name, description=None, instructions="bench",
+                      status="ACTIVE", model={"provider": "scripted", "steps": steps}, tools=["agents.*"],
+                      policy={}, memory_max_items=5, memory_max_chars=1000, created_at=utcnow(),
+                      updated_at=utcnow())  # fmt: skip
+        session.add(agent)
+        await session.flush()
+        return agent.id
+
+
+def fan_out(child: str, n: int) -> list[dict[str, Any]]:
+    calls = [{"call": "agents.delegate", "args": {"agent": child, "task": f"part {i}"}} for i in range(n)]
+    return [{"calls": calls}, {"final": "{{ results | length }}"}]
+
+
+async def until_succeeded(rt: Any, principal: Any, agent_ids: list[int], watch_ids: int) -> float:
+    """Start runs of ``agent_ids``; seconds until ``watch_ids`` of them (or of their trees'
+    roots) reached SUCCEEDED, seen on the live event channel."""
+    pubsub = rt.redis.pubsub()
+    await pubsub.subscribe(events_channel(rt.settings.redis_prefix))
+    started = time.perf_counter()
+    ids = {(await runs.start_run(rt, principal, agent_id=a, input=None)).id for a in agent_ids}
+    done: set[int] = set()
+    deadline = time.monotonic() + 300
+    try:
+        while len(done) < watch_ids:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(done)} of {watch_ids} runs succeeded")
+            msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if not msg:
+                continue
+            event = json.loads(msg["data"])
+            if (
+                event.get("run_id") in ids
+                and event.get("type") == "RUN_STATUS_CHANGED"
+                and event.get("status") == "SUCCEEDED"
+            ):
+                done.add(event["run_id"])
+    finally:
+        await pubsub.aclose()
+    return time.perf_counter() - started
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    args = parser.parse_args()
+
+    db = f"enverif_bench_{uuid.uuid4().hex[:8]}"
+    server = create_engine(args.server)
+    async with server.begin() as conn:
+        await conn.execute(text(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4"))
+    url = args.server.rsplit("/", 1)[0] + f"/{db}"
+    settings = Settings(database_url=url, redis_url=args.redis_url, sweep_interval_s=30,
+                        redis_prefix=f"enverif-bench-{uuid.uuid4().hex[:6]}")  # fmt: skip
+    engine = create_engine(url)
+    await migrate.upgrade(engine)
+    await engine.dispose()
+    rt = await open_runtime(settings)
+    worker = build_worker(settings, handle_signals=False)
+    worker_task = asyncio.create_task(worker.main())
+    try:
+        async with rt.sessionmaker() as session:
+            workspace, _ = await auth.create_workspace(session, name="bench")
+        principal = auth.Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
+        leaf = await make_agent(rt, workspace.id, "leaf", [{"final": "done"}])
+        await make_agent(rt, workspace.id, "mid", fan_out("leaf", 5))
+        root = await make_agent(rt, workspace.id, "root", fan_out("mid", 5))
+        wide = await make_agent(rt, workspace.id, "wide", fan_out("leaf", 50))
+        await until_succeeded(rt, principal, [leaf] * 10, 10)  # warm up
+        plain31, tree31, plain51, wide51 = [], [], [], []
+        for _ in range(args.repeat):
+            plain31.append(await until_succeeded(rt, principal, [leaf] * 31, 31))
+            tree31.append(await until_succeeded(rt, principal, [root], 1))
+            plain51.append(await until_succeeded(rt, principal, [leaf] * 51, 51))
+            wide51.append(await until_succeeded(rt, principal, [wide], 1))
+        p31, t31 = statistics.median(plain31), statistics.median(tree31)
+        p51, w51 = statistics.median(plain51), statistics.median(wide51)
+        report = {
+            "database": "mariadb",
+            "plain_31_runs_s": round(p31, 3),
+            "tree_5x5_31_runs_s": round(t31, 3),
+            "ms_per_plain_run": round(p31 * 1000 / 31, 2),
+            "ms_per_delegated_run": round(t31 * 1000 / 31, 2),
+            "delegation_cost_vs_plain_run": round(t31 / p31, 2),
+            "plain_51_runs_s": round(p51, 3),
+            "wide_50_children_s": round(w51, 3),
+            "wide_cost_vs_plain_runs": round(w51 / p51, 2),
+            "target": "delegation_cost_vs_plain_run <= 1.5",
+        }
+        print(json.dumps(report, indent=2))
+    finally:
+        worker_task.cancel()
+        await asyncio.gather(worker_task, return_exceptions=True)
+        await worker.close()
+        await rt.close()
+        async with server.begin() as conn:
+            await conn.execute(text(f"DROP DATABASE IF EXISTS `{db}`"))
+        await server.dispose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
