@@ -5,6 +5,9 @@ promising memories: the claim holds the run tree's lock, and an agent may have t
 of memories. ``inject`` then runs inside the claim: the pure ranking
 (``app.domain.memory.select_for_injection``) picks within the agent's budget, the choice is
 recorded on the run, the memories are marked used and ``MEMORY_INJECTED`` is appended.
+
+The price of reading first: a memory edited between the read and the claim is injected as it
+was read, and one deleted in between is dropped (re-checked inside the claim).
 """
 
 from __future__ import annotations
