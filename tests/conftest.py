@@ -94,6 +94,8 @@ def settings(database_url: str, redis_prefix: str, tmp_path_factory: pytest.Temp
         redis_url=REDIS_URL,
         redis_prefix=redis_prefix,
         http_allow_private_networks=True,
+        # The deployment's allowlist of API key variables, plus the one the run tests set.
+        provider_key_envs=("OPENAI_API_KEY", "TEST_OPENAI_KEY_FOR_ENVERIF"),
         lease_s=5.0,
         sweep_interval_s=1,
     )

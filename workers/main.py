@@ -11,6 +11,7 @@ from typing import Any
 from arq import cron
 from arq.worker import Worker, func
 
+from app.engine.providers import Providers
 from app.engine.tools.registry import default_registry
 from app.keys import queue_name, sweep_job_name
 from app.services.runtime import open_runtime, redis_settings
@@ -30,9 +31,13 @@ def build_worker(settings: Settings, *, burst: bool = False, **overrides: Any) -
     async def on_startup(ctx: dict[str, Any]) -> None:
         ctx["runtime"] = await open_runtime(settings, worker=True)
         ctx["registry"] = default_registry(settings)
+        # One guarded HTTP client and one template renderer pool for all runs of this worker.
+        ctx["providers"] = Providers(settings)
         ctx["owner"] = worker_id()
 
     async def on_shutdown(ctx: dict[str, Any]) -> None:
+        if "providers" in ctx:
+            await ctx["providers"].aclose()
         if "registry" in ctx:
             await ctx["registry"].aclose()
         if "runtime" in ctx:

@@ -71,6 +71,11 @@ class TurnContext:
 
 
 class Provider(Protocol):
+    # True for a provider that is local and quick (scripted): the loop then computes the next
+    # turn before committing the previous result, and batches allowed READ calls. False for
+    # one that goes over the network (openai): results are recorded before each call.
+    fast: bool
+
     async def next_turn(self, ctx: TurnContext) -> Turn: ...
 
 

@@ -61,7 +61,7 @@ from app.engine.base import (
 )
 from app.engine.calls import Outcome, call_tool, failed
 from app.engine.persist import RunWrites
-from app.engine.providers import provider_for
+from app.engine.providers import Providers
 from app.engine.tools.agents import DELEGATE
 from app.engine.tools.registry import ToolRegistry, tool_kind
 from app.services import runs
@@ -89,14 +89,27 @@ class ReadCall:
 
 
 async def execute_run(
-    rt: Runtime, registry: ToolRegistry, run_id: int, *, owner: str, root_id: int | None = None
+    rt: Runtime,
+    registry: ToolRegistry,
+    run_id: int,
+    *,
+    owner: str,
+    root_id: int | None = None,
+    providers: Providers | None = None,
 ) -> None:
-    """Entry point of the ``execute_run`` job. Safe to call any number of times."""
+    """Entry point of the ``execute_run`` job. Safe to call any number of times.
+
+    ``providers`` is the worker's factory (workers/main.py); callers without one (tests)
+    get a private one for this call.
+    """
+    if providers is None:
+        async with Providers(rt.settings) as own:
+            return await execute_run(rt, registry, run_id, owner=owner, root_id=root_id, providers=own)
     claimed = await runs.claim(rt, run_id, owner=owner, root_id=root_id)
     if claimed is None:
         return  # duplicate delivery, or the run was cancelled / taken meanwhile
     attempt = claimed.attempt
-    executor = RunExecutor(rt, registry, claimed)
+    executor = RunExecutor(rt, registry, claimed, providers)
     current = asyncio.current_task()
     assert current is not None
     renewer = asyncio.create_task(executor.keep_lease(current))
@@ -133,9 +146,12 @@ async def execute_run(
 
 
 class RunExecutor(RunWrites):
-    def __init__(self, rt: Runtime, registry: ToolRegistry, claimed: runs.Claim) -> None:
+    def __init__(
+        self, rt: Runtime, registry: ToolRegistry, claimed: runs.Claim, providers: Providers
+    ) -> None:
         self.rt = rt
         self.registry = registry
+        self.providers = providers
         self.run_id = claimed.run.id
         self.attempt = claimed.attempt
         self.run = claimed.run
@@ -187,12 +203,12 @@ class RunExecutor(RunWrites):
     async def drive(self) -> None:
         agent = self.agent
         try:
-            self.provider: Provider = provider_for(agent.model, self.rt.settings)
+            self.provider: Provider = self.providers.for_model(agent.model)
             self.chain = parse_chain(self.run.policy_chain)
         except EnverifError as exc:
             await self._fail(f"agent configuration: {exc.message}")
             return
-        self.fast = bool(getattr(self.provider, "fast", False))
+        self.fast = self.provider.fast
         patterns = list(agent.tools or [])
         self.offered = self.registry.specs(patterns)
         self.tools = {

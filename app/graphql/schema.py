@@ -5,8 +5,9 @@
     .venv/bin/python -c 'from app.graphql.schema import schema; print(schema.as_str())' > schema.graphql
 
 ``build_schema`` gives an app the same types with its configured depth limit. The limits
-matter because strawberry has no query-cost limiter (PITFALLS): depth, aliases and tokens
-bound the shape of a document, ``settings.max_page_size`` bounds each list.
+matter because strawberry has no query-cost limiter (PITFALLS): depth, aliases, tokens and
+characters bound the shape of a document, ``settings.max_page_size`` bounds each list.
+``production`` turns introspection and "Did you mean ...?" suggestions off.
 """
 
 from __future__ import annotations
@@ -14,11 +15,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
+from strawberry.extensions import (
+    DisableIntrospection,
+    MaxAliasesLimiter,
+    MaxTokensLimiter,
+    QueryDepthLimiter,
+    SchemaExtension,
+)
 
 from app.graphql.context import FreshLoadersPerOperation
 from app.graphql.cost import QueryCostLimiter
 from app.graphql.errors import EnverifSchema, ErrorPresenter
+from app.graphql.hardening import MaxQueryLength, RequestErrors
 from app.graphql.limits import ArgumentLimiter
 from app.graphql.mutations import Mutation
 from app.graphql.queries import Query
@@ -34,11 +42,15 @@ from app.settings import Settings
 
 MAX_ALIASES = 50
 MAX_TOKENS = 5_000
+# Tokens do not bound size (one string literal is one token). Long texts belong in variables.
+MAX_QUERY_CHARS = 100_000
 DEFAULT_MAX_QUERY_DEPTH: int = Settings.model_fields["max_query_depth"].default
 
 
 @functools.cache
-def build_schema(max_query_depth: int = DEFAULT_MAX_QUERY_DEPTH) -> EnverifSchema:
+def build_schema(
+    max_query_depth: int = DEFAULT_MAX_QUERY_DEPTH, *, production: bool = False
+) -> EnverifSchema:
     # Factories, not instances: strawberry builds fresh extensions for every operation.
     extensions: list[Callable[[], SchemaExtension] | type[SchemaExtension]] = [
         # First, so its on_operation exits last and sees every other extension's errors.
@@ -50,7 +62,12 @@ def build_schema(max_query_depth: int = DEFAULT_MAX_QUERY_DEPTH) -> EnverifSchem
         # Both read their limits from the request's settings at execution start.
         ArgumentLimiter,
         QueryCostLimiter,
+        lambda: MaxQueryLength(max_chars=MAX_QUERY_CHARS),
+        lambda: RequestErrors(hide_suggestions=production),
     ]
+    if production:
+        # Clients of a production server know the schema from schema.graphql, not by asking.
+        extensions.append(DisableIntrospection)
     return EnverifSchema(
         query=Query,
         mutation=Mutation,

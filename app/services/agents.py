@@ -26,6 +26,7 @@ from app.services.auth import Principal
 from app.services.queries import get_owned
 from app.services.runtime import Runtime
 from app.services.validation import KEEP, Keep, check_int_range, check_string_list, check_text
+from app.settings import Settings
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 MAX_TOOL_PATTERNS = 100
@@ -76,10 +77,11 @@ def _check_tools(tools: list[str]) -> list[str]:
     )
 
 
-def _check_model(model: Any) -> dict[str, Any]:
+def _check_model(model: Any, settings: Settings) -> dict[str, Any]:
     if not isinstance(model, dict):
         raise ValidationFailed("model must be a JSON object with a 'provider'", field="model")
-    checked = validate_model_config(model)
+    # With the settings: which API key variables an agent may name is the deployment's call.
+    checked = validate_model_config(model, settings)
     # The provider layer may normalise the config; store what it accepted.
     return checked if isinstance(checked, dict) else model
 
@@ -102,7 +104,7 @@ async def create_agent(rt: Runtime, principal: Principal, draft: AgentDraft) -> 
         description=_opt_text(draft.description, "description", max_chars),
         instructions=_opt_text(draft.instructions, "instructions", max_chars),
         status=(draft.status or AgentStatus.ACTIVE).value,
-        model=_check_model(draft.model),
+        model=_check_model(draft.model, rt.settings),
         tools=_check_tools(draft.tools or []),
         policy=validate_policy(draft.policy),
         memory_max_items=_check_budget_items(
@@ -123,7 +125,7 @@ async def create_agent(rt: Runtime, principal: Principal, draft: AgentDraft) -> 
 
 async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patch: AgentPatch) -> orm.Agent:
     principal.require(Role.ADMIN)
-    changes = _validated_changes(patch, max_chars=rt.settings.max_text_chars)
+    changes = _validated_changes(patch, settings=rt.settings)
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
         if "name" in changes and changes["name"] != row.name:
@@ -138,8 +140,9 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
     return row
 
 
-def _validated_changes(patch: AgentPatch, *, max_chars: int) -> dict[str, Any]:
+def _validated_changes(patch: AgentPatch, *, settings: Settings) -> dict[str, Any]:
     """Column -> new value for every given field, all checked before anything is written."""
+    max_chars = settings.max_text_chars
     changes: dict[str, Any] = {}
     if not isinstance(patch.name, Keep):
         changes["name"] = check_name(patch.name)
@@ -148,7 +151,7 @@ def _validated_changes(patch: AgentPatch, *, max_chars: int) -> dict[str, Any]:
     if not isinstance(patch.instructions, Keep):
         changes["instructions"] = _opt_text(patch.instructions, "instructions", max_chars)
     if patch.model is not KEEP:
-        changes["model"] = _check_model(patch.model)
+        changes["model"] = _check_model(patch.model, settings)
     if not isinstance(patch.tools, Keep):
         changes["tools"] = _check_tools(patch.tools)
     if patch.policy is not KEEP:

@@ -24,9 +24,13 @@ from app.db import orm
 from app.domain.agents import AgentStatus
 from app.domain.errors import NotFound
 from app.domain.runs import ApprovalStatus, RunStatus
+from app.services.validation import check_text
 
 Row = TypeVar("Row", bound=orm.Base)
 T = TypeVar("T")
+# A search needle becomes a LIKE pattern; SQLite refuses patterns over 50,000 bytes ("LIKE or
+# GLOB pattern too complex"), and nobody searches memories for a page of text.
+MAX_SEARCH_CHARS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +214,7 @@ def _memories(
 ) -> Select[orm.Memory]:
     stmt = select(orm.Memory).where(orm.Memory.workspace_id == workspace_id)
     if query:
-        needle = query.lower()
+        needle = check_text(query, field="query", max_chars=MAX_SEARCH_CHARS).lower()
         # autoescape: a '%' or '_' in the query is a literal character, not a wildcard.
         stmt = stmt.where(
             func.lower(orm.Memory.key).contains(needle, autoescape=True)

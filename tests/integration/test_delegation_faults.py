@@ -3,6 +3,7 @@ exactly once with its child's outcome, however the crash falls."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import uuid
 from typing import Any
@@ -26,8 +27,9 @@ async def _tree(gql: Any, token: str, url: str) -> str:
         steps=[{"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"from": "child"}}},
                {"final": "child posted {{ results[0].status }}"}],
     )  # fmt: skip
+    # The parent allows it too: a child never gets a more permissive decision than its parent.
     return await create_agent(
-        gql, token, tools=["agents.*"],
+        gql, token, tools=["agents.*"], policy=ALLOW,
         steps=[{"call": "agents.delegate", "args": {"agent": child, "task": "post it"}},
                {"final": "{{ results[0] }}"}],
     )  # fmt: skip
@@ -78,7 +80,7 @@ async def test_a_child_that_ended_while_no_worker_listened_still_wakes_its_paren
         for _ in range(600):
             if await child_done():
                 break
-            await __import__("asyncio").sleep(0.01)
+            await asyncio.sleep(0.01)
         # The child ended and handed its outcome to the parent's step; kill the worker before
         # it resumes the parent, and drop the parent's job with everything else in Redis.
         first.send_signal(signal.SIGKILL)

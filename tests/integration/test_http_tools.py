@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import re
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
 from typing import Any
 
+import httpcore
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -20,7 +22,7 @@ from starlette.routing import Route
 from app.domain.policy import RiskClass
 from app.engine.base import ToolContext, ToolError
 from app.engine.tools import registry as registry_module
-from app.engine.tools.http import HttpGetTool, WebhookPostTool, is_public_address, resolve_public
+from app.engine.tools.http import HttpGetTool, URLRefused, WebhookPostTool, resolve_public
 from app.engine.tools.registry import ToolRegistry, default_registry
 from app.settings import Settings
 from tests.support.servers import serve_in_thread
@@ -208,11 +210,12 @@ async def test_connection_refused_is_an_http_error(get_tool: HttpGetTool) -> Non
     assert info.value.as_result()["error"]["code"] == "HTTP_ERROR"
 
 
-async def test_unresolvable_host_is_an_http_error() -> None:
+async def test_unresolvable_host_is_an_http_error(stub_resolver: dict[str, list[str] | OSError]) -> None:
+    stub_resolver["no-such-host.localhost"] = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
     tool = HttpGetTool(settings(allow_private=False))
     try:
         with pytest.raises(ToolError) as info:
-            await tool.run(CTX, {"url": "http://no-such-host.invalid/"})
+            await tool.run(CTX, {"url": "http://no-such-host.localhost/"})
     finally:
         await tool.aclose()
     assert info.value.code == "HTTP_ERROR"
@@ -260,12 +263,12 @@ async def test_webhook_does_not_follow_redirects(server: Server, post_tool: Webh
         ({"url": ""}, "INVALID_ARGUMENTS"),
         ({"url": "not a url"}, "INVALID_ARGUMENTS"),
         ({"url": "http://"}, "INVALID_ARGUMENTS"),
-        ({"url": "//example.com/x"}, "INVALID_ARGUMENTS"),
-        ({"url": "http://example.com/" + "a" * 3000}, "INVALID_ARGUMENTS"),
-        ({"url": "http://example.com/", "method": "DELETE"}, "INVALID_ARGUMENTS"),
-        ({"url": "ftp://example.com/file"}, "URL_REFUSED"),
+        ({"url": "//127.0.0.1/x"}, "INVALID_ARGUMENTS"),
+        ({"url": "http://127.0.0.1/" + "a" * 3000}, "INVALID_ARGUMENTS"),
+        ({"url": "http://127.0.0.1/", "method": "DELETE"}, "INVALID_ARGUMENTS"),
+        ({"url": "ftp://127.0.0.1/file"}, "URL_REFUSED"),
         ({"url": "file:///etc/passwd"}, "URL_REFUSED"),
-        ({"url": "gopher://example.com/"}, "URL_REFUSED"),
+        ({"url": "gopher://127.0.0.1/"}, "URL_REFUSED"),
     ],
 )
 async def test_get_rejects_bad_arguments(get_tool: HttpGetTool, args: dict[str, Any], code: str) -> None:
@@ -277,7 +280,7 @@ async def test_get_rejects_bad_arguments(get_tool: HttpGetTool, args: dict[str, 
 @pytest.mark.parametrize(
     "args",
     [
-        {"url": "http://example.com/"},
+        {"url": "http://127.0.0.1/"},
         {"payload": {}},
         {"url": 1, "payload": {}},
         {"url": "x", "payload": 1, "y": 2},
@@ -291,7 +294,7 @@ async def test_webhook_rejects_bad_arguments(post_tool: WebhookPostTool, args: d
 
 async def test_arguments_must_be_an_object(get_tool: HttpGetTool) -> None:
     with pytest.raises(ToolError) as info:
-        await get_tool.run(CTX, ["http://example.com"])  # type: ignore[arg-type]
+        await get_tool.run(CTX, ["http://127.0.0.1/"])  # type: ignore[arg-type]
     assert info.value.code == "INVALID_ARGUMENTS"
 
 
@@ -307,26 +310,18 @@ async def guarded_tools() -> AsyncIterator[tuple[HttpGetTool, WebhookPostTool]]:
         await tool.aclose()
 
 
-PRIVATE_URLS = [
+# Only loopback literals here: nothing in a test may name another host (no packet may leave).
+LOOPBACK_URLS = [
     "http://127.0.0.1:{port}/hello",
     "http://localhost:{port}/hello",
     "http://[::1]:{port}/hello",
     "http://[::ffff:127.0.0.1]:{port}/hello",
-    "http://0.0.0.0:{port}/hello",
-    "http://10.1.2.3/",
-    "http://172.16.0.1/",
-    "http://192.168.1.1/",
-    "http://169.254.169.254/latest/meta-data/",
-    "http://[fe80::1]/",
-    "http://[fc00::1]/",
-    "http://224.0.0.1/",
-    "http://100.64.0.1/",
     "https://127.0.0.1:{port}/",
 ]
 
 
-@pytest.mark.parametrize("template", PRIVATE_URLS)
-async def test_private_addresses_are_refused(
+@pytest.mark.parametrize("template", LOOPBACK_URLS)
+async def test_loopback_addresses_are_refused(
     server: Server, guarded_tools: tuple[HttpGetTool, WebhookPostTool], template: str
 ) -> None:
     url = template.format(port=server.port)
@@ -338,39 +333,89 @@ async def test_private_addresses_are_refused(
     assert server.rec.requests == []  # nothing reached the server
 
 
-@pytest.mark.parametrize(
-    ("address", "public"),
-    [
-        ("8.8.8.8", True),
-        ("1.1.1.1", True),
-        ("2606:4700:4700::1111", True),
-        ("127.0.0.1", False),
-        ("127.8.9.10", False),
-        ("10.0.0.1", False),
-        ("172.31.255.255", False),
-        ("192.168.0.10", False),
-        ("169.254.169.254", False),
-        ("100.64.0.1", False),
-        ("0.0.0.0", False),
-        ("255.255.255.255", False),
-        ("224.0.0.251", False),
-        ("240.0.0.1", False),
-        ("::1", False),
-        ("::", False),
-        ("fe80::1", False),
-        ("fc00::1", False),
-        ("ff02::1", False),
-        ("::ffff:127.0.0.1", False),
-        ("::ffff:10.0.0.1", False),
-        ("::ffff:8.8.8.8", True),
-    ],
-)
-def test_is_public_address(address: str, public: bool) -> None:
-    assert is_public_address(ipaddress.ip_address(address)) is public
+# Non-public addresses a name may resolve to. The resolver is stubbed, so these are answers
+# handed to the guard, never destinations: the tool must refuse before opening a socket.
+STUB_ANSWERS = [
+    ["0.0.0.0"],
+    ["10.1.2.3"],
+    ["172.16.0.1"],
+    ["192.168.1.1"],
+    ["169.254.169.254"],  # cloud metadata
+    ["100.64.0.1"],
+    ["224.0.0.1"],
+    ["fe80::1"],
+    ["fc00::1"],
+    ["::ffff:10.1.2.3"],
+    ["2002:a9fe:a9fe::1"],  # 6to4 wrapping 169.254.169.254
+    ["fec0::1"],  # site-local
+]
 
 
-async def test_resolve_public_accepts_public_literals() -> None:
-    assert await resolve_public("8.8.8.8", 443, timeout_s=1) == ["8.8.8.8"]
+@pytest.fixture
+def stub_resolver(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str] | OSError]:
+    """Answers for chosen names (under ``.localhost``) instead of DNS; other names resolve
+    as usual (the tests only use loopback otherwise). As a safety net, a TCP connection to
+    anything but loopback fails the test instead of leaving the machine, so a broken guard
+    shows up as a failure and not as traffic."""
+    answers: dict[str, list[str] | OSError] = {}
+    real_getaddrinfo = asyncio.BaseEventLoop.getaddrinfo
+    real_connect = httpcore.AnyIOBackend.connect_tcp
+
+    async def getaddrinfo(
+        self: asyncio.BaseEventLoop, host: Any, port: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if name not in answers:
+            return await real_getaddrinfo(self, host, port, *args, **kwargs)
+        answer = answers[name]
+        if isinstance(answer, OSError):
+            raise answer
+        return [_addrinfo(address, int(port or 0)) for address in answer]
+
+    async def connect_tcp(
+        self: httpcore.AnyIOBackend, host: str, port: int, *args: Any, **kwargs: Any
+    ) -> Any:
+        assert ipaddress.ip_address(host).is_loopback, f"a test tried to connect to {host}"
+        return await real_connect(self, host, port, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(httpcore.AnyIOBackend, "connect_tcp", connect_tcp)
+    return answers
+
+
+def _addrinfo(address: str, port: int) -> tuple[Any, ...]:
+    if ":" in address:
+        return (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port, 0, 0))
+    return (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))
+
+
+@pytest.mark.parametrize("answer", STUB_ANSWERS, ids=lambda a: ",".join(a))
+async def test_names_resolving_to_non_public_addresses_are_refused(
+    stub_resolver: dict[str, list[str] | OSError],
+    guarded_tools: tuple[HttpGetTool, WebhookPostTool],
+    answer: list[str],
+) -> None:
+    stub_resolver["target.localhost"] = answer
+    get_tool, post_tool = guarded_tools
+    url = "http://target.localhost/latest/meta-data/"
+    for tool, args in ((get_tool, {"url": url}), (post_tool, {"url": url, "payload": {"x": 1}})):
+        with pytest.raises(ToolError) as info:
+            await tool.run(CTX, args)
+        assert info.value.code == "URL_REFUSED", info.value.message
+        assert answer[0] in info.value.message
+
+
+async def test_resolve_public_refuses_if_any_answer_is_not_public(
+    stub_resolver: dict[str, list[str] | OSError],
+) -> None:
+    stub_resolver["mixed.localhost"] = ["8.8.8.8", "10.1.2.3"]
+    with pytest.raises(URLRefused, match=re.escape("10.1.2.3")):
+        await resolve_public("mixed.localhost", 443, timeout_s=1)
+
+
+async def test_resolve_public_returns_public_answers(stub_resolver: dict[str, list[str] | OSError]) -> None:
+    stub_resolver["public.localhost"] = ["8.8.8.8", "2606:4700:4700::1111", "8.8.8.8"]
+    assert await resolve_public("public.localhost", 443, timeout_s=1) == ["8.8.8.8", "2606:4700:4700::1111"]
 
 
 # -- registry -----------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from app.engine.base import (
     ToolSpec,
     TurnContext,
 )
-from app.engine.providers import provider_for, validate_model_config
+from app.engine.providers import Providers, validate_model_config
 from app.engine.providers.openai import FunctionNames, OpenAIProvider, validate_openai_config
 from app.settings import Settings
 from tests.support.servers import serve_in_thread
@@ -54,7 +54,9 @@ class FakeAPI:
 def make_app(api: FakeAPI) -> Starlette:
     async def completions(request: Request) -> Response:
         api.times.append(time.monotonic())
-        api.requests.append({"headers": dict(request.headers), "json": await request.json()})
+        api.requests.append(
+            {"headers": dict(request.headers), "json": await request.json(), "peer": request.client}
+        )
         reply = api.replies.pop(0) if api.replies else Reply(500, {"error": {"message": "no reply scripted"}})
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
@@ -92,12 +94,24 @@ def key_env(monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
-def settings(*, retries: int = 3, timeout_s: float = 2.0) -> Settings:
-    return Settings(provider_max_retries=retries, provider_timeout_s=timeout_s)
+def settings(
+    *, retries: int = 3, timeout_s: float = 2.0, key_env: str = "OPENAI_API_KEY", **overrides: Any
+) -> Settings:
+    # The server is on 127.0.0.1: private networks allowed unless a test says otherwise.
+    values: dict[str, Any] = {"http_allow_private_networks": True, **overrides}
+    return Settings(
+        provider_max_retries=retries, provider_timeout_s=timeout_s, provider_key_envs=(key_env,), **values
+    )
 
 
 def provider(
-    server: Server, key_env: str, *, retries: int = 3, timeout_s: float = 2.0, **cfg: Any
+    server: Server,
+    key_env: str,
+    *,
+    retries: int = 3,
+    timeout_s: float = 2.0,
+    overrides: dict[str, Any] | None = None,
+    **cfg: Any,
 ) -> OpenAIProvider:
     config = {
         "provider": "openai",
@@ -106,7 +120,11 @@ def provider(
         "api_key_env": key_env,
         **cfg,
     }
-    return OpenAIProvider(config, settings(retries=retries, timeout_s=timeout_s), backoff_base_s=0.01)
+    return OpenAIProvider(
+        config,
+        settings(retries=retries, timeout_s=timeout_s, key_env=key_env, **(overrides or {})),
+        backoff_base_s=0.01,
+    )
 
 
 TOOLS = [
@@ -281,7 +299,8 @@ async def test_5xx_exhausted_is_a_provider_error(server: Server, key_env: str) -
     with pytest.raises(ProviderError) as info:
         await provider(server, key_env, retries=2).next_turn(ctx())
     assert len(server.api.requests) == 3  # 1 try + 2 retries
-    assert "after 3 attempt(s)" in str(info.value) and "HTTP 500: boom" in str(info.value)
+    assert "after 3 attempt(s)" in str(info.value) and "HTTP 500 Internal Server Error" in str(info.value)
+    assert "boom" not in str(info.value)  # never the remote body
 
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
@@ -290,7 +309,8 @@ async def test_other_4xx_fail_without_retry(server: Server, key_env: str, status
     with pytest.raises(ProviderError) as info:
         await provider(server, key_env).next_turn(ctx())
     assert len(server.api.requests) == 1
-    assert f"HTTP {status}" in str(info.value) and "unknown parameter" in str(info.value)
+    assert f"HTTP {status}" in str(info.value)
+    assert "unknown parameter" not in str(info.value)  # never the remote body
     assert "sk-test-123" not in str(info.value)
 
 
@@ -313,8 +333,74 @@ async def test_connection_errors_are_retried_then_fail(key_env: str) -> None:
     }
     started = time.monotonic()
     with pytest.raises(ProviderError, match=r"after 3 attempt\(s\).*ConnectError"):
-        await OpenAIProvider(config, settings(retries=2), backoff_base_s=0.01).next_turn(ctx())
+        await OpenAIProvider(config, settings(retries=2, key_env=key_env), backoff_base_s=0.01).next_turn(
+            ctx()
+        )
     assert time.monotonic() - started < 1.5
+
+
+SECRET = "internal-secret-4f2a"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "shown"),
+    [
+        (
+            500,
+            {"error": {"message": SECRET, "type": "server_error"}},
+            "HTTP 500 Internal Server Error (server_error)",
+        ),
+        (500, {"detail": SECRET}, "HTTP 500 Internal Server Error"),
+        (400, {"error": {"message": SECRET, "type": SECRET}}, "HTTP 400 Bad Request"),
+        (
+            404,
+            {"error": {"message": "no such model", "code": "model_not_found"}},
+            "HTTP 404 Not Found (model_not_found)",
+        ),
+    ],
+)
+async def test_errors_carry_the_status_never_the_remote_body(
+    server: Server, key_env: str, status: int, body: Any, shown: str
+) -> None:
+    server.api.replies.append(Reply(status, body))
+    with pytest.raises(ProviderError) as info:
+        await provider(server, key_env, retries=0).next_turn(ctx())
+    assert shown in str(info.value)
+    assert SECRET not in str(info.value) and "no such model" not in str(info.value)
+
+
+async def test_loopback_base_url_is_refused_without_private_networks(server: Server, key_env: str) -> None:
+    p = provider(server, key_env, overrides={"http_allow_private_networks": False})
+    with pytest.raises(ProviderError, match=r"refused: .*non-public address 127\.0\.0\.1"):
+        await p.next_turn(ctx())
+    assert server.api.requests == []  # nothing sent, not even once, and no retries
+
+
+async def test_answers_larger_than_the_cap_fail_the_turn(server: Server, key_env: str) -> None:
+    server.api.replies.append(final_reply("x" * 100_000))
+    p = provider(server, key_env, overrides={"provider_max_response_bytes": 65_536})
+    with pytest.raises(ProviderError, match="larger than 65536 bytes"):
+        await p.next_turn(ctx())
+    assert len(server.api.requests) == 1  # not retried
+
+
+async def test_credentials_in_base_url_are_not_shown_in_errors(server: Server, key_env: str) -> None:
+    server.api.replies.append(Reply(400, {}))
+    base = server.base_url.replace("http://", "http://admin:hunter2@")
+    with pytest.raises(ProviderError) as info:
+        await provider(server, key_env, base_url=base + "?token=abc").next_turn(ctx())
+    assert "hunter2" not in str(info.value) and "token=abc" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["HOME", "PATH", "AWS_SECRET_ACCESS_KEY"])
+def test_key_variables_outside_the_allowlist_are_refused(server: Server, name: str) -> None:
+    config = {"provider": "openai", "model": "m", "base_url": server.base_url, "api_key_env": name}
+    with pytest.raises(ValidationFailed) as info:
+        OpenAIProvider(config, settings())
+    assert info.value.field == "model"
+    assert f"model.api_key_env {name!r} is not allowed" in info.value.message
+    assert "OPENAI_API_KEY" in info.value.message  # says what is allowed
+    assert server.api.requests == []
 
 
 async def test_missing_key_is_a_provider_error_naming_the_variable(server: Server) -> None:
@@ -333,11 +419,18 @@ async def test_key_is_read_at_call_time(server: Server, monkeypatch: pytest.Monk
     assert server.api.requests[0]["headers"]["authorization"] == "Bearer sk-rotated"
 
 
-async def test_provider_for_builds_a_working_openai_provider(server: Server, key_env: str) -> None:
-    server.api.replies.append(tool_call_reply(("http__get", '{"url": "https://x.example"}')))
+async def test_providers_share_one_client_across_turns(server: Server, key_env: str) -> None:
+    server.api.replies += [tool_call_reply(("http__get", '{"url": "https://x.example"}')), final_reply("ok")]
     config = {"provider": "openai", "model": "m", "base_url": server.base_url, "api_key_env": key_env}
-    turn = await provider_for(config, settings()).next_turn(ctx())
-    assert turn == ToolCalls([ToolCall("http.get", {"url": "https://x.example"})])
+    async with Providers(settings(key_env=key_env)) as providers:
+        turn = await providers.for_model(config).next_turn(ctx())
+        assert turn == ToolCalls([ToolCall("http.get", {"url": "https://x.example"})])
+        assert await providers.for_model(config).next_turn(ctx()) == FinalAnswer("ok")
+        assert not providers.http.is_closed
+    assert providers.http.is_closed
+    # One keep-alive connection served both turns: the client is shared, not rebuilt.
+    peers = {r["peer"] for r in server.api.requests}
+    assert len(peers) == 1, peers
 
 
 # -- names and config ---------------------------------------------------------------------
@@ -370,7 +463,8 @@ def test_function_names_round_trip() -> None:
 )
 def test_valid_openai_configs(config: dict[str, Any]) -> None:
     assert validate_openai_config(config) == config
-    assert validate_model_config(config) == config
+    allowed = settings(key_env=config.get("api_key_env", "OPENAI_API_KEY"))
+    assert validate_model_config(config, allowed) == config
 
 
 @pytest.mark.parametrize(
@@ -396,6 +490,6 @@ def test_valid_openai_configs(config: dict[str, Any]) -> None:
 )
 def test_invalid_openai_configs(config: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ValidationFailed) as info:
-        validate_model_config(config)
+        validate_model_config(config, settings())
     assert info.value.field == "model"
     assert fragment in info.value.message

@@ -266,12 +266,19 @@ async def test_an_unknown_tool_is_a_failed_step(gql, workspace) -> None:
     assert run["result"]["error"]["code"] == "UNKNOWN_TOOL"
 
 
-async def test_a_failing_provider_fails_the_run(gql, workspace) -> None:
+async def test_a_failing_provider_fails_the_run(gql, workspace, monkeypatch) -> None:
+    # A variable the deployment allows as a key (tests/conftest.py); PATH would be refused.
+    monkeypatch.setenv("TEST_OPENAI_KEY_FOR_ENVERIF", "sk-test")
     async with sink_server() as (_sink, url):
         agent = await create_agent(
             gql,
             workspace.admin,
-            model={"provider": "openai", "model": "m", "base_url": url + "/down", "api_key_env": "PATH"},
+            model={
+                "provider": "openai",
+                "model": "m",
+                "base_url": url + "/down",
+                "api_key_env": "TEST_OPENAI_KEY_FOR_ENVERIF",
+            },
         )
         run = await wait_run(
             gql, workspace.viewer, await start_run(gql, workspace.operator, agent), timeout_s=60

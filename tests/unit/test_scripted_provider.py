@@ -1,17 +1,53 @@
-"""The scripted provider (DESIGN §5): template rendering, turn selection, config validation."""
+"""The scripted provider (DESIGN §5): template rendering, turn selection, config validation.
+
+Templates render through a real ``TemplatePool`` (its subprocesses are local, no services):
+one for the whole module, on a module-scoped event loop, as a worker keeps one.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.domain.errors import ValidationFailed
 from app.engine.base import FinalAnswer, HistoryItem, ProviderError, ToolCall, ToolCalls, TurnContext
-from app.engine.providers import PROVIDERS, provider_for, validate_model_config
+from app.engine.providers import PROVIDERS, Providers, templates, validate_model_config
 from app.engine.providers.openai import OpenAIProvider
+from app.engine.providers.sandbox import CappedSandbox, Renderer, RenderError, is_linear
 from app.engine.providers.scripted import ScriptedProvider, validate_scripted_config
+from app.engine.providers.templates import TemplatePool
 from app.settings import Settings
+
+# Async tests share the module's event loop, which the pools are bound to.
+MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
+
+SETTINGS = Settings()
+POOLS: dict[str, TemplatePool] = {}
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module", autouse=True)
+async def _pools() -> AsyncIterator[None]:
+    """The pool the helpers use ("pool": linear templates in-process, as in a worker), and
+    one that sends every template to a subprocess, to check both paths agree."""
+    POOLS["pool"] = TemplatePool(size=2, timeout_ms=200, max_output_bytes=1_048_576)
+    POOLS["subprocess"] = TemplatePool(
+        size=1, timeout_ms=2_000, max_output_bytes=1_048_576, inline_linear=False
+    )
+    yield
+    for pool in POOLS.values():
+        await pool.aclose()
+
 
 RUN_INPUT = {"url": "https://example.com/a", "n": 2, "tags": ["x", "y"], "who": {"name": "Ada"}}
 MEMORIES = [
@@ -44,12 +80,12 @@ def cfg(*steps: Any) -> dict[str, Any]:
     return {"provider": "scripted", "steps": list(steps)}
 
 
-def scripted(*steps: Any) -> ScriptedProvider:
-    return ScriptedProvider({"provider": "scripted", "steps": list(steps)})
+def scripted(*steps: Any, pool: str = "pool") -> ScriptedProvider:
+    return ScriptedProvider({"provider": "scripted", "steps": list(steps)}, POOLS[pool])
 
 
-async def final_of(template: Any, context: TurnContext | None = None) -> Any:
-    turn = await scripted({"final": template}).next_turn(context or ctx())
+async def final_of(template: Any, context: TurnContext | None = None, *, pool: str = "pool") -> Any:
+    turn = await scripted({"final": template}, pool=pool).next_turn(context or ctx())
     assert isinstance(turn, FinalAnswer)
     return turn.value
 
@@ -83,6 +119,9 @@ async def final_of(template: Any, context: TurnContext | None = None) -> Any:
         ("{{ {'a': input.n, 'b': [run.id]} }}", {"a": 2, "b": [41]}),
         ("{{ (1, 2) }}", [1, 2]),
         ("{{ '}}' }}", "}}"),
+        ("{{ '{:*^7}'.format(run.id) }}", "**41***"),  # '*' as fill in str.format is fine
+        ("{{ '%5.1f|%-3s|%03d' % (1.25, 'a', 7) }}", "  1.2|a  |007"),
+        ("{{ '%(n)s' % input }}", "2"),
         # anything else -> a string
         ("id={{ run.id }}", "id=41"),
         (" {{ run.id }}", " 41"),
@@ -111,8 +150,10 @@ async def final_of(template: Any, context: TurnContext | None = None) -> Any:
         ),
     ],
 )
-async def test_final_templates(template: Any, expected: Any) -> None:
-    assert await final_of(template) == expected
+@pytest.mark.parametrize("pool", ["pool", "subprocess"])
+@MODULE_LOOP
+async def test_final_templates(template: Any, expected: Any, pool: str) -> None:
+    assert await final_of(template, pool=pool) == expected
 
 
 @pytest.mark.parametrize(
@@ -132,17 +173,20 @@ async def test_final_templates(template: Any, expected: Any) -> None:
         ({}, {}),
     ],
 )
+@MODULE_LOOP
 async def test_call_arguments_are_rendered(args: dict[str, Any], expected: dict[str, Any]) -> None:
     turn = await scripted({"call": "tool.x", "args": args}).next_turn(ctx())
     assert turn == ToolCalls([ToolCall("tool.x", expected)])
 
 
+@MODULE_LOOP
 async def test_results_start_empty_and_follow_the_history() -> None:
     provider = scripted({"final": "{{ results }}"})
     assert await provider.next_turn(ctx(history=[])) == FinalAnswer([])
     assert await provider.next_turn(ctx()) == FinalAnswer([h.result for h in HISTORY])
 
 
+@MODULE_LOOP
 async def test_rendered_values_do_not_alias_run_state() -> None:
     history = [HistoryItem("t", {}, "SUCCEEDED", {"list": [1]})]
     turn = await scripted({"final": "{{ results[-1] }}"}).next_turn(ctx(history=history))
@@ -169,14 +213,17 @@ async def test_rendered_values_do_not_alias_run_state() -> None:
         ("{{ {1: 2} }}", "non-string key"),
     ],
 )
-async def test_template_errors_are_provider_errors(template: str, fragment: str) -> None:
+@pytest.mark.parametrize("pool", ["pool", "subprocess"])
+@MODULE_LOOP
+async def test_template_errors_are_provider_errors(template: str, fragment: str, pool: str) -> None:
     with pytest.raises(ProviderError) as info:
-        await final_of(template)
+        await final_of(template, pool=pool)
     message = str(info.value)
     assert "scripted step 0" in message
     assert fragment in message
 
 
+@MODULE_LOOP
 async def test_template_error_names_the_argument_path() -> None:
     provider = scripted(
         {"calls": [{"call": "a.b", "args": {}}, {"call": "c.d", "args": {"p": ["ok", "{{ nope }}"]}}]}
@@ -205,6 +252,7 @@ STEPS: list[Any] = [
         (99, FinalAnswer({"memories": [{"key": "k", "value": "v"}]})),
     ],
 )
+@MODULE_LOOP
 async def test_turn_index_picks_the_step(turn: int, expected: Any) -> None:
     assert await scripted(*STEPS).next_turn(ctx(turn=turn)) == expected
 
@@ -218,6 +266,7 @@ async def test_turn_index_picks_the_step(turn: int, expected: Any) -> None:
         ([{"call": "x.y"}], HISTORY[:2], {"error": {"code": "DENIED", "message": "-"}}),
     ],
 )
+@MODULE_LOOP
 async def test_steps_running_out_answer_the_last_result(
     steps: list[Any], history: list[HistoryItem], expected: Any
 ) -> None:
@@ -225,6 +274,7 @@ async def test_steps_running_out_answer_the_last_result(
     assert turn == FinalAnswer(expected)
 
 
+@MODULE_LOOP
 async def test_provider_is_stateless() -> None:
     provider = scripted(*STEPS)
     first = await provider.next_turn(ctx(turn=0))
@@ -248,7 +298,7 @@ async def test_provider_is_stateless() -> None:
 )
 def test_valid_configs(config: dict[str, Any]) -> None:
     assert validate_scripted_config(config) == config
-    assert validate_model_config(config) == config
+    assert validate_model_config(config, SETTINGS) == config
 
 
 @pytest.mark.parametrize(
@@ -295,21 +345,203 @@ def test_invalid_configs(config: Any, fragment: str) -> None:
 )
 def test_unknown_provider_names_the_allowed_ones(config: Any) -> None:
     with pytest.raises(ValidationFailed) as info:
-        validate_model_config(config)
+        validate_model_config(config, SETTINGS)
     assert info.value.field == "model"
     assert PROVIDERS == ("scripted", "openai")
     if isinstance(config, dict):
         assert "scripted, openai" in info.value.message
 
 
-def test_provider_for_dispatches() -> None:
-    settings = Settings()
-    assert isinstance(provider_for({"provider": "scripted", "steps": []}, settings), ScriptedProvider)
-    assert isinstance(provider_for({"provider": "openai", "model": "m"}, settings), OpenAIProvider)
+@MODULE_LOOP
+async def test_providers_dispatch_and_mark_fast() -> None:
+    async with Providers(SETTINGS) as providers:
+        scripted_provider = providers.for_model({"provider": "scripted", "steps": []})
+        openai_provider = providers.for_model({"provider": "openai", "model": "m"})
+    assert isinstance(scripted_provider, ScriptedProvider) and scripted_provider.fast is True
+    assert isinstance(openai_provider, OpenAIProvider) and openai_provider.fast is False
 
 
-@pytest.mark.parametrize("config", [{"provider": "nope"}, {"provider": "scripted", "steps": [{}]}])
-def test_provider_for_refuses_bad_stored_configs(config: Any) -> None:
-    with pytest.raises(ValidationFailed) as info:
-        provider_for(config, Settings())
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"provider": "nope"},
+        {"provider": "scripted", "steps": [{}]},
+        # a stored row from before the key allowlist: refused before anything is sent
+        {"provider": "openai", "model": "m", "api_key_env": "HOME"},
+    ],
+)
+@MODULE_LOOP
+async def test_providers_refuse_bad_stored_configs(config: Any) -> None:
+    async with Providers(SETTINGS) as providers:
+        with pytest.raises(ValidationFailed) as info:
+            providers.for_model(config)
     assert info.value.field == "model"
+
+
+# -- caps and the time budget -------------------------------------------------------------
+
+# Each of these once built far more than the caps (or ran for seconds) inside the worker.
+BOMBS = [
+    ("{{ 'a'|center(20000000) }}", "center would be longer than 1048576"),
+    ("{{ '%20000000s'|format(1) }}", "format width 20000000"),
+    ("{{ '{:>20000000}'.format(1) }}", "format width 20000000"),
+    ("{{ '{:.20000000f}'.format(1.0) }}", "format width 20000000"),
+    ("{{ '%20000000s' % 1 }}", "format width 20000000"),
+    ("{{ '%.20000000f' % 1.0 }}", "format width 20000000"),
+    ("{{ '%*s' % (20000000, 1) }}", "'*' widths are not allowed"),
+    (
+        "{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "namespace value would be longer",
+    ),
+    (
+        "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+        "would be longer than 1048576",
+    ),
+    ("{{ ((2**1000)**1000)**10 }}", "integer above 64000 bits"),
+    ("{% set ns = namespace(x=3) %}{% for i in range(40) %}{% set ns.x = ns.x * ns.x %}{% endfor %}", "bits"),
+    ("{{ 'a'.center(2000000000) }}", "center() would be longer"),
+    ("{{ ('a'|attr('center'))(2000000000) }}", "center() would be longer"),
+    ("{{ (1).to_bytes(2000000000, 'big') }}", "to_bytes() would be longer"),
+    ("{{ ('a' * 1000000)|replace('a', 'aa') }}", "replace would be longer"),
+    ("{{ ('a' * 1000000).replace('a', 'aa') }}", "replace() would be longer"),
+    ("{{ range(100000)|join('a' * 100) }}", "join would be longer"),
+    ("{{ [1, 2]|batch(1000000000, 0)|list }}", "batch would be longer"),
+    ("{{ 'ab'|indent(100000000) }}", "indent would be longer"),
+    ("{{ 'a\tb'.expandtabs(100000000) }}", "expandtabs() would be longer"),
+    ("{{ lipsum(100000) }}", "'lipsum' is undefined"),
+    ("{{ 5|round(-1000000000) }}", "round() precision is limited"),
+    ("{{ 5|round(1000000000, 'floor') }}", "round() precision is limited"),
+    # output: counted while generated, and the rendered value as JSON
+    (
+        "{% for i in range(100000) %}{% for j in range(100) %}xxxxxxxxxx{% endfor %}{% endfor %}",
+        "rendered text",
+    ),
+    ("{{ ['a' * 600000, 'a' * 600000] }}", "rendered output is larger than 1048576"),
+]
+
+
+@MODULE_LOOP
+@pytest.mark.parametrize(("template", "fragment"), BOMBS)
+@pytest.mark.parametrize("pool", ["pool", "subprocess"])
+async def test_size_caps_stop_templates_early(template: str, fragment: str, pool: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(ProviderError) as info:
+        await final_of(template, pool=pool)
+    assert fragment in str(info.value)
+    # Refused by a cap, before the time budget would have killed it (slack: busy CI).
+    assert time.monotonic() - started < 3
+
+
+CPU_LOOPS = [
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "{{ range(100000)|map('string')|map('center', 1000)|map('length')|sum * 0 }}"
+    "{% for i in range(100000) %}{% for j in range(1000) %}{{ '' }}{% endfor %}{% endfor %}",
+]
+
+
+@MODULE_LOOP
+@pytest.mark.parametrize("template", CPU_LOOPS)
+async def test_cpu_loops_are_killed_at_the_budget_and_the_pool_recovers(template: str) -> None:
+    pool = POOLS["pool"]
+    await final_of("{% for t in input.tags %}{{ t }}{% endfor %}")  # a warm child: no start-up below
+    killed = pool.killed
+    started = time.monotonic()
+    with pytest.raises(ProviderError, match="longer than the template budget of 200 ms"):
+        await final_of(template)
+    elapsed = time.monotonic() - started
+    # 200 ms of CPU, at most 2 s of wall-clock time on a busy machine; without the budget: hours.
+    assert 0.2 <= elapsed < 3, elapsed
+    assert pool.killed == killed + 1
+    # The killed child was replaced: templates keep rendering.
+    assert await final_of("{% for t in input.tags %}{{ t }};{% endfor %}") == "x;y;"
+
+
+@MODULE_LOOP
+async def test_a_slow_template_does_not_hold_up_another_render() -> None:
+    """Rendering never blocks the event loop: a quick render finishes while another burns.
+
+    A pool of its own with a 2 s budget, so the window is wide even on a busy machine."""
+    pool = TemplatePool(size=2, timeout_ms=2_000, max_output_bytes=1_048_576)
+    loop = {"final": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"}
+    quick = {"final": "{% for t in input.tags %}{{ t }}{% endfor %}"}
+    try:
+        # Warm: two renders at once, so both children are started before the timing below.
+        await asyncio.gather(*(ScriptedProvider(cfg(quick), pool).next_turn(ctx()) for _ in range(2)))
+        slow = asyncio.ensure_future(ScriptedProvider(cfg(loop), pool).next_turn(ctx()))
+        await asyncio.sleep(0.05)  # the slow one holds a child now
+        started = time.monotonic()
+        assert await ScriptedProvider(cfg(quick), pool).next_turn(ctx()) == FinalAnswer("xy")
+        quick_s = time.monotonic() - started
+        assert not slow.done(), "the quick render should finish while the slow one still burns"
+        with pytest.raises(ProviderError, match="template budget of 2000 ms"):
+            await slow
+        assert quick_s < 1.0
+    finally:
+        await pool.aclose()
+
+
+@pytest.mark.parametrize(
+    ("template", "linear"),
+    [
+        ("plain", True),
+        ("{{ input.url }}", True),
+        ("{{ results[-1].body }}", True),
+        ("a {{ input.n + 1 }} {{ input.tags|length }}", True),
+        ("{% if input.n > 1 %}{{ run.id }}{% else %}x{% endif %}", True),
+        ("{{ input.who.name|default('x')|upper }}", True),
+        ("{{ input.n|round(-1000000000) }}", False),  # round(5, -10**9) computes 10**10**9
+        ("{% for t in input.tags %}{{ t }}{% endfor %}", False),
+        ("{{ 'a' ~ input.url }}", False),
+        ("{{ 'a' * 3 }}", False),
+        ("{{ 2 ** 3 }}", False),
+        ("{{ '%s' % 1 }}", False),
+        ("{{ 'a'.upper() }}", False),
+        ("{{ input.tags|join(',') }}", False),
+        ("{% set x = 1 %}{{ x }}", False),
+        ("{{ unclosed", False),
+    ],
+)
+def test_linear_templates_are_recognised(template: str, linear: bool) -> None:
+    assert is_linear(CappedSandbox(), template) is linear
+
+
+@given(width=st.integers(min_value=0, max_value=5_000))
+def test_format_widths_are_capped_exactly(width: int) -> None:
+    renderer = Renderer(max_len=2_000)
+    for template in (f"{{{{ '%{width}s' % 'x' }}}}", f"{{{{ '{{:>{width}}}'.format('x') }}}}"):
+        if width <= 2_000:
+            assert len(renderer.render_tree(template, {}, "t")) == max(width, 1)
+        else:
+            with pytest.raises(RenderError, match="format width"):
+                renderer.render_tree(template, {}, "t")
+
+
+@given(n=st.integers(min_value=0, max_value=3_000), text=st.text(max_size=5))
+def test_sequence_repetition_is_capped_exactly(n: int, text: str) -> None:
+    renderer = Renderer(max_len=2_000)
+    variables = {"s": text, "n": n}
+    if len(text) * n <= 2_000:
+        assert renderer.render_tree("{{ s * n }}", variables, "t") == text * n
+    else:
+        with pytest.raises(RenderError, match="longer than 2000"):
+            renderer.render_tree("{{ s * n }}", variables, "t")
+
+
+def test_a_render_process_stops_itself_when_nobody_kills_it() -> None:
+    """A worker killed mid-render leaves no process burning CPU: the child has its own limit."""
+    child = subprocess.Popen(
+        [sys.executable, str(Path(templates.__file__).with_name("render_child.py")), "1048576", "0", "300"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.read(1) == b"R"
+        loop = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+        payload = json.dumps({"items": [[loop, "final"]], "v": {}}).encode()
+        child.stdin.write(len(payload).to_bytes(4, "big") + payload)
+        child.stdin.flush()
+        assert child.wait(timeout=20) == 3  # 300 ms of CPU, then it exits on its own
+    finally:
+        child.kill()
+        child.wait()

@@ -9,9 +9,17 @@ Config (DESIGN §5)::
 
 The API key is read from the named environment variable at call time and never stored; this
 is the one deliberate exception to "settings.py is the only reader of the environment",
-because which variable holds the key is per-agent data. Variables named ``ENVERIF_*`` are
-refused so an agent's model config cannot be used to send the server's own configuration
-(database URL and the like) to an arbitrary ``base_url``.
+because which variable holds the key is per-agent data. Which variables may be named is the
+deployment's decision (``ENVERIF_PROVIDER_KEY_ENVS``, default ``OPENAI_API_KEY``), checked
+when the agent is written and again before every call: the key is sent to ``base_url``, so
+an agent naming ``HOME`` or a cloud secret would hand that value to whoever listens there.
+
+Requests go through the worker's guarded client (``app.engine.net``): a ``base_url`` on a
+loopback or private address is refused unless ``ENVERIF_HTTP_ALLOW_PRIVATE_NETWORKS`` is set.
+Errors carry the HTTP status, its standard reason phrase and the OpenAI error ``type`` when
+it is a plain identifier, never the remote body: a run's error is readable by every viewer,
+and the body of whatever answers at ``base_url`` is not theirs to read. Bodies are read up
+to ``settings.provider_max_response_bytes``.
 
 Tool names contain dots, which function names may not: ``http.get`` is offered as
 ``http__get`` and mapped back when the model calls it. 429, 5xx, timeouts and connection
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import http
 import json
 import os
 import random
@@ -35,6 +44,7 @@ import httpx
 
 from app.domain.errors import ValidationFailed
 from app.engine.base import FinalAnswer, ProviderError, ToolCall, ToolCalls, Turn, TurnContext
+from app.engine.net import URLRefused, guarded_client, read_capped
 from app.settings import Settings
 
 PROVIDER = "openai"
@@ -44,6 +54,9 @@ MAX_RETRY_AFTER_S = 60.0
 MAX_FUNCTION_NAME = 64
 _KEYS = frozenset({"provider", "model", "base_url", "api_key_env", "temperature", "max_tokens"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# An OpenAI error ``type``/``code`` is shown only when it looks like one ("invalid_api_key"):
+# letters and underscores cannot carry much of a secret-looking body.
+_ERROR_TYPE = re.compile(r"^[a-z_]{1,48}$")
 
 
 # -- config -------------------------------------------------------------------------------
@@ -53,8 +66,12 @@ def _invalid(message: str) -> ValidationFailed:
     return ValidationFailed(message, field="model")
 
 
-def validate_openai_config(cfg: object) -> dict[str, Any]:
-    """Check an openai model config; returns a copy. Raises ``ValidationFailed(field="model")``."""
+def validate_openai_config(cfg: object, *, allowed_key_envs: Iterable[str] | None = None) -> dict[str, Any]:
+    """Check an openai model config; returns a copy. Raises ``ValidationFailed(field="model")``.
+
+    ``allowed_key_envs``: the variables the deployment lets agents use as keys
+    (``settings.provider_key_envs``); ``None`` checks only the shape of the name.
+    """
     if not isinstance(cfg, dict):
         raise _invalid("model must be an object")
     if cfg.get("provider") != PROVIDER:
@@ -89,6 +106,13 @@ def validate_openai_config(cfg: object) -> dict[str, Any]:
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 1_000_000
     ):
         raise _invalid("model.max_tokens must be a positive integer")
+    if allowed_key_envs is not None:
+        allowed = sorted(set(allowed_key_envs))
+        if key_env not in allowed:
+            raise _invalid(
+                f"model.api_key_env {key_env!r} is not allowed here; this deployment allows: "
+                f"{', '.join(allowed) or '(none)'} (ENVERIF_PROVIDER_KEY_ENVS)"
+            )
     return dict(cfg)
 
 
@@ -249,17 +273,38 @@ def _retry_after_s(value: str | None) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
-def _error_detail(response: httpx.Response) -> str:
+def _error_reason(status: int, data: bytes) -> str:
+    """``"500 Internal Server Error"``, plus the OpenAI error type when it is an identifier.
+
+    The phrase comes from our own table, not the server's status line, and nothing else of
+    the body is used (see the module docstring).
+    """
     try:
-        error = response.json().get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])[:500]
-    except (ValueError, AttributeError):
-        pass
-    return response.text[:500]
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "unknown status"
+    reason = f"HTTP {status} {phrase}"
+    try:
+        error = json.loads(data).get("error")
+    except (ValueError, AttributeError, RecursionError):
+        return reason
+    if isinstance(error, dict):
+        for key in ("type", "code"):
+            value = error.get(key)
+            if isinstance(value, str) and _ERROR_TYPE.match(value):
+                return f"{reason} ({value})"
+    return reason
+
+
+def _display_url(url: str) -> str:
+    """The endpoint as shown in errors: no credentials, no query string."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(userinfo=b"", query=None, fragment=None))
 
 
 class OpenAIProvider:
+    fast: bool = False  # every turn is a network call: the loop records results before asking
+
     def __init__(
         self,
         config: dict[str, Any],
@@ -269,8 +314,9 @@ class OpenAIProvider:
         backoff_base_s: float = 0.5,
         max_backoff_s: float = 30.0,
     ) -> None:
-        self._config = validate_openai_config(config)
+        self._config = validate_openai_config(config, allowed_key_envs=settings.provider_key_envs)
         self._url = self._config.get("base_url", DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
+        self._shown_url = _display_url(self._url)
         self._key_env: str = self._config.get("api_key_env", DEFAULT_API_KEY_ENV)
         self._settings = settings
         self._client = client
@@ -278,6 +324,11 @@ class OpenAIProvider:
         self._max_backoff_s = max_backoff_s
 
     def _api_key(self) -> str:
+        # Checked again at call time: the allowed set is the deployment's current one.
+        if self._key_env not in self._settings.provider_key_envs:
+            raise ProviderError(
+                f"openai: the API key variable {self._key_env} is not allowed by ENVERIF_PROVIDER_KEY_ENVS"
+            )
         key = os.environ.get(self._key_env, "").strip()
         if not key:
             raise ProviderError(f"openai: the API key variable {self._key_env} is not set in the environment")
@@ -295,40 +346,68 @@ class OpenAIProvider:
         body = build_request(ctx, self._config, names)
         if self._client is not None:
             data = await self._post(self._client, body, key)
-        else:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(self._settings.provider_timeout_s)) as client:
+        else:  # used on its own (tests, scripts): a guarded client for this call
+            async with guarded_client(
+                self._settings,
+                timeout_s=self._settings.provider_timeout_s,
+                user_agent="enverif-providers/0.1",
+            ) as client:
                 data = await self._post(client, body, key)
         return parse_response(data, names)
 
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], key: str) -> Any:
-        headers = {"Authorization": f"Bearer {key}"}
-        attempts = self._settings.provider_max_retries + 1
+    async def _send(
+        self, client: httpx.AsyncClient, body: dict[str, Any], key: str
+    ) -> tuple[int, bytes, str | None]:
+        """One attempt: (status, body capped at the setting, Retry-After header)."""
+        cap = self._settings.provider_max_response_bytes
         timeout = httpx.Timeout(self._settings.provider_timeout_s)
+        request = client.build_request(
+            "POST", self._url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=timeout
+        )
+        # httpx times each read separately; the deadline bounds the whole attempt.
+        async with asyncio.timeout(self._settings.provider_timeout_s):
+            response = await client.send(request, stream=True)
+            try:
+                data, truncated = await read_capped(response, cap)
+            finally:
+                await response.aclose()
+        if truncated:
+            raise ProviderError(f"openai: the answer from {self._shown_url} is larger than {cap} bytes")
+        return response.status_code, data, response.headers.get("retry-after")
+
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], key: str) -> Any:
+        attempts = self._settings.provider_max_retries + 1
         last = "no attempt made"
         for attempt in range(attempts):
             retry_after_s: float | None = None
             try:
-                # httpx times each read separately; the deadline bounds the whole attempt.
-                async with asyncio.timeout(self._settings.provider_timeout_s):
-                    response = await client.post(self._url, json=body, headers=headers, timeout=timeout)
+                status, data, retry_after = await self._send(client, body, key)
+            except URLRefused as exc:
+                raise ProviderError(
+                    f"openai: {self._shown_url} refused: {exc} (private networks are not allowed)"
+                ) from None
             except (httpx.TimeoutException, TimeoutError):
                 last = f"timed out after {self._settings.provider_timeout_s}s"
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                last = f"{type(exc).__name__}: {exc}"  # local: resolver and socket errors
             except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                # Protocol errors can quote what the server sent (h11 shows a bad status
+                # line): only the kind of error is shown.
+                last = type(exc).__name__
             else:
-                status = response.status_code
                 if 200 <= status < 300:
                     try:
-                        return response.json()
-                    except ValueError as exc:
-                        raise ProviderError(f"openai: {self._url} answered with invalid JSON") from exc
+                        return json.loads(data)
+                    except (ValueError, RecursionError):
+                        raise ProviderError(f"openai: {self._shown_url} answered with invalid JSON") from None
+                reason = _error_reason(status, data)
                 if status != 429 and status < 500:
                     hint = f" (check {self._key_env})" if status in (401, 403) else ""
-                    raise ProviderError(
-                        f"openai: HTTP {status} from {self._url}{hint}: {_error_detail(response)}"
-                    )
-                last = f"HTTP {status}: {_error_detail(response)}"
-                retry_after_s = _retry_after_s(response.headers.get("retry-after"))
+                    raise ProviderError(f"openai: {reason} from {self._shown_url}{hint}")
+                last = reason
+                retry_after_s = _retry_after_s(retry_after)
             if attempt + 1 < attempts:
                 await asyncio.sleep(self._backoff_s(attempt, retry_after_s))
-        raise ProviderError(f"openai: gave up on {self._url} after {attempts} attempt(s); last error: {last}")
+        raise ProviderError(
+            f"openai: gave up on {self._shown_url} after {attempts} attempt(s); last error: {last}"
+        )

@@ -21,132 +21,35 @@ object itself, ``"{{ input.n + 1 }}"`` a number. Anything else renders to a stri
 values must be JSON (objects, lists, strings, numbers, booleans, null); referencing an
 undefined name is an error rather than an empty string.
 
-The provider keeps no state: the loop passes the index of the turn it wants (``ctx.turn``).
+Templates render in the worker's pool of render subprocesses (``templates.py``) under an
+output cap and a time budget, in the capped sandbox of ``sandbox.py``; a turn whose strings
+hold no ``{`` skips the renderer. The provider keeps no state: the loop passes the index of the turn it wants (``ctx.turn``).
 When the steps run out, the answer is the last tool result (``None`` if there was none).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, nodes
-from jinja2.exceptions import SecurityError
-from jinja2.runtime import Context
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import TemplateSyntaxError
 
 from app.domain.errors import ValidationFailed
-from app.engine.base import FinalAnswer, ProviderError, ToolCall, ToolCalls, Turn, TurnContext
+from app.engine.base import FinalAnswer, ToolCall, ToolCalls, Turn, TurnContext
+from app.engine.providers.sandbox import CappedSandbox, compile_template, has_templates
 
 PROVIDER = "scripted"
 MAX_STEPS = 1_000
-# Bounds what a template can build with `*`/`**`: the sandbox limits range() but not these.
-MAX_SEQUENCE_LEN = 1_000_000
-MAX_EXPONENT = 1_000
+
+# Validation compiles (never renders) templates in the API process. Compiling evaluates
+# constant sub-expressions, which is why this is the capped sandbox too.
+_VALIDATION_ENV = CappedSandbox()
 
 
-class _Sandbox(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**"})
+class TemplateRenderer(Protocol):
+    """Renders (template tree, where) pairs; ``templates.TemplatePool`` in a worker."""
 
-    def call_binop(self, context: Context, op: str, left: Any, right: Any) -> Any:
-        if op == "*":
-            for seq, n in ((left, right), (right, left)):
-                if (
-                    isinstance(seq, str | list | tuple)
-                    and isinstance(n, int)
-                    and len(seq) * n > MAX_SEQUENCE_LEN
-                ):
-                    raise SecurityError(f"'*' would build a sequence longer than {MAX_SEQUENCE_LEN}")
-        if op == "**" and isinstance(right, int | float) and abs(right) > MAX_EXPONENT:
-            raise SecurityError(f"exponents above {MAX_EXPONENT} are not allowed")
-        return super().call_binop(context, op, left, right)
-
-
-# Autoescape stays off: the output is JSON data and tool arguments, not HTML.
-_ENV = _Sandbox(undefined=StrictUndefined, autoescape=False)
-
-
-# -- templates ----------------------------------------------------------------------------
-
-
-def _single_expression(source: str) -> str | None:
-    """The inner expression when ``source`` is exactly ``{{ expr }}``, else ``None``."""
-    if not (source.startswith("{{") and source.endswith("}}")):
-        return None
-    try:
-        tree = _ENV.parse(source)
-    except TemplateSyntaxError:
-        return None
-    body = tree.body
-    if len(body) != 1 or not isinstance(body[0], nodes.Output) or len(body[0].nodes) != 1:
-        return None  # e.g. "{{ a }} and {{ b }}"
-    if isinstance(body[0].nodes[0], nodes.TemplateData):
-        return None
-    inner = source[2:-2]
-    # Whitespace-control markers belong to the delimiters ("{{- x -}}"), not the expression.
-    if inner[:1] in ("-", "+"):
-        inner = inner[1:]
-    if inner[-1:] in ("-", "+"):
-        inner = inner[:-1]
-    return inner
-
-
-def _compile(source: str) -> Callable[[dict[str, Any]], Any]:
-    """Compile one string; raises ``TemplateSyntaxError`` for templates that don't parse."""
-    if "{" not in source:
-        return lambda _variables: source  # plain text: nothing to render
-    expression = _single_expression(source)
-    if expression is not None:
-        compiled = _ENV.compile_expression(expression, undefined_to_none=False)
-        return lambda variables: compiled(**variables)
-    template = _ENV.from_string(source)
-    return lambda variables: template.render(variables)
-
-
-def _to_json(value: Any, where: str) -> Any:
-    """Check a rendered value is JSON and return a plain copy (no aliasing of run state)."""
-    if isinstance(value, Undefined):
-        str(value)  # StrictUndefined raises UndefinedError naming what was undefined
-        raise ProviderError(f"{where} is undefined")
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    if isinstance(value, str):
-        return str(value)  # drops str subclasses such as Markup
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ProviderError(f"{where} has a non-string key {key!r}; JSON keys are strings")
-            out[key] = _to_json(item, f"{where}.{key}")
-        return out
-    if isinstance(value, list | tuple):
-        return [_to_json(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    raise ProviderError(
-        f"{where} rendered to a {type(value).__name__}, which is not JSON "
-        "(try a filter such as |list or |string)"
-    )
-
-
-def _render(value: Any, variables: dict[str, Any], where: str) -> Any:
-    if isinstance(value, str):
-        try:
-            rendered = _compile(value)(variables)
-        except ProviderError:
-            raise
-        except Exception as exc:  # template errors, sandbox refusals, errors in expressions
-            raise ProviderError(f"{where}: template {value!r} failed: {type(exc).__name__}: {exc}") from exc
-        try:
-            return _to_json(rendered, where)
-        except ProviderError:
-            raise
-        except Exception as exc:  # UndefinedError raised by str(StrictUndefined)
-            raise ProviderError(f"{where}: template {value!r} failed: {type(exc).__name__}: {exc}") from exc
-    if isinstance(value, dict):
-        return {key: _render(item, variables, f"{where}.{key}") for key, item in value.items()}
-    if isinstance(value, list):
-        return [_render(item, variables, f"{where}[{i}]") for i, item in enumerate(value)]
-    return copy.deepcopy(value)
+    async def render(self, items: list[tuple[Any, str]], variables: dict[str, Any]) -> list[Any]: ...
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -159,7 +62,7 @@ def _invalid(message: str) -> ValidationFailed:
 def _check_templates(value: Any, where: str) -> None:
     if isinstance(value, str):
         try:
-            _compile(value)
+            compile_template(_VALIDATION_ENV, value)
         except TemplateSyntaxError as exc:
             raise _invalid(f"{where}: template does not parse: {exc.message} (line {exc.lineno})") from exc
     elif isinstance(value, dict):
@@ -232,30 +135,33 @@ def validate_scripted_config(cfg: object) -> dict[str, Any]:
 
 
 class ScriptedProvider:
-    # Pure and local (no I/O): the loop may compute the next turn inside its transaction.
-    fast = True
+    # Local and quick (no network): the loop may compute the next turn inside its transaction.
+    fast: bool = True
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], renderer: TemplateRenderer) -> None:
         self._steps: list[dict[str, Any]] = validate_scripted_config(config)["steps"]
+        self._renderer = renderer
 
     async def next_turn(self, ctx: TurnContext) -> Turn:
         results = [item.result for item in ctx.history]
         if ctx.turn >= len(self._steps):
             return FinalAnswer(copy.deepcopy(results[-1]) if results else None)
+        turn = self._steps[ctx.turn]
+        where = f"scripted step {ctx.turn}"
+        if "final" in turn:
+            (value,) = await self._render([(turn["final"], f"{where}: final")], results, ctx)
+            return FinalAnswer(value)
+        calls = turn["calls"] if "calls" in turn else [turn]
+        args = await self._render([(call.get("args", {}), f"{where}: args") for call in calls], results, ctx)
+        return ToolCalls([ToolCall(tool=call["call"], args=a) for call, a in zip(calls, args, strict=True)])
+
+    async def _render(self, items: list[tuple[Any, str]], results: list[Any], ctx: TurnContext) -> list[Any]:
+        if not any(has_templates(tree) for tree, _ in items):
+            return [copy.deepcopy(tree) for tree, _ in items]  # plain data: no round trip
         variables = {
             "input": ctx.input,
             "results": results,
             "memories": ctx.memories,
             "run": {"id": ctx.run_id, "depth": ctx.depth},
         }
-        turn = self._steps[ctx.turn]
-        where = f"scripted step {ctx.turn}"
-        if "final" in turn:
-            return FinalAnswer(_render(turn["final"], variables, f"{where}: final"))
-        calls = turn["calls"] if "calls" in turn else [turn]
-        return ToolCalls(
-            [
-                ToolCall(tool=call["call"], args=_render(call.get("args", {}), variables, f"{where}: args"))
-                for call in calls
-            ]
-        )
+        return await self._renderer.render(items, variables)

@@ -1,0 +1,200 @@
+"""The one guarded HTTP client for everything a worker sends out: tools and model providers.
+
+Outbound requests are an SSRF risk: a model picks tool URLs and an admin picks provider
+``base_url``\\ s. Unless ``settings.http_allow_private_networks`` is set, every address a
+host resolves to must be public, and the check happens *where the socket is opened* (a
+guarded httpcore network backend), not only before the request. A check done only up front
+would be bypassed by a redirect to ``http://127.0.0.1/`` or by DNS that answers differently
+the second time (rebinding). The connection then goes to the very address that was checked,
+while TLS still verifies the original host name.
+
+Errors::
+
+    URLRefused          the target is not reachable under the policy (never retried)
+    httpx.HTTPError     everything else, as httpx raises it
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore
+import httpx
+
+from app.settings import Settings
+
+_IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class URLRefused(Exception):
+    """Raised by the guarded backend when a target address is not allowed."""
+
+
+# IPv6 ranges refused whatever Python's tables say (they differ between versions): deprecated
+# or local-only prefixes that are not public destinations.
+_NON_PUBLIC_IPV6 = tuple(
+    ipaddress.IPv6Network(net)
+    for net in (
+        "::/96",  # IPv4-compatible (deprecated): ::10.0.0.1
+        "64:ff9b:1::/48",  # local-use NAT64 (RFC 8215): translates inside one network
+        "100::/64",  # discard-only
+        "2001::/32",  # Teredo: tunnels to an IPv4 address hidden (XORed) in the address
+        "2001:db8::/32",  # documentation
+        "3fff::/20",  # documentation (RFC 9637)
+        "5f00::/16",  # SRv6 segment identifiers
+        "fc00::/7",  # unique local
+        "fec0::/10",  # site-local (deprecated, still routed like a private range)
+    )
+)
+# The NAT64 well-known prefix: 64:ff9b::a.b.c.d is translated to a.b.c.d by the network.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def is_public_address(ip: _IPAddress) -> bool:
+    """True when ``ip`` is a routable public unicast address.
+
+    An IPv6 address that carries an IPv4 address the network will deliver to (IPv4-mapped,
+    6to4, NAT64) is judged by that IPv4 address: ``2002:a00:1::`` reaches 10.0.0.1.
+    """
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None:
+            return is_public_address(embedded)
+        if any(ip in net for net in _NON_PUBLIC_IPV6):
+            return False
+    return ip.is_global and not (
+        ip.is_loopback
+        or ip.is_private
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+    )
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)
+    return None
+
+
+async def resolve_public(host: str, port: int, *, timeout_s: float) -> list[str]:
+    """Resolve ``host`` and return its addresses, refusing if ANY of them is not public.
+
+    All addresses are checked, not just the first: a name with one public and one private
+    record would otherwise reach the private one whenever the resolver orders it first.
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout_s):
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except TimeoutError as exc:
+        raise httpcore.ConnectTimeout(f"resolving {host!r} timed out") from exc
+    except OSError as exc:
+        raise httpcore.ConnectError(f"could not resolve {host!r}: {exc}") from exc
+    addresses: list[str] = []
+    for info in infos:
+        address = str(info[4][0]).split("%", 1)[0]  # drop an IPv6 scope id
+        if not is_public_address(ipaddress.ip_address(address)):
+            raise URLRefused(f"host {host!r} resolves to non-public address {address}")
+        if address not in addresses:
+            addresses.append(address)
+    if not addresses:
+        raise httpcore.ConnectError(f"could not resolve {host!r}")
+    return addresses
+
+
+class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
+    """Opens TCP connections only to checked public addresses."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkBackend, *, resolve_timeout_s: float) -> None:
+        self._inner = inner
+        self._resolve_timeout_s = resolve_timeout_s
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's backend interface
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = await resolve_public(host, port, timeout_s=timeout or self._resolve_timeout_s)
+        last: Exception | None = None
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                last = exc
+        assert last is not None  # addresses is never empty
+        raise last
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's backend interface
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise URLRefused("unix sockets are not reachable")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def guarded_client(
+    settings: Settings,
+    *,
+    timeout_s: float,
+    user_agent: str,
+    max_redirects: int = 5,
+    max_connections: int = 20,
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` whose every connection passes the address policy.
+
+    Redirects are not followed unless a request asks for it (httpx's default), and when
+    one is, the redirect target is checked again as its connection opens.
+    """
+    # trust_env=False: a proxy from the environment would make the address check meaningless
+    # (we would vet the proxy, not the target) and would leak traffic through it.
+    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    if not settings.http_allow_private_networks:
+        # httpx has no public hook for the network backend; swap the pool it built for one
+        # that uses ours (httpx is pinned to 0.28.x; tests cover the refusal end to end).
+        transport._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=max_connections,
+            max_keepalive_connections=max(1, max_connections // 2),
+            keepalive_expiry=5.0,
+            network_backend=_PublicOnlyBackend(httpcore.AnyIOBackend(), resolve_timeout_s=timeout_s),
+        )
+    return httpx.AsyncClient(
+        transport=transport,
+        timeout=httpx.Timeout(timeout_s),
+        trust_env=False,
+        max_redirects=max_redirects,
+        # Ask for an uncompressed body so a byte cap bounds memory (no decompression bombs).
+        headers={"Accept-Encoding": "identity", "User-Agent": user_agent},
+    )
+
+
+async def read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
+    """Read a streamed body up to ``cap`` bytes; returns (data, truncated)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        if size + len(chunk) > cap:
+            chunks.append(chunk[: cap - size])
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks), False

@@ -1,0 +1,213 @@
+"""The ``/graphql`` endpoint: strawberry's ASGI view, speaking GraphQL over HTTP.
+
+What it adds to strawberry's view (https://graphql.github.io/graphql-over-http/):
+
+* Content negotiation. ``Accept: application/graphql-response+json`` gets that media type,
+  and a *request error* (the document does not parse or validate, a variable does not
+  coerce: nothing was executed) is a 400 without a ``data`` entry. ``application/json``
+  (also for ``*/*`` or no Accept header) keeps the legacy behaviour: 200 with
+  ``"data": null``. An Accept header naming nothing we serve gets 406.
+* Every refusal of the HTTP layer is GraphQL-shaped, never a bare text or a 500:
+  ``{"errors": [{"message": ..., "extensions": {"code": "VALIDATION_FAILED"}}]}``. That
+  covers bodies that are not a JSON object (``"hello"``, ``null``, a batch ``[...]``), are
+  not UTF-8, nest deeper than the parser's recursion allows, contain ``NaN`` or an
+  unpaired surrogate escape (``"\\ud800"``).
+* No batching and no queries over GET (mutations over GET are refused by strawberry).
+
+Request bodies are size-capped before they reach this view (``app.http_limits``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any, Final
+
+from cross_web import HTTPException, StarletteRequestAdapter
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
+from strawberry.asgi import GraphQL
+from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http import GraphQLHTTPResponse
+from strawberry.types import ExecutionResult
+from strawberry.types.unset import UNSET, UnsetType
+
+from app.domain.errors import EnverifError, ValidationFailed
+from app.graphql.context import Context
+from app.graphql.ws_auth import TokenCheckingHandler
+
+logger = logging.getLogger(__name__)
+
+JSON: Final = "application/json"
+GRAPHQL_RESPONSE: Final = "application/graphql-response+json"
+REQUEST_ERROR_CODE: Final = ValidationFailed.code
+
+# Keys on ``request.state``: the view's hooks get the request but not each other's results.
+_MEDIA_TYPE = "graphql_media_type"
+_REQUEST_ERROR = "graphql_request_error"
+
+
+def negotiate(accept: str | None) -> str | None:
+    """The media type to answer with for an ``Accept`` header; None if we serve nothing it
+    accepts. Highest q wins; on a tie an exact name beats a wildcard, and
+    ``application/graphql-response+json`` beats ``application/json``."""
+    if accept is None or not accept.strip():
+        return JSON
+    best: tuple[float, int] = (0.0, 0)
+    chosen: str | None = None
+    for media_range in accept.split(","):
+        media, *params = (part.strip() for part in media_range.split(";"))
+        q = _quality(params)
+        media = media.lower()
+        if media == GRAPHQL_RESPONSE:
+            candidate, rank = GRAPHQL_RESPONSE, 3
+        elif media == JSON:
+            candidate, rank = JSON, 2
+        elif media in ("*/*", "application/*"):
+            candidate, rank = JSON, 1
+        else:
+            continue
+        if q > 0 and (q, rank) > best:
+            best, chosen = (q, rank), candidate
+    return chosen
+
+
+def _quality(params: list[str]) -> float:
+    for param in params:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "q":
+            try:
+                q = float(value)
+            except ValueError:
+                return 0.0
+            return q if 0.0 <= q <= 1.0 else 0.0
+    return 1.0
+
+
+def nothing_executed(result: ExecutionResult) -> bool:
+    """Nothing was executed: graphql-core gives field errors a path, and request errors
+    (syntax, validation, variable coercion, our document limits) none."""
+    return result.data is None and bool(result.errors) and all(e.path is None for e in result.errors or ())
+
+
+def error_response(status_code: int, message: str, *, media_type: str) -> Response:
+    """A GraphQL-shaped refusal of the whole request."""
+    code = "NOT_FOUND" if status_code == 404 else REQUEST_ERROR_CODE
+    body = {"errors": [{"message": message, "extensions": {"code": code}}]}
+    return Response(
+        json.dumps(body, separators=(",", ":")),
+        status_code=status_code,
+        media_type=f"{media_type}; charset=utf-8",
+    )
+
+
+class InvalidJSON(json.JSONDecodeError):
+    """A body or message that Python's parser would take but we do not. A JSONDecodeError,
+    so that the websocket transport (which shares ``decode_json``) closes the socket with
+    4400 as for any unparseable message."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, "", 0)
+        self.reason = reason
+
+
+def _reject_constant(name: str) -> Any:
+    # JSON has no NaN or Infinity; Python's parser accepts them unless told otherwise.
+    raise InvalidJSON(f"{name} is not a JSON value")
+
+
+# A \uD800-\uDFFF escape: only a pair of them is a character. Checked cheaply first.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class GraphQLView(GraphQL[Context, None]):
+    # Re-checks the token of an open websocket: a revoked or expired one closes it (4403).
+    graphql_transport_ws_handler_class = TokenCheckingHandler
+
+    async def get_context(
+        self, request: Request | WebSocket, response: Response | WebSocket | None
+    ) -> Context:
+        return Context(runtime=request.app.state.runtime, request=request, response=response)
+
+    async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
+        # Browsers cannot set headers on a websocket: the token comes in connection_init's
+        # payload. Rejecting here closes the socket (4403) before any operation can run.
+        try:
+            await context.principal()
+        except EnverifError as exc:
+            raise ConnectionRejectionError({"message": exc.message, "code": exc.code}) from None
+        except Exception:
+            logger.exception("authenticating a websocket failed")
+            raise ConnectionRejectionError({"message": "Internal server error", "code": "INTERNAL"}) from None
+        return UNSET
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        media_type = negotiate(request.headers.get("accept"))
+        setattr(request.state, _MEDIA_TYPE, media_type or JSON)
+        setattr(request.state, _REQUEST_ERROR, False)
+        response: Response
+        if media_type is None and not self.should_render_graphql_ide(StarletteRequestAdapter(request)):
+            response = error_response(406, f"Accept must allow {GRAPHQL_RESPONSE} or {JSON}", media_type=JSON)
+        else:
+            try:
+                response = await self.run(request)
+            except HTTPException as exc:
+                response = error_response(exc.status_code, exc.reason, media_type=media_type or JSON)
+            else:
+                self._negotiated(request, response)
+        await response(scope, receive, send)
+
+    def _negotiated(self, request: Request, response: Response) -> None:
+        """Give a GraphQL result the negotiated media type (and 400 for a request error)."""
+        if response.media_type != JSON:  # GraphiQL's page, not a GraphQL result
+            return
+        media_type = getattr(request.state, _MEDIA_TYPE)
+        response.headers["content-type"] = f"{media_type}; charset=utf-8"
+        if media_type == GRAPHQL_RESPONSE and getattr(request.state, _REQUEST_ERROR):
+            response.status_code = 400
+
+    def decode_json(self, data: str | bytes) -> object:
+        """Strict JSON, for HTTP bodies and websocket messages alike: an object, nothing else
+        (a websocket message that is not an object would crash strawberry's handler)."""
+        if isinstance(data, bytes):
+            try:
+                data = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidJSON("it is not UTF-8") from None
+        try:
+            value = json.loads(data, parse_constant=_reject_constant)
+        except RecursionError:
+            raise InvalidJSON("it is nested too deeply") from None
+        if not isinstance(value, dict):
+            raise InvalidJSON("it must be a JSON object with a query (batching is not supported)")
+        if _SURROGATE_ESCAPE.search(data):
+            try:
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                # A lone surrogate is no character: no database would store it.
+                raise InvalidJSON("it contains an unpaired surrogate escape") from None
+        return value
+
+    def parse_json(self, data: str | bytes) -> Any:
+        try:
+            return self.decode_json(data)
+        except InvalidJSON as exc:
+            raise HTTPException(400, f"The request body is refused: {exc.reason}") from None
+        except json.JSONDecodeError:
+            raise HTTPException(400, "The request body is not valid JSON") from None
+
+    async def process_result(self, request: Request, result: ExecutionResult) -> GraphQLHTTPResponse:
+        response = await super().process_result(request, result)
+        if nothing_executed(result):
+            setattr(request.state, _REQUEST_ERROR, True)
+            if getattr(request.state, _MEDIA_TYPE, JSON) == GRAPHQL_RESPONSE:
+                # The spec: a request error has no data entry at all (not even null).
+                response.pop("data", None)
+        return response
