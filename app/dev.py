@@ -31,11 +31,11 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.clock import utcnow
-from app.db.orm import Agent, Workspace
+from app.db.orm import Agent, Memory, Workspace
 from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
 from app.domain.errors import Conflict
 from app.domain.policy import validate_policy
-from app.services import auth
+from app.services import auth, memories
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,34 @@ def demo_agents(base_url: str) -> list[DemoAgent]:
             policy={"rules": [{"tool": "webhook.post", "decision": "REQUIRE_APPROVAL"}]},
         ),
         DemoAgent(
+            name="scout",
+            description="Carries decisions between runs: looks up its memory, then remembers the input's decision.",
+            instructions="Search your memory for the topic, then remember the decision you were given.",
+            model={
+                "provider": "scripted",
+                "steps": [
+                    {"call": "memory.search", "args": {"query": "{{ input.topic | default('customer') }}"}},
+                    {
+                        "call": "memory.remember",
+                        "args": {
+                            "key": "{{ input.key | default('latest-decision') }}",
+                            "value": "{{ input.decision | default('Prioritise EU fintech leads this quarter') }}",
+                            "tags": ["decision"],
+                            "importance": 0.8,
+                        },
+                    },
+                    {
+                        "final": {
+                            "injected": "{{ memories | map(attribute='key') | list }}",
+                            "found": "{{ results[0].memories | map(attribute='key') | list }}",
+                            "remembered": "{{ results[1] }}",
+                        }
+                    },
+                ],
+            },
+            tools=["memory.*"],
+        ),
+        DemoAgent(
             name="greeter",
             description="Greets whoever is named in the input, in one turn.",
             instructions="Greet the person named in the input.",
@@ -195,6 +223,8 @@ async def seed_demo(
         for spec in specs:
             await _upsert_agent(session, workspace_id=workspace.id, spec=spec)
         await session.commit()
+    async with sessionmaker() as session, session.begin():
+        await _seed_memories(session, workspace_id=workspace.id)
     return DemoSeed(
         workspace_id=workspace.id, workspace=DEMO_WORKSPACE, token=token, agents=[s.name for s in specs]
     )
@@ -228,6 +258,39 @@ async def _upsert_agent(session: AsyncSession, *, workspace_id: int, spec: DemoA
             changed = True
     if changed:
         agent.updated_at = now
+
+
+# Memories the demo starts with: (agent, key, value, tags, importance). Written only when
+# missing, so whatever the demo's runs and operators changed since stays as it is.
+DEMO_MEMORIES = [
+    ("scout", "icp", "Ideal customer: B2B SaaS in the EU, 50-500 employees", ["icp"], 0.9),
+]
+
+
+async def _seed_memories(session: AsyncSession, *, workspace_id: int) -> None:
+    for agent_name, key, value, tags, importance in DEMO_MEMORIES:
+        agent = await session.scalar(
+            select(Agent).where(Agent.workspace_id == workspace_id, Agent.name == agent_name)
+        )
+        if agent is None:
+            continue
+        present = await session.scalar(
+            select(Memory.id).where(Memory.agent_id == agent.id, Memory.key == key)
+        )
+        if present is not None:
+            continue
+        # Neither a run nor a token wrote it: its first revision names nobody.
+        await memories.remember(
+            session,
+            workspace_id=workspace_id,
+            agent_id=agent.id,
+            key=key,
+            value=value,
+            tags=tags,
+            importance=importance,
+            now=utcnow(),
+            max_value_chars=len(value),
+        )
 
 
 # -- listening ----------------------------------------------------------------------------

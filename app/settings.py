@@ -48,6 +48,8 @@ class Settings(BaseSettings):
 
     max_page_size: int = Field(default=100, ge=1, le=1_000)
     max_text_chars: int = Field(default=100_000, ge=1_000)
+    # A memory's value: memories are injected into prompts, so they stay small.
+    max_memory_chars: int = Field(default=16_384, ge=256, le=1_000_000)
     max_query_depth: int = Field(default=12, ge=3, le=64)
     # Estimated rows one operation may read, sizes multiplied down the tree (app/graphql/cost.py).
     # 10,000: two nested connections fit at the default page size (50 x 50 = 2,500 rows),

@@ -26,7 +26,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.dialects import mysql
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 from sqlalchemy.types import TypeDecorator
 
 NAMING_CONVENTION = {
@@ -38,6 +38,9 @@ NAMING_CONVENTION = {
 
 # BIGINT on MySQL; SQLite only auto-increments a column declared exactly INTEGER.
 Id = BigInteger().with_variant(Integer(), "sqlite")
+# Memory keys are exact: byte-wise on MySQL/MariaDB (SQLite's default BINARY collation
+# already is), so "Plan" and "plan" are two keys on both databases.
+MemoryKey = String(255).with_variant(mysql.VARCHAR(255, collation="utf8mb4_bin"), "mysql", "mariadb")
 # LONGTEXT on MySQL: run results, tool output and memory values can be large.
 LongText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 
@@ -135,7 +138,7 @@ class Memory(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
     agent_id: Mapped[int] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"))
-    key: Mapped[str] = mapped_column(String(200))
+    key: Mapped[str] = mapped_column(MemoryKey)
     value: Mapped[str] = mapped_column(LongText)
     tags: Mapped[list[Any]] = mapped_column(JSON)
     importance: Mapped[float] = mapped_column(Float)
@@ -143,6 +146,28 @@ class Memory(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
+    # What full-text search indexes: key, value and tags in one column (MariaDB refuses one
+    # FULLTEXT index over the binary key and the value). Kept in step by the validator below,
+    # so no write path can forget it; indexed by a FULLTEXT index on MariaDB/MySQL and by the
+    # FTS5 table ``memories_fts`` (triggers) on SQLite, both created by the migration only.
+    search_text: Mapped[str] = mapped_column(LongText, default="")
+
+    @validates("key", "value", "tags")
+    def _keep_search_text(self, name: str, new: Any) -> Any:
+        parts = {"key": self.__dict__.get("key"), "value": self.__dict__.get("value")}
+        tags = self.__dict__.get("tags")
+        if name == "tags":
+            tags = new
+        else:
+            parts[name] = new
+        words = [parts["key"] or "", parts["value"] or "", *(str(t) for t in tags or [])]
+        self.search_text = " ".join(w for w in words if w)
+        return new
+
+
+# Search objects the migration creates outside this metadata (dialect-specific), which a
+# schema comparison against this module must therefore ignore.
+SEARCH_INDEX_OBJECTS = frozenset({"ix_memories_search_text", "memories_fts"})
 
 
 class MemoryRevision(Base):
@@ -155,7 +180,7 @@ class MemoryRevision(Base):
     # No foreign key: the history outlives the memory it describes.
     memory_id: Mapped[int] = mapped_column(Id, index=True)
     agent_id: Mapped[int] = mapped_column(Id)
-    key: Mapped[str] = mapped_column(String(200))
+    key: Mapped[str] = mapped_column(MemoryKey)
     action: Mapped[str] = mapped_column(String(16))  # CREATE | UPDATE | DELETE
     run_id: Mapped[int | None] = mapped_column(Id)
     token_id: Mapped[int | None] = mapped_column(Id)

@@ -1,7 +1,9 @@
-"""Which memories an agent starts a run with: pure ranking under a budget."""
+"""Which memories an agent starts a run with (pure ranking under a budget), and how search
+hits are ordered."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,14 +19,21 @@ class MemoryCandidate:
     importance: float
     updated_at: datetime
     last_used_at: datetime | None
+    tags: tuple[str, ...] = ()
 
 
 def value_score(memory: MemoryCandidate, now: datetime) -> float:
     """importance x recency, recency halving every RECENCY_HALF_LIFE_DAYS since last touched."""
-    touched = max(memory.updated_at, memory.last_used_at or memory.updated_at)
+    return _importance_x_recency(memory.importance, memory.updated_at, memory.last_used_at, now)
+
+
+def _importance_x_recency(
+    importance: float, updated_at: datetime, last_used_at: datetime | None, now: datetime
+) -> float:
+    touched = max(updated_at, last_used_at or updated_at)
     age_days = max((now - touched).total_seconds(), 0.0) / 86_400
     recency: float = 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
-    return memory.importance * recency
+    return importance * recency
 
 
 def injection_size(memory: MemoryCandidate) -> int:
@@ -49,3 +58,47 @@ def select_for_injection(
         chosen.append(memory)
         chars += size
     return chosen
+
+
+# -- search ----------------------------------------------------------------------------------
+
+# How much text relevance counts against importance x recency when ranking search hits. Both
+# parts are in 0..1, so a memory that matches the words far better still wins, while among
+# similar matches the important, recently touched one comes first.
+RELEVANCE_WEIGHT = 0.7
+# A search word: letters and digits (``_`` splits words, as FTS5's tokenizer does).
+_WORD = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    id: int
+    relevance: float  # the database's full-text score, larger is better; 0 without a query
+    importance: float
+    updated_at: datetime
+    last_used_at: datetime | None
+
+
+def rank_search_hits(hits: list[SearchHit], *, now: datetime, limit: int) -> list[SearchHit]:
+    """The best ``limit`` hits: relevance (scaled to the best hit's) blended with importance x
+    recency. Without relevance (a tag-only search) that is importance x recency alone. Ties
+    break on id, newer first, so the order is deterministic."""
+    best = max((h.relevance for h in hits), default=0.0)
+
+    def score(hit: SearchHit) -> float:
+        value = _importance_x_recency(hit.importance, hit.updated_at, hit.last_used_at, now)
+        if best <= 0:
+            return value
+        return RELEVANCE_WEIGHT * (hit.relevance / best) + (1 - RELEVANCE_WEIGHT) * value
+
+    return sorted(hits, key=lambda h: (-score(h), -h.id))[: max(limit, 0)]
+
+
+def search_terms(query: str, *, max_terms: int = 16) -> list[str]:
+    """The words of a free-text query, deduplicated, in order: letters and digits only, so no
+    user input ever reaches a full-text engine's operator syntax (MariaDB boolean mode's
+    ``+-<>()~*"``, FTS5's ``AND OR NOT NEAR``, quotes, column filters)."""
+    words: dict[str, None] = {}
+    for word in _WORD.findall(query.lower()):
+        words.setdefault(word, None)
+    return list(words)[:max_terms]

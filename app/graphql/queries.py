@@ -124,7 +124,13 @@ class Query:
             info, first=first, after=after, statuses=status, agent_id=agent_pk, roots_only=bool(roots_only)
         )
 
-    @strawberry.field(description="An agent's memories, newest first. query: substring of key or value.")
+    @strawberry.field(
+        description=(
+            "An agent's memories carrying all of `tags`. Without `query`: newest first. With `query`: "
+            "full-text search over key, value and tags (each word matches as a prefix; any word may "
+            "match), best first by relevance, importance and recency; at most 200 results."
+        )
+    )
     async def memories(
         self,
         info: Info,

@@ -1,9 +1,14 @@
-"""Memory use cases for operators: create, update, delete. Every change writes a
-``MemoryRevision`` (who, old value, new value, when) in the same transaction as the change,
-so history and state can never disagree.
+"""Memory writes: the cores shared by operators (GraphQL) and runs (the memory tools), and the
+operator use cases around them.
 
-Values pass through ``screen_value`` before they are stored. That is the one place a stored
-value is checked, so the credential guard (a later issue) is a single call added there.
+Every change writes a ``MemoryRevision`` (who: run or token, old value, new value, when) in
+the same transaction as the change, so history and state can never disagree. Every stored
+key, value and tag passes ``screen`` first: input limits, then the credential guard
+(``app.domain.credentials``). A refused write stores nothing and leaves no revision.
+
+The cores (``remember``, ``forget``) take an open session and keyword-only arguments, and
+neither begin nor commit: an operator's use case wraps them in its own transaction, a run's
+memory tool calls them inside its step's fenced transaction (DESIGN §3.5).
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import Role
-from app.domain.errors import Conflict, NotFound
+from app.domain.credentials import check_credentials
+from app.domain.errors import Conflict, CredentialRejected, NotFound
 from app.services.auth import Principal
 from app.services.queries import get_owned
 from app.services.runtime import Runtime
 from app.services.validation import KEEP, Keep, check_fraction, check_string_list, check_text
 
-MAX_KEY_CHARS = 200
+MAX_KEY_CHARS = 255
 MAX_TAGS = 32
 MAX_TAG_CHARS = 64
 DEFAULT_IMPORTANCE = 0.5
@@ -53,8 +59,21 @@ class MemoryPatch:
     importance: float | Keep = KEEP
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    memory: orm.Memory
+    created: bool
+
+
+# -- checks ----------------------------------------------------------------------------------
+
+
 def check_key(key: str) -> str:
     return check_text(key, field="key", max_chars=MAX_KEY_CHARS, allow_empty=False)
+
+
+def check_value(value: str, *, max_chars: int) -> str:
+    return check_text(value, field="value", max_chars=max_chars, allow_empty=False)
 
 
 def check_tags(tags: list[str]) -> list[str]:
@@ -65,23 +84,130 @@ def check_importance(importance: float) -> float:
     return check_fraction(importance, field="importance")
 
 
-def screen_value(value: str, *, max_chars: int) -> str:
-    """Every value a memory is about to hold comes through here (operators and, later, the
-    run loop's memory tools). The credential guard plugs in as ``guard(value)`` below."""
-    return check_text(value, field="value", max_chars=max_chars, allow_empty=False)
+def screen(key: str, value: str | None, tags: list[str]) -> None:
+    """The credential guard, for every write path: CREDENTIAL_REJECTED naming the rule and the
+    field, never the text. ``value`` None: the value is not being changed."""
+    rejection = check_credentials(key, value, tags)
+    if rejection is not None:
+        raise CredentialRejected(rejection.message, field=rejection.field)
+
+
+# -- cores (an open session; no transaction handling) ---------------------------------------
+
+
+async def remember(
+    session: AsyncSession,
+    *,
+    workspace_id: int,
+    agent_id: int,
+    key: str,
+    value: str,
+    tags: list[str] | None,
+    importance: float | None,
+    now: datetime,
+    max_value_chars: int,
+    source_run_id: int | None = None,
+    token_id: int | None = None,
+) -> Written:
+    """Upsert the agent's memory under ``key`` (exact, case-sensitive). Omitted tags and
+    importance keep the stored ones on an update. The caller owns the transaction."""
+    key = check_key(key)
+    value = check_value(value, max_chars=max_value_chars)
+    checked_tags = None if tags is None else check_tags(tags)
+    checked_importance = None if importance is None else check_importance(importance)
+    screen(key, value, checked_tags or [])
+    # Lock order: an existing memory's row; a new key's writers queue on the agent's row
+    # instead. Inserting and letting the unique index settle a race would not do on MariaDB:
+    # each loser keeps a shared lock on the winner's index entry, and their locking reads
+    # to update it then deadlock with one another.
+    existing_id = await session.scalar(
+        select(orm.Memory.id).where(orm.Memory.agent_id == agent_id, orm.Memory.key == key)
+    )
+    memory = None if existing_id is None else await _lock_by_key(session, agent_id=agent_id, key=key)
+    if memory is None:
+        await _lock_agent(session, agent_id)
+        # A locking read sees what the writer before us committed (a plain one would not).
+        memory = await _lock_by_key(session, agent_id=agent_id, key=key)
+    if memory is None:
+        memory = orm.Memory(
+            workspace_id=workspace_id,
+            agent_id=agent_id,
+            key=key,
+            value=value,
+            tags=checked_tags or [],
+            importance=DEFAULT_IMPORTANCE if checked_importance is None else checked_importance,
+            source_run_id=source_run_id,
+            created_at=now,
+            updated_at=now,
+            last_used_at=None,
+        )
+        session.add(memory)
+        await _flush_unique_key(session, key)
+        record_revision(
+            session,
+            memory=memory,
+            action=RevisionAction.CREATE,
+            old_value=None,
+            at=now,
+            run_id=source_run_id,
+            token_id=token_id,
+        )
+        return Written(memory=memory, created=True)
+    old_value = memory.value
+    memory.value = value
+    if checked_tags is not None:
+        memory.tags = checked_tags
+    if checked_importance is not None:
+        memory.importance = checked_importance
+    memory.source_run_id = source_run_id  # DESIGN §2: the run that last updated it; null for operators
+    memory.updated_at = now
+    record_revision(
+        session,
+        memory=memory,
+        action=RevisionAction.UPDATE,
+        old_value=old_value,
+        at=now,
+        run_id=source_run_id,
+        token_id=token_id,
+    )
+    return Written(memory=memory, created=False)
+
+
+async def forget(
+    session: AsyncSession,
+    *,
+    agent_id: int,
+    key: str,
+    now: datetime,
+    source_run_id: int | None = None,
+    token_id: int | None = None,
+) -> bool:
+    """Delete the agent's memory under ``key``; False when there is none."""
+    key = check_key(key)
+    row = await _lock_by_key(session, agent_id=agent_id, key=key)
+    if row is None:
+        return False
+    await _delete(session, row, now=now, run_id=source_run_id, token_id=token_id)
+    return True
+
+
+# -- operator use cases ----------------------------------------------------------------------
 
 
 async def create_memory(
     rt: Runtime, principal: Principal, *, agent_id: int, draft: MemoryDraft
 ) -> orm.Memory:
+    """A new memory; CONFLICT when the agent already has the key (operators edit by id)."""
     principal.require(Role.OPERATOR)
     key = check_key(draft.key)
-    value = screen_value(draft.value, max_chars=rt.settings.max_text_chars)
+    value = check_value(draft.value, max_chars=rt.settings.max_memory_chars)
     tags = check_tags(draft.tags or [])
     importance = check_importance(DEFAULT_IMPORTANCE if draft.importance is None else draft.importance)
+    screen(key, value, tags)
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         agent = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
+        await _lock_agent(session, agent.id)
         await _ensure_key_free(session, agent_id=agent.id, key=key, memory_id=None)
         row = orm.Memory(
             workspace_id=principal.workspace_id,
@@ -116,13 +242,20 @@ async def update_memory(
     value = (
         None
         if isinstance(patch.value, Keep)
-        else screen_value(patch.value, max_chars=rt.settings.max_text_chars)
+        else check_value(patch.value, max_chars=rt.settings.max_memory_chars)
     )
     tags = None if isinstance(patch.tags, Keep) else check_tags(patch.tags)
     importance = None if isinstance(patch.importance, Keep) else check_importance(patch.importance)
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         row = await _lock_memory(session, workspace_id=principal.workspace_id, memory_id=memory_id)
+        # The guard sees the memory as it would be stored: a new key next to the old value
+        # can make a credential-named key meet a one-word value.
+        screen(
+            row.key if key is None else key,
+            row.value if value is None else value,
+            list(row.tags or []) if tags is None else tags,
+        )
         old_value = row.value
         if key is not None and key != row.key:
             await _ensure_key_free(session, agent_id=row.agent_id, key=key, memory_id=row.id)
@@ -153,18 +286,11 @@ async def delete_memory(rt: Runtime, principal: Principal, *, memory_id: int) ->
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         row = await _lock_memory(session, workspace_id=principal.workspace_id, memory_id=memory_id)
-        # The revision outlives the row (no foreign key), so the deletion stays auditable.
-        record_revision(
-            session,
-            memory=row,
-            action=RevisionAction.DELETE,
-            old_value=row.value,
-            new_value=None,
-            token_id=principal.token_id,
-            at=now,
-        )
-        await session.delete(row)
+        await _delete(session, row, now=now, run_id=None, token_id=principal.token_id)
     return memory_id
+
+
+# -- helpers ---------------------------------------------------------------------------------
 
 
 def record_revision(
@@ -194,6 +320,41 @@ def record_revision(
     )
     session.add(revision)
     return revision
+
+
+async def _delete(
+    session: AsyncSession, row: orm.Memory, *, now: datetime, run_id: int | None, token_id: int | None
+) -> None:
+    # The revision outlives the row (no foreign key), so the deletion stays auditable.
+    record_revision(
+        session,
+        memory=row,
+        action=RevisionAction.DELETE,
+        old_value=row.value,
+        new_value=None,
+        run_id=run_id,
+        token_id=token_id,
+        at=now,
+    )
+    await session.delete(row)
+    await session.flush()
+
+
+async def _lock_agent(session: AsyncSession, agent_id: int) -> None:
+    """Serialise the creation of an agent's memories (see ``remember``; operators' creates
+    take it too). Held to the end of the caller's transaction."""
+    await session.execute(select(orm.Agent.id).where(orm.Agent.id == agent_id).with_for_update())
+
+
+async def _lock_by_key(session: AsyncSession, *, agent_id: int, key: str) -> orm.Memory | None:
+    # FOR UPDATE: a concurrent writer of the same key waits, so each revision's old value is
+    # the value the previous revision left (no branching history).
+    return await session.scalar(
+        select(orm.Memory)
+        .where(orm.Memory.agent_id == agent_id, orm.Memory.key == key)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
 
 
 async def _lock_memory(session: AsyncSession, *, workspace_id: int, memory_id: int) -> orm.Memory:

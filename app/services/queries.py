@@ -180,10 +180,11 @@ async def list_memories(
     workspace_id: int,
     agent_id: int,
     page: PageRequest,
-    query: str | None = None,
     tags: Sequence[str] | None = None,
 ) -> Page[orm.Memory]:
-    stmt = _memories(session, workspace_id, query, tags).where(orm.Memory.agent_id == agent_id)
+    """An agent's memories carrying all ``tags``, newest first. Searching with a query is
+    ``app.services.memory_search`` (full-text, ranked)."""
+    stmt = _memories(session, workspace_id, None, tags).where(orm.Memory.agent_id == agent_id)
     return await fetch_page(session, stmt, id_column=orm.Memory.id, page=page)
 
 
@@ -220,11 +221,11 @@ def _memories(
             | func.lower(orm.Memory.value).contains(needle, autoescape=True)
         )
     for tag in dict.fromkeys(tags or ()):
-        stmt = stmt.where(_has_tag(session, tag))
+        stmt = stmt.where(memory_has_tag(session, tag))
     return stmt
 
 
-def _has_tag(session: AsyncSession, tag: str) -> ColumnElement[bool]:
+def memory_has_tag(session: AsyncSession, tag: str) -> ColumnElement[bool]:
     """``tag`` is an element of the memory's JSON tag list, filtered in SQL so that pages
     stay full (filtering after the LIMIT would return short pages)."""
     bind = session.get_bind()

@@ -13,15 +13,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db.clock import now_sql
-from app.db.orm import Agent, Memory, Run, RunEvent, RunStep
+from app.db.orm import Agent, Run, RunEvent, RunStep
 from app.domain.agents import AgentStatus, Role
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
 from app.domain.events import EventType
-from app.domain.memory import MemoryCandidate, select_for_injection
+from app.domain.memory import MemoryCandidate
 from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
+from app.services import memory_injection
 from app.services.auth import Principal
 from app.services.runtime import Runtime
-from app.services.transitions import TreeTx, WakeUp, after_commit, tree_tx
+from app.services.transitions import WakeUp, after_commit, tree_tx
 
 MAX_INPUT_BYTES = 256_000
 
@@ -146,11 +147,24 @@ class Claim:
     steps: list[RunStep]
 
 
-async def claim(rt: Runtime, run_id: int, *, owner: str, root_id: int | None = None) -> Claim | None:
+async def claim(
+    rt: Runtime,
+    run_id: int,
+    *,
+    owner: str,
+    root_id: int | None = None,
+    candidates: list[MemoryCandidate] | None = None,
+) -> Claim | None:
     """QUEUED -> RUNNING under a fresh lease, with the attempt number as fencing token.
     None when the run is not claimable: a second delivery of the same job, a cancelled run,
-    a run another worker already took."""
+    a run another worker already took.
+
+    ``candidates``: the memories to choose from on a first start, read before the claim's
+    transaction (``memory_injection.candidates``, done here when not given) so the tree's
+    lock is never held over a scan of the agent's memories."""
     lease_s = rt.settings.lease_s
+    if candidates is None:
+        candidates = await memory_injection.candidates(rt, run_id) or []
     async with tree_tx(rt, run_id, root_id=root_id) as tx:
         run = await tx.run(run_id)
         if run.status != RunStatus.QUEUED:
@@ -171,10 +185,10 @@ async def claim(rt: Runtime, run_id: int, *, owner: str, root_id: int | None = N
         await tx.set_run_status(run, RunStatus.RUNNING, reason=f"claimed by {owner}")
         agent = await tx.session.get_one(Agent, run.agent_id)
         if first_start:
-            memories = await _inject_memories(tx, run, agent)
+            memories = await memory_injection.inject(tx, run, agent, candidates)
             steps: list[RunStep] = []
         else:
-            memories = await _injected(tx.session, run.injected_memory_ids or [])
+            memories = await memory_injection.injected(tx.session, run.injected_memory_ids or [])
             steps = list(
                 await tx.session.scalars(
                     select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
@@ -182,39 +196,6 @@ async def claim(rt: Runtime, run_id: int, *, owner: str, root_id: int | None = N
             )
         return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps)
     return None  # unreachable; keeps type checkers content about the context manager
-
-
-def _memory_view(m: Memory) -> dict[str, Any]:
-    return {"key": m.key, "value": m.value, "tags": m.tags}
-
-
-async def _injected(session: AsyncSession, ids: list[int]) -> list[dict[str, Any]]:
-    if not ids:
-        return []
-    rows = {m.id: m for m in await session.scalars(select(Memory).where(Memory.id.in_(ids)))}
-    return [_memory_view(rows[i]) for i in ids if i in rows]
-
-
-async def _inject_memories(tx: TreeTx, run: Run, agent: Agent) -> list[dict[str, Any]]:
-    """On a run's first start: pick the agent's highest-value memories within its budget,
-    record them on the run and mark them used (DESIGN §3.2)."""
-    rows = {m.id: m for m in await tx.session.scalars(select(Memory).where(Memory.agent_id == run.agent_id))}
-    chosen = select_for_injection(
-        [
-            MemoryCandidate(m.id, m.key, m.value, m.importance, m.updated_at, m.last_used_at)
-            for m in rows.values()
-        ],
-        now=tx.now,
-        max_items=agent.memory_max_items,
-        max_chars=agent.memory_max_chars,
-    )
-    run.injected_memory_ids = [m.id for m in chosen]
-    if chosen:
-        await tx.session.execute(
-            update(Memory).where(Memory.id.in_(run.injected_memory_ids)).values(last_used_at=tx.now)
-        )
-        tx.emit(run, EventType.MEMORY_INJECTED, payload={"keys": [m.key for m in chosen]})
-    return [_memory_view(rows[m.id]) for m in chosen]
 
 
 async def renew_lease(rt: Runtime, run_id: int, *, attempt: int) -> bool:

@@ -230,3 +230,41 @@ def test_dev_delegation_demo_shows_the_childs_approval_on_the_root(dev_home: Pat
         assert stack.stop(signal.SIGTERM) == 0, stack.output()
     finally:
         stack.kill()
+
+
+def test_dev_scout_demo_remembers_between_runs(dev_home: Path) -> None:
+    stack = DevStack(dev_home).start()
+    try:
+        agents = stack.agent_ids()
+        first_id = stack.gql(START_RUN, {"agent": agents["scout"], "input": {"topic": "customer"}})[
+            "startRun"
+        ]["id"]
+        first = stack.wait_run(first_id, "SUCCEEDED", "FAILED")
+        assert first["status"] == "SUCCEEDED", first
+        # The seeded memory was injected and found; the run's decision was remembered.
+        assert first["result"] == {
+            "injected": ["icp"],
+            "found": ["icp"],
+            "remembered": {"key": "latest-decision", "created": True},
+        }
+        second_id = stack.gql(
+            START_RUN,
+            {
+                "agent": agents["scout"],
+                "input": {"topic": "fintech", "decision": "Pause outreach in December"},
+            },
+        )["startRun"]["id"]
+        second = stack.wait_run(second_id, "SUCCEEDED", "FAILED")
+        assert sorted(second["result"]["injected"]) == ["icp", "latest-decision"]
+        assert second["result"]["found"] == ["latest-decision"]
+        assert second["result"]["remembered"] == {"key": "latest-decision", "created": False}
+        memories = stack.gql(
+            'query($a: ID!) { memories(agentId: $a, query: "december") { edges { node { key value } } } }',
+            {"a": agents["scout"]},
+        )["memories"]["edges"]
+        assert [e["node"] for e in memories] == [
+            {"key": "latest-decision", "value": "Pause outreach in December"}
+        ]
+        assert stack.stop(signal.SIGTERM) == 0, stack.output()
+    finally:
+        stack.kill()

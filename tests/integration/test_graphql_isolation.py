@@ -32,7 +32,7 @@ class Objects:
 
 
 async def _populate(gql: Any, ws: Any, sessionmaker: Any) -> Objects:
-    secret = f"secret-{ws.name}"
+    secret = f"confidential-{ws.name}"  # a credential-named key would be refused (CREDENTIAL_REJECTED)
     agent = await create_agent(gql, ws.admin, name=secret, description=secret)
     memory = await create_memory(gql, ws.operator, agent["id"], key=secret, value=secret)
     rows = Rows(sessionmaker, ws.id)

@@ -27,7 +27,7 @@ query($id: ID!) {
   node(id: $id) {
     ... on Memory {
       id key value tags importance createdAt updatedAt lastUsedAt agent { id } sourceRun { id }
-      revisions { action key oldValue newValue byOperator sourceRun { id } at }
+      revisions { action key oldValue newValue byOperator apiTokenId sourceRun { id } at }
     }
   }
 }
@@ -72,6 +72,13 @@ async def test_create_update_delete_with_revisions(gql: Any, workspace: Any) -> 
         ("CREATE", None, "blue", True),
         ("UPDATE", "blue", "green", True),
     ]
+    # Which token: the operator's (the id an admin sees in apiTokens).
+    operator_token = (
+        await gql.ok("{ apiTokens(first: 50) { edges { node { id role } } } }", token=workspace.admin)
+    )["apiTokens"]["edges"]
+    operator_ids = {e["node"]["id"] for e in operator_token if e["node"]["role"].lower() == "operator"}
+    assert {r["apiTokenId"] for r in memory["revisions"]} <= operator_ids
+    assert all(r["apiTokenId"] for r in memory["revisions"])
 
     deleted = await gql.ok(DELETE_MEMORY, {"id": created["id"]}, token=workspace.operator)
     assert deleted["deleteMemory"] == created["id"]
@@ -134,7 +141,7 @@ async def test_source_run_is_shown_and_cleared_by_an_operator_write(
     assert memory["sourceRun"] is None
 
 
-async def test_search_by_substring_and_tags(gql: Any, workspace: Any) -> None:
+async def test_full_text_search_and_tags(gql: Any, workspace: Any) -> None:
     agent = await create_agent(gql, workspace.admin)
     other_agent = await create_agent(gql, workspace.admin)
     await create_memory(gql, workspace.operator, agent["id"], key="Home city", value="Berlin", tags=["place"])
@@ -142,7 +149,7 @@ async def test_search_by_substring_and_tags(gql: Any, workspace: Any) -> None:
         gql, workspace.operator, agent["id"], key="pet", value="A cat named BERLINER", tags=["pet"]
     )
     await create_memory(
-        gql, workspace.operator, agent["id"], key="100% sure", value="x", tags=["place", "pet"]
+        gql, workspace.operator, agent["id"], key="100% sure", value="xyz", tags=["place", "pet"]
     )
     await create_memory(gql, workspace.operator, other_agent["id"], key="berlin elsewhere", value="berlin")
 
@@ -150,21 +157,141 @@ async def test_search_by_substring_and_tags(gql: Any, workspace: Any) -> None:
         data = await gql.ok(SEARCH, {"agentId": agent["id"], **variables}, token=workspace.viewer)
         return [e["node"]["key"] for e in data["memories"]["edges"]]
 
-    assert await keys(query="berlin") == ["pet", "Home city"]  # newest first, case-insensitive
+    # Words match as prefixes, case-insensitively, in key, value and tags; never another agent's.
+    assert sorted(await keys(query="berlin")) == ["Home city", "pet"]
     assert await keys(query="CITY") == ["Home city"]
-    assert await keys(query="%") == ["100% sure"]  # a literal percent sign, not a wildcard
-    assert await keys(query="_") == []
-    assert await keys(tags=["place"]) == ["100% sure", "Home city"]
+    assert await keys(query="sure") == ["100% sure"]
+    assert sorted(await keys(query="place")) == ["100% sure", "Home city"]  # tags are searched too
+    assert await keys(query="%") == []  # punctuation only: no words, no match (and no wildcard)
+    assert await keys(query='berlin" OR "x') == await keys(query="berlin x")  # no operator syntax
+    assert await keys(query="nothing matches this") == []
+    assert await keys(tags=["place"]) == ["100% sure", "Home city"]  # no query: newest first
     assert await keys(tags=["place", "pet"]) == ["100% sure"]
     assert await keys(tags=["nope"]) == []
     assert await keys(query="berlin", tags=["pet"]) == ["pet"]
-    # The same list through Agent.memories.
+    # The index follows every change: an edited value, a deleted memory.
+    home_id = (
+        await gql.ok(
+            'query($a: ID!) { memories(agentId: $a, query: "city") { edges { node { id } } } }',
+            {"a": agent["id"]},
+            token=workspace.viewer,
+        )
+    )["memories"]["edges"][0]["node"]["id"]
+    await gql.ok(UPDATE_MEMORY, {"id": home_id, "input": {"value": "Hamburg"}}, token=workspace.operator)
+    assert sorted(await keys(query="berlin")) == ["pet"]
+    assert await keys(query="hamburg") == ["Home city"]
+    await gql.ok(DELETE_MEMORY, {"id": home_id}, token=workspace.operator)
+    assert await keys(query="hamburg") == []
+    # The same search through Agent.memories.
     data = await gql.ok(
-        'query($id: ID!) { agent(id: $id) { memories(query: "city") { edges { node { key } } } } }',
+        'query($id: ID!) { agent(id: $id) { memories(query: "cat") { edges { node { key } } } } }',
         {"id": agent["id"]},
         token=workspace.viewer,
     )
-    assert [e["node"]["key"] for e in data["agent"]["memories"]["edges"]] == ["Home city"]
+    assert [e["node"]["key"] for e in data["agent"]["memories"]["edges"]] == ["pet"]
+
+
+async def test_search_ranks_by_relevance_then_importance_and_pages(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    # Equal text, different importance: the important one first.
+    await create_memory(
+        gql, workspace.operator, agent["id"], key="k-low", value="quarterly churn report", importance=0.1
+    )
+    await create_memory(
+        gql, workspace.operator, agent["id"], key="k-high", value="quarterly churn report", importance=0.9
+    )
+    await create_memory(
+        gql, workspace.operator, agent["id"], key="k-mid", value="quarterly churn report", importance=0.5
+    )
+    # A far better text match beats importance.
+    await create_memory(
+        gql,
+        workspace.operator,
+        agent["id"],
+        key="churn",
+        value="churn churn churn: churn by cohort",
+        importance=0.0,
+    )
+    query = """
+    query($agentId: ID!, $q: String, $after: String) {
+      memories(agentId: $agentId, query: $q, first: 2, after: $after) {
+        edges { node { key lastUsedAt } cursor } pageInfo { hasNextPage endCursor }
+      }
+    }
+    """
+    first = (await gql.ok(query, {"agentId": agent["id"], "q": "quarterly"}, token=workspace.viewer))[
+        "memories"
+    ]
+    assert [e["node"]["key"] for e in first["edges"]] == ["k-high", "k-mid"]
+    assert first["pageInfo"]["hasNextPage"] is True
+    rest = (
+        await gql.ok(
+            query,
+            {"agentId": agent["id"], "q": "quarterly", "after": first["pageInfo"]["endCursor"]},
+            token=workspace.viewer,
+        )
+    )["memories"]
+    assert [e["node"]["key"] for e in rest["edges"]] == ["k-low"]
+    assert rest["pageInfo"]["hasNextPage"] is False
+    churn = (await gql.ok(query, {"agentId": agent["id"], "q": "churn"}, token=workspace.viewer))["memories"]
+    assert churn["edges"][0]["node"]["key"] == "churn"
+    # Reviewing is not using: operators' searches leave lastUsedAt alone.
+    assert all(e["node"]["lastUsedAt"] is None for e in first["edges"] + churn["edges"])
+
+
+async def test_keys_are_exact_and_up_to_255_characters(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    upper = await create_memory(gql, workspace.operator, agent["id"], key="Plan", value="upper")
+    lower = await create_memory(gql, workspace.operator, agent["id"], key="plan", value="lower")
+    assert upper["id"] != lower["id"]
+    long_key = "k" * 255
+    created = await create_memory(gql, workspace.operator, agent["id"], key=long_key, value="long")
+    assert created["key"] == long_key
+    memory = (await gql.ok(MEMORY, {"id": upper["id"]}, token=workspace.viewer))["node"]
+    assert (memory["key"], memory["value"]) == ("Plan", "upper")
+
+
+@pytest.mark.parametrize(
+    ("memory_input", "field", "secret"),
+    [
+        ({"key": "note", "value": "deploy with token=" + "abc123"}, "value", "abc123"),
+        ({"key": "password", "value": "hunter2"}, "value", "hunter2"),
+        ({"key": "note", "value": "ok", "tags": ["Cookie: sid=" + "x9f3"]}, "tags", "x9f3"),
+        ({"key": "gh" + "p_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8", "value": "x"}, "key", "a1B2c3D4"),
+    ],
+)
+async def test_credentials_are_rejected(
+    gql: Any, workspace: Any, memory_input: dict[str, Any], field: str, secret: str
+) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    error = await gql.error(
+        CREATE_MEMORY, {"agentId": agent["id"], "input": memory_input}, token=workspace.operator
+    )
+    assert error["extensions"] == {"code": "CREDENTIAL_REJECTED", "field": field}
+    assert "rule:" in error["message"]
+    assert secret not in error["message"]
+    data = await gql.ok(SEARCH, {"agentId": agent["id"]}, token=workspace.viewer)
+    assert data["memories"]["edges"] == []
+
+
+async def test_update_is_screened_as_the_memory_would_be_stored(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    created = await create_memory(gql, workspace.operator, agent["id"], key="note", value="tulip42")
+    # Renaming the key to a credential name makes the stored one-word value a password.
+    error = await gql.error(
+        UPDATE_MEMORY, {"id": created["id"], "input": {"key": "password"}}, token=workspace.operator
+    )
+    assert error["extensions"] == {"code": "CREDENTIAL_REJECTED", "field": "value"}
+    error = await gql.error(
+        UPDATE_MEMORY,
+        {"id": created["id"], "input": {"value": "Authorization: Bearer " + "q" * 30}},
+        token=workspace.operator,
+    )
+    assert error["extensions"]["code"] == "CREDENTIAL_REJECTED"
+    assert "q" * 30 not in error["message"]
+    memory = (await gql.ok(MEMORY, {"id": created["id"]}, token=workspace.viewer))["node"]
+    assert (memory["key"], memory["value"]) == ("note", "tulip42")
+    assert [r["action"] for r in memory["revisions"]] == ["CREATE"]
 
 
 async def test_duplicate_key_is_a_conflict(gql: Any, workspace: Any) -> None:
@@ -192,9 +319,9 @@ async def test_duplicate_key_is_a_conflict(gql: Any, workspace: Any) -> None:
     ("memory_input", "field"),
     [
         ({"key": "", "value": "v"}, "key"),
-        ({"key": "k" * 201, "value": "v"}, "key"),
+        ({"key": "k" * 256, "value": "v"}, "key"),
         ({"key": "k", "value": ""}, "value"),
-        ({"key": "k", "value": "v" * 100_001}, "value"),
+        ({"key": "k", "value": "v" * 16_385}, "value"),  # ENVERIF_MAX_MEMORY_CHARS
         ({"key": "k", "value": "v", "importance": 1.5}, "importance"),
         ({"key": "k", "value": "v", "importance": -0.1}, "importance"),
         ({"key": "k", "value": "v", "tags": ["t"] * 0 + [f"t{i}" for i in range(33)]}, "tags"),

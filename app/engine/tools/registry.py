@@ -25,6 +25,7 @@ from app.domain.policy import RiskClass
 from app.engine.base import Tool, ToolKind, ToolSpec
 from app.engine.tools.agents import AgentsListTool, DelegateTool
 from app.engine.tools.http import HttpGetTool, WebhookPostTool
+from app.engine.tools.memory import memory_tools
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ def default_registry(settings: Settings, *, extra: Iterable[Tool] = ()) -> ToolR
         WebhookPostTool(settings),
         AgentsListTool(settings),
         DelegateTool(settings),
+        *memory_tools(),
     ]
     registry = ToolRegistry([*builtins, *extra])
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):

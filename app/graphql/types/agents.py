@@ -98,8 +98,13 @@ class Agent(Node):
         first: int | None = None,
         after: str | None = None,
     ) -> Annotated[MemoryConnection, strawberry.lazy("app.graphql.types.memories")]:
-        from app.graphql.types.memories import Memory, MemoryConnection  # circular: Memory.agent
+        from app.graphql.types.memories import Memory, MemoryConnection, memory_connection  # circular
 
+        if query is not None and query.strip():
+            # Full-text search, ranked: the same search as Query.memories (not batched).
+            return await memory_connection(
+                info, agent_id=self.row.id, query=query, tags=tags, first=first, after=after
+            )
         request = page_request(first, after, info.context.settings)
         # Tags are ANDed, so their order does not matter: sorted, equal filters share a batch.
         search = (query or None, tuple(sorted(set(tags or ()))))

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 
 import strawberry
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.clock import utcnow
 from app.db import orm
 from app.domain.errors import NotFound
 from app.graphql.context import Info
@@ -13,8 +15,9 @@ from app.graphql.ids import to_global_id
 from app.graphql.types.agents import Agent
 from app.graphql.types.node import Connection, Node, build_edges, page_request
 from app.graphql.types.runs import Run
-from app.services import queries
+from app.services import memory_search, queries
 from app.services.memories import RevisionAction
+from app.services.queries import Page, PageRequest
 
 
 async def _source_run(info: Info, run_id: int | None) -> Run | None:
@@ -33,6 +36,9 @@ class MemoryRevision:
     old_value: str | None
     new_value: str | None
     by_operator: bool = strawberry.field(description="True when an API token (not a run) made the change.")
+    api_token_id: strawberry.ID | None = strawberry.field(
+        description="The ApiToken (global id) that made the change; null when a run made it."
+    )
     at: datetime
     row: strawberry.Private[orm.MemoryRevision]
 
@@ -44,6 +50,9 @@ class MemoryRevision:
             old_value=row.old_value,
             new_value=row.new_value,
             by_operator=row.token_id is not None,
+            api_token_id=None
+            if row.token_id is None
+            else strawberry.ID(to_global_id("ApiToken", row.token_id)),
             at=row.at,
             row=row,
         )
@@ -120,13 +129,47 @@ async def memory_connection(
     async with info.context.session() as session:
         # An agent of another workspace is NOT_FOUND, never an empty list that confirms it.
         await queries.get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
-        page = await queries.list_memories(
-            session,
-            workspace_id=principal.workspace_id,
-            agent_id=agent_id,
-            page=request,
-            query=query,
-            tags=tags,
-        )
+        if query is not None and query.strip():
+            page = await _search_page(
+                session,
+                workspace_id=principal.workspace_id,
+                agent_id=agent_id,
+                query=query,
+                tags=tags,
+                page=request,
+            )
+        else:
+            page = await queries.list_memories(
+                session, workspace_id=principal.workspace_id, agent_id=agent_id, page=request, tags=tags
+            )
     edges, page_info = build_edges(page, request, Memory.from_row)
     return MemoryConnection(edges=edges, page_info=page_info)
+
+
+async def _search_page(
+    session: AsyncSession,
+    *,
+    workspace_id: int,
+    agent_id: int,
+    query: str,
+    tags: list[str] | None,
+    page: PageRequest,
+) -> Page[orm.Memory]:
+    """A page of the ranked search results (at most memory_search.MAX_CANDIDATES in all); the
+    cursor names the last memory seen, so the next page starts right after it. Operators and
+    viewers browsing do not count as use: ``lastUsedAt`` stays when a run last used it."""
+    ranked = await memory_search.search(
+        session,
+        workspace_id=workspace_id,
+        agent_id=agent_id,
+        query=query,
+        tags=tags,
+        limit=memory_search.MAX_CANDIDATES,
+        now=utcnow(),
+        mark_used=False,
+    )
+    start = 0
+    if page.after_id is not None:
+        ids = [m.id for m in ranked]
+        start = ids.index(page.after_id) + 1 if page.after_id in ids else len(ranked)
+    return Page(rows=ranked[start : start + page.limit], has_next=len(ranked) > start + page.limit)

@@ -1,0 +1,108 @@
+"""Which memories a run starts with (DESIGN §3.2), in two halves around the claim.
+
+``candidates`` reads, outside the claim's transaction, a bounded set of the agent's most
+promising memories: the claim holds the run tree's lock, and an agent may have thousands
+of memories. ``inject`` then runs inside the claim: the pure ranking
+(``app.domain.memory.select_for_injection``) picks within the agent's budget, the choice is
+recorded on the run, the memories are marked used and ``MEMORY_INJECTED`` is appended.
+
+The price of reading first: a memory edited between the read and the claim is injected as it
+was read, and one deleted in between is dropped (re-checked inside the claim).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import case, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.orm import Agent, Memory, Run
+from app.domain.events import EventType
+from app.domain.memory import MemoryCandidate, select_for_injection
+from app.services.runtime import Runtime
+from app.services.transitions import TreeTx
+
+# Candidates per ordering (by importance, and by recency), per item of the budget. The pure
+# ranking weighs importance x recency; the best memories by that product are almost always
+# among the top few of either ordering, and memories skipped for size need spares.
+CANDIDATES_PER_ITEM = 4
+MIN_CANDIDATES = 32
+MAX_CANDIDATES = 400
+
+
+async def candidates(rt: Runtime, run_id: int) -> list[MemoryCandidate] | None:
+    """The injection candidates for the run's first start; None when the run has started
+    before (its memories were chosen then) or is gone."""
+    async with rt.read_sessionmaker() as session:
+        found = (
+            await session.execute(
+                select(Run.injected_memory_ids, Run.agent_id, Agent.memory_max_items, Agent.memory_max_chars)
+                .join(Agent, Agent.id == Run.agent_id)
+                .where(Run.id == run_id)
+            )
+        ).first()
+        # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
+        if found is None or found[0] is not None:
+            return None
+        _, agent_id, max_items, max_chars = found
+        if max_items <= 0 or max_chars <= 0:
+            return []
+        return await _bounded_candidates(session, agent_id=agent_id, max_items=max_items, max_chars=max_chars)
+
+
+async def _bounded_candidates(
+    session: AsyncSession, *, agent_id: int, max_items: int, max_chars: int
+) -> list[MemoryCandidate]:
+    limit = min(max(max_items * CANDIDATES_PER_ITEM, MIN_CANDIDATES), MAX_CANDIDATES)
+    length = func.char_length if session.get_bind().dialect.name in ("mysql", "mariadb") else func.length
+    touched = case((Memory.last_used_at > Memory.updated_at, Memory.last_used_at), else_=Memory.updated_at)
+    base = select(Memory).where(
+        Memory.agent_id == agent_id,
+        # A memory larger than the whole budget can never be chosen.
+        length(Memory.key) + length(Memory.value) <= max_chars,
+    )
+    found: dict[int, Memory] = {}
+    for order in (
+        (Memory.importance.desc(), touched.desc(), Memory.id.desc()),
+        (touched.desc(), Memory.importance.desc(), Memory.id.desc()),
+    ):
+        for memory in await session.scalars(base.order_by(*order).limit(limit)):
+            found[memory.id] = memory
+    return [
+        MemoryCandidate(
+            m.id, m.key, m.value, m.importance, m.updated_at, m.last_used_at, tuple(map(str, m.tags or []))
+        )
+        for m in found.values()
+    ]
+
+
+async def inject(
+    tx: TreeTx, run: Run, agent: Agent, candidates: list[MemoryCandidate]
+) -> list[dict[str, Any]]:
+    """Inside the claim, on the run's first start: choose, record, mark used, log."""
+    chosen = select_for_injection(
+        candidates, now=tx.now, max_items=agent.memory_max_items, max_chars=agent.memory_max_chars
+    )
+    if chosen:
+        # The candidates were read before the claim: drop any memory deleted since.
+        alive = set(await tx.session.scalars(select(Memory.id).where(Memory.id.in_([m.id for m in chosen]))))
+        chosen = [m for m in chosen if m.id in alive]
+    run.injected_memory_ids = [m.id for m in chosen]
+    if chosen:
+        await tx.session.execute(
+            update(Memory)
+            .where(Memory.id.in_(run.injected_memory_ids))
+            .values(last_used_at=tx.now)
+            .execution_options(synchronize_session=False)
+        )
+        tx.emit(run, EventType.MEMORY_INJECTED, payload={"keys": [m.key for m in chosen]})
+    return [{"key": m.key, "value": m.value, "tags": list(m.tags)} for m in chosen]
+
+
+async def injected(session: AsyncSession, ids: list[int]) -> list[dict[str, Any]]:
+    """A resumed run's memories: the ones chosen at its first start that still exist."""
+    if not ids:
+        return []
+    rows = {m.id: m for m in await session.scalars(select(Memory).where(Memory.id.in_(ids)))}
+    return [{"key": rows[i].key, "value": rows[i].value, "tags": rows[i].tags} for i in ids if i in rows]
