@@ -36,12 +36,22 @@ async def _tree(gql: Any, token: str, url: str) -> str:
 
 
 async def _resumes(sessionmaker: Any, root: int) -> list[RunEvent]:
+    """The times the parent was queued again after its child ended (a crash before the parent
+    parked may requeue it earlier too: that is a lease expiring, not a resume)."""
     async with sessionmaker() as session:
         events = list(
             await session.scalars(select(RunEvent).where(RunEvent.root_run_id == root).order_by(RunEvent.seq))
         )
     assert [e.seq for e in events] == list(range(1, len(events) + 1))  # gap-free
-    return [e for e in events if e.run_id == root and e.type == "RUN_STATUS_CHANGED" and e.status == "QUEUED"]
+    [child_end] = [
+        e.seq
+        for e in events
+        if e.run_id != root and e.status == "SUCCEEDED" and e.type == "RUN_STATUS_CHANGED"
+    ]
+    return [
+        e for e in events
+        if e.run_id == root and e.type == "RUN_STATUS_CHANGED" and e.status == "QUEUED" and e.seq > child_end
+    ]  # fmt: skip
 
 
 async def test_sigkill_while_the_child_runs(gql, workspace, settings, sessionmaker, processes) -> None:
