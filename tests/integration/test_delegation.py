@@ -258,3 +258,33 @@ async def test_a_child_never_gets_a_more_permissive_decision_than_its_parent(
     assert f"agent '{names[reason_names]}'" in step["decisionReason"]
     if child_status == "WAITING_APPROVAL":
         await gql.ok(CANCEL_RUN, {"id": run_id}, token=workspace.operator)
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.01, 0.03, 0.06, 0.1])
+async def test_a_child_created_while_its_parent_is_cancelled_ends_cancelled(
+    gql, workspace, worker, sessionmaker, delay_s
+) -> None:
+    """Cancel races the turn that creates children: whichever commits first, no child is
+    left running under a cancelled parent."""
+    from sqlalchemy import select
+
+    from app.db.orm import Run
+    from app.graphql.ids import from_global_id
+
+    names = await agents(gql, workspace.admin, {"waiter": {"steps": [
+        {"call": "webhook.post", "args": {"url": "http://127.0.0.1:9/", "payload": {}}}, {"final": "x"}]}})  # fmt: skip
+    names |= await agents(gql, workspace.admin, {"boss": {"steps": [
+        {"calls": [delegate(names["waiter"], f"t{i}") for i in range(3)]}, {"final": "x"}]}})  # fmt: skip
+    run_id = await start_run(gql, workspace.operator, await root_id_of(gql, workspace.admin, names["boss"]))
+    await asyncio.sleep(delay_s)
+    body = await gql.raw(CANCEL_RUN, {"id": run_id, "reason": "race"}, token=workspace.operator)
+    assert not body.get("errors") or body["errors"][0]["extensions"]["code"] == "INVALID_TRANSITION"
+    await wait_run(gql, workspace.viewer, run_id, timeout_s=30)
+    root = from_global_id(run_id, "Run")
+    for _ in range(100):  # let any job already picked up finish its (fenced) attempt
+        async with sessionmaker() as session:
+            tree = list(await session.scalars(select(Run).where(Run.root_run_id == root)))
+        if all(r.status in ("CANCELLED", "SUCCEEDED", "FAILED") for r in tree):
+            break
+        await asyncio.sleep(0.05)
+    assert {r.status for r in tree} == {"CANCELLED"}, [(r.id, r.status) for r in tree]
