@@ -47,10 +47,22 @@ WORDS = (
 ).split()
 
 
+# Operational notes use a few common words and many rare ones (company names, places): a
+# vocabulary of 1,620 made-up words drawn with Zipf-like weights, plus the common ones above.
+RARE = [f"{a}{b}{c}" for a in "bcdfgklmnprstvz" for b in ("al", "en", "or", "ix", "um", "ar") for c in
+        ("ton", "ica", "ero", "ify", "dex", "ana", "ium", "ora", "ent", "ist", "ova", "ush",
+         "ane", "ito", "eka", "uma", "ode", "ari")]  # fmt: skip
+WEIGHTS = [1 / (i + 1) for i in range(len(RARE))]
+
+
+def _words(rng: random.Random, k: int) -> list[str]:
+    return rng.choices(WORDS, k=k // 2) + rng.choices(RARE, weights=WEIGHTS, k=k - k // 2)
+
+
 def _memory_row(
     rng: random.Random, *, workspace_id: int, agent_id: int, n: int, now: object
 ) -> dict[str, object]:
-    words = rng.choices(WORDS, k=12)
+    words = _words(rng, 12)
     tags = rng.sample(["processed", "excluded", "icp", "report", "decision"], k=rng.randint(0, 2))
     key = f"domain:{n}.example"
     value = " ".join(words)
@@ -73,6 +85,7 @@ async def main() -> None:
     parser.add_argument("--workspace-memories", type=int, default=500_000)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
+    parser.add_argument("--keep", action="store_true", help="keep the database for a post-mortem")
     args = parser.parse_args()
 
     db = f"enverif_bench_{uuid.uuid4().hex[:8]}"
@@ -132,7 +145,7 @@ async def main() -> None:
             async with reads() as session:
                 t0 = time.perf_counter()
                 await search(session, workspace_id=workspace.id, agent_id=target,
-                             query=" ".join(rng.sample(WORDS, 2)), tags=None, limit=10, now=now, mark_used=False)  # fmt: skip
+                             query=" ".join(_words(rng, 2)), tags=None, limit=10, now=now, mark_used=False)  # fmt: skip
                 found.append((time.perf_counter() - t0) * 1000)
         report = {
             "database": "mariadb",
@@ -146,8 +159,11 @@ async def main() -> None:
         print(json.dumps(report, indent=2))
     finally:
         await engine.dispose()
-        async with server.begin() as conn:
-            await conn.execute(text(f"DROP DATABASE IF EXISTS `{db}`"))
+        if args.keep:
+            print(f"kept database {db}")
+        else:
+            async with server.begin() as conn:
+                await conn.execute(text(f"DROP DATABASE IF EXISTS `{db}`"))
         await server.dispose()
 
 

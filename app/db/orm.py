@@ -133,6 +133,11 @@ class Memory(Base):
     __table_args__ = (
         UniqueConstraint("agent_id", "key"),
         Index("ix_memories_workspace_id_agent_id", "workspace_id", "agent_id"),
+        # Injection candidates (services.memory_injection): the agent's top memories by
+        # importance and by recency, each read from an index in order, never sorted.
+        Index("ix_memories_agent_id_importance", "agent_id", "importance"),
+        Index("ix_memories_agent_id_updated_at", "agent_id", "updated_at"),
+        Index("ix_memories_agent_id_last_used_at", "agent_id", "last_used_at"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Agent, Memory, Run
@@ -56,18 +56,23 @@ async def _bounded_candidates(
 ) -> list[MemoryCandidate]:
     limit = min(max(max_items * CANDIDATES_PER_ITEM, MIN_CANDIDATES), MAX_CANDIDATES)
     length = func.char_length if session.get_bind().dialect.name in ("mysql", "mariadb") else func.length
-    touched = case((Memory.last_used_at > Memory.updated_at, Memory.last_used_at), else_=Memory.updated_at)
     base = select(Memory).where(
         Memory.agent_id == agent_id,
         # A memory larger than the whole budget can never be chosen.
         length(Memory.key) + length(Memory.value) <= max_chars,
     )
+    # The best by importance x recency are among the top of either ordering; recency is the
+    # later of updated_at and last_used_at, so the top by each is read (the union covers the
+    # top by their maximum). Each ordering is an index of (agent_id, column): no sort.
     found: dict[int, Memory] = {}
-    for order in (
-        (Memory.importance.desc(), touched.desc(), Memory.id.desc()),
-        (touched.desc(), Memory.importance.desc(), Memory.id.desc()),
-    ):
-        for memory in await session.scalars(base.order_by(*order).limit(limit)):
+    orderings = (
+        base.order_by(Memory.importance.desc(), Memory.id.desc()),
+        base.order_by(Memory.updated_at.desc(), Memory.id.desc()),
+        # Never-used memories are ranked by updated_at above; only the used ones add here.
+        base.where(Memory.last_used_at.is_not(None)).order_by(Memory.last_used_at.desc(), Memory.id.desc()),
+    )
+    for ordering in orderings:
+        for memory in await session.scalars(ordering.limit(limit)):
             found[memory.id] = memory
     return [
         MemoryCandidate(

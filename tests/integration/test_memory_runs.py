@@ -135,8 +135,8 @@ async def test_candidates_are_bounded_and_read_only_on_a_first_start(
     fresh = await rows.run(agent_pk, status="QUEUED")
     found = await memory_injection.candidates(rt, fresh.id)
     assert found is not None
-    # Default budget 20 items: at most 2 x 80 candidates, never all 150.
-    assert 0 < len(found) <= 2 * 20 * memory_injection.CANDIDATES_PER_ITEM
+    # Default budget 20 items: at most 80 candidates per ordering, never all 150.
+    assert 0 < len(found) <= 3 * 20 * memory_injection.CANDIDATES_PER_ITEM
     assert len(found) < 150
     # The most important and the most recent are among them.
     keys = {c.key for c in found}
