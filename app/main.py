@@ -7,13 +7,10 @@ to this process's subscriptions).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 
-from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,11 +21,13 @@ from strawberry.exceptions import ConnectionRejectionError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.unset import UNSET, UnsetType
 
-from app.domain.errors import EnverifError
+from app import health
+from app.domain.errors import EnverifError, Unavailable
 from app.events.hub import EventHub
 from app.graphql.context import Context
 from app.graphql.schema import build_schema
-from app.services.runtime import Runtime, open_runtime
+from app.outages import is_outage
+from app.services.runtime import open_runtime
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -49,7 +48,10 @@ class GraphQLApp(GraphQL[Context, None]):
             await context.principal()
         except EnverifError as exc:
             raise ConnectionRejectionError({"message": exc.message, "code": exc.code}) from None
-        except Exception:
+        except Exception as exc:
+            if is_outage(exc):
+                gone = Unavailable()
+                raise ConnectionRejectionError({"message": gone.message, **gone.extensions()}) from None
             logger.exception("authenticating a websocket failed")
             raise ConnectionRejectionError({"message": "Internal server error", "code": "INTERNAL"}) from None
         return UNSET
@@ -96,36 +98,5 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
 
 
 async def healthz(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    database, redis = await asyncio.gather(
-        _probe("database", lambda: _ping_database(runtime)), _probe("redis", lambda: _ping_redis(runtime))
-    )
-    healthy = database == "ok" and redis == "ok"
-    return JSONResponse(
-        {"status": "ok" if healthy else "degraded", "database": database, "redis": redis},
-        status_code=200 if healthy else 503,
-    )
-
-
-async def _ping_database(runtime: Runtime) -> None:
-    async with runtime.engine.connect() as conn:
-        await conn.execute(text("SELECT 1"))
-
-
-async def _ping_redis(runtime: Runtime) -> None:
-    await runtime.redis.ping()
-
-
-async def _probe(name: str, check: Callable[[], Awaitable[Any]]) -> str:
-    """ "ok", or a short error naming the failure's kind. Details go to the log only: the
-    endpoint is unauthenticated and a driver's message can carry host names or queries."""
-    try:
-        async with asyncio.timeout(HEALTH_TIMEOUT_S):
-            await check()
-    except TimeoutError:
-        logger.warning("health check: %s timed out after %ss", name, HEALTH_TIMEOUT_S)
-        return f"error: timed out after {HEALTH_TIMEOUT_S}s"
-    except Exception as exc:
-        logger.warning("health check: %s failed", name, exc_info=True)
-        return f"error: {type(exc).__name__}"
-    return "ok"
+    body, healthy = await health.report(request.app.state.runtime)
+    return JSONResponse(body, status_code=200 if healthy else 503)
