@@ -22,7 +22,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.unset import UNSET, UnsetType
 
 from app import health
-from app.domain.errors import EnverifError, Unavailable
+from app.domain.errors import EnverifError
 from app.events.hub import EventHub
 from app.graphql.context import Context
 from app.graphql.schema import build_schema
@@ -50,8 +50,10 @@ class GraphQLApp(GraphQL[Context, None]):
             raise ConnectionRejectionError({"message": exc.message, "code": exc.code}) from None
         except Exception as exc:
             if is_outage(exc):
-                gone = Unavailable()
-                raise ConnectionRejectionError({"message": gone.message, **gone.extensions()}) from None
+                # The database is away: keep the socket. Every operation authenticates again
+                # (only a rejected token is cached) and answers UNAVAILABLE until it returns.
+                logger.warning("websocket accepted unauthenticated for now: %s", type(exc).__name__)
+                return UNSET
             logger.exception("authenticating a websocket failed")
             raise ConnectionRejectionError({"message": "Internal server error", "code": "INTERNAL"}) from None
         return UNSET
