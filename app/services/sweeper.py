@@ -117,7 +117,11 @@ async def sweep(rt: Runtime) -> SweepReport:
         )
     stranded_before = now - timedelta(seconds=rt.settings.lease_s)
     for run_id, wake, root_id, queued_at in queued:
-        if queued_at is not None and queued_at < stranded_before and await _job_held_by_dead_worker(rt, run_id, wake):
+        if (
+            queued_at is not None
+            and queued_at < stranded_before
+            and await _job_held_by_dead_worker(rt, run_id, wake)
+        ):
             await _reissue(rt, run_id, wake, root_id)
             report.reissued += 1
         else:
