@@ -517,3 +517,37 @@ async def test_a_sql_bug_stays_internal(gql, workspace, monkeypatch) -> None:
     )
     assert response.status_code == 200
     assert response.json()["errors"][0]["extensions"] == {"code": "INTERNAL"}
+
+
+@pytest.mark.skipif(DB_KIND != "sqlite", reason="uses its own SQLite file; once is enough")
+async def test_a_worker_started_without_its_database_waits_and_then_works(
+    settings, tmp_path, processes
+) -> None:
+    from app.db import migrate
+    from app.db.session import create_engine, create_sessionmaker
+    from app.services import auth
+
+    db_path = tmp_path / "later.db"
+    db_path.mkdir()  # a directory where the database should be: SQLite cannot open it
+    mine = changed(
+        settings,
+        database_url=f"sqlite+aiosqlite:///{db_path}",
+        redis_prefix=f"{settings.redis_prefix}-later",
+    )
+    worker = spawn_worker(mine, lease_s=LEASE_S)
+    processes.append(worker)
+    await asyncio.sleep(4.0)
+    assert worker.poll() is None, "the worker exited instead of waiting for its database"
+
+    db_path.rmdir()
+    engine = create_engine(mine.effective_database_url)
+    try:
+        await migrate.upgrade(engine)
+        async with create_sessionmaker(engine)() as session:
+            _, admin = await auth.create_workspace(session, name="later")
+    finally:
+        await engine.dispose()
+    async with api(mine) as gql:
+        agent = await create_agent(gql, admin, steps=[{"final": "late but fine"}])
+        run = await wait_run(gql, admin, await start_run(gql, admin, agent), timeout_s=60)
+    assert run["status"] == "SUCCEEDED" and run["result"] == "late but fine"
