@@ -330,7 +330,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     async def run() -> None:
         from app import dev
 
-        await _wait_until_reachable(settings)
+        if not args.burst:
+            # A one-shot --burst run fails fast instead (a script is waiting for its answer).
+            await _wait_until_reachable(settings)
         await _preflight(settings)
         await dev.run_stack(settings, None, worker=lambda: run_worker(settings, burst=args.burst))
 
