@@ -272,6 +272,15 @@ async def test_a_run_longer_than_the_job_timeout_is_handed_back_and_finishes(
     assert attempts is not None and attempts >= 2  # it was claimed again after the timeout
 
 
+async def test_healthz_reports_the_oldest_queued_run(gql, client, workspace) -> None:
+    agent = await create_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    await start_run(gql, workspace.operator, agent)  # no worker of this session runs now
+    await asyncio.sleep(0.3)
+    body = (await client.get("/healthz")).json()
+    assert body["database"] == "ok" and body["redis"] == "ok"
+    assert body["oldestQueuedAgeS"] is not None and body["oldestQueuedAgeS"] >= 0.2
+
+
 # -- liveness --------------------------------------------------------------------------------
 
 
