@@ -330,50 +330,64 @@ def cmd_worker(args: argparse.Namespace) -> int:
     async def run() -> None:
         from app import dev
 
-        if not args.burst:
-            # A one-shot --burst run fails fast instead (a script is waiting for its answer).
-            await _wait_until_reachable(settings)
-        await _preflight(settings)
+        if args.burst:
+            await _preflight(settings)  # a one-shot run fails fast: a script awaits its answer
+        else:
+            await _preflight_when_reachable(settings)
         await dev.run_stack(settings, None, worker=lambda: run_worker(settings, burst=args.burst))
 
     _run_stack(run)
     return 0
 
 
-async def _wait_until_reachable(settings: Settings) -> None:
-    """A worker may start before its database or Redis does (a host booting, a restart):
-    it waits for them instead of exiting. Anything but unreachability (a database that
-    answers but is not migrated, a bad URL) is still reported by the preflight check."""
-    from redis.asyncio import Redis
-
-    from app.outages import is_outage
+async def _preflight_when_reachable(settings: Settings) -> None:
+    """The preflight check, for a worker that may start before its database or Redis does (a
+    host booting, a restart): while either does not answer it waits (with backoff) instead of
+    exiting. Anything else (a database that is not migrated, a bad URL) is still an error."""
     from workers.main import Backoff
 
     backoff = Backoff()
     warned = False
     while True:
-        engine = create_engine(settings.effective_database_url)
-        try:
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-            if not settings.uses_embedded_redis:
-                client = Redis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
-                try:
-                    await client.ping()
-                finally:
-                    await client.aclose()
-            return
-        except Exception as exc:
-            if not is_outage(exc):
+        outage = await _unreachable(settings)
+        if outage is None:
+            try:
+                await _preflight(settings)
                 return
-            if not warned:
-                logging.getLogger("enverif.worker").warning(
-                    "the database or Redis does not answer (%s); waiting for it", type(exc).__name__
-                )
-                warned = True
-        finally:
-            await engine.dispose()
+            except CliError:
+                # Gone again between the two looks (a restart in progress), or a real error.
+                outage = await _unreachable(settings)
+                if outage is None:
+                    raise
+        if not warned:
+            logging.getLogger("enverif.worker").warning(
+                "the database or Redis does not answer (%s); waiting for it", outage
+            )
+            warned = True
         await backoff.wait()
+
+
+async def _unreachable(settings: Settings) -> str | None:
+    """The kind of outage if the database or Redis does not answer now, else None."""
+    from redis.asyncio import Redis
+
+    from app.outages import is_outage
+
+    engine = create_engine(settings.effective_database_url)
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        if not settings.uses_embedded_redis:
+            client = Redis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
+            try:
+                await client.ping()
+            finally:
+                await client.aclose()
+    except Exception as exc:
+        return type(exc).__name__ if is_outage(exc) else None
+    finally:
+        await engine.dispose()
+    return None
 
 
 def _check_workers(settings: Settings, *, this_host: bool) -> int:

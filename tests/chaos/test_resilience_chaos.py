@@ -23,6 +23,7 @@ from tests.integration.test_resilience import (
     api,
     assert_no_recorded_step_repeated,
     changed,
+    exited,
     redis_server,
     spawn_worker,
     wait_all,
@@ -67,7 +68,7 @@ async def test_kill_storm_at_incident_scale_never_wedges(
         )
         assert [s for _, s in rows] == ["SUCCEEDED"] * runs
         await assert_no_recorded_step_repeated(sessionmaker, workspace.id, sink, 3 * runs)
-    assert all(p.poll() is None for p in live)
+    assert not exited(live), exited(live)
 
 
 async def test_redis_restarted_again_and_again_under_load(
@@ -92,7 +93,7 @@ async def test_redis_restarted_again_and_again_under_load(
             rows = await wait_all(sessionmaker, workspace.id, runs, timeout_s=180)
             assert [s for _, s in rows] == ["SUCCEEDED"] * runs
             await assert_no_recorded_step_repeated(sessionmaker, workspace.id, sink, 3 * runs)
-            assert all(p.poll() is None for p in workers)
+            assert not exited(workers), exited(workers)
 
 
 @pytest.mark.skipif(DB_KIND != "mysql", reason="server-side connection kills")
@@ -112,4 +113,4 @@ async def test_database_connections_killed_again_and_again(
         rows = await wait_all(sessionmaker, workspace.id, runs, timeout_s=180)
         assert [s for _, s in rows] == ["SUCCEEDED"] * runs
         await assert_no_recorded_step_repeated(sessionmaker, workspace.id, sink, 3 * runs)
-        assert all(p.poll() is None for p in workers)
+        assert not exited(workers), exited(workers)

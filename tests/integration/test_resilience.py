@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -62,9 +63,25 @@ def spawn_worker(
         "ENVERIF_LOG_LEVEL": "warning",
         **extra,
     }
-    return subprocess.Popen(
-        [ENVERIF, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    # stderr goes to a file, so a test can show why a worker exited.
+    log = tempfile.NamedTemporaryFile(prefix="enverif-worker-", suffix=".log", delete=False)
+    proc = subprocess.Popen([ENVERIF, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+    log.close()
+    WORKER_LOGS[proc.pid] = log.name
+    return proc
+
+
+WORKER_LOGS: dict[int, str] = {}
+
+
+def exited(procs: list[subprocess.Popen[bytes]]) -> str:
+    """'' when every process is alive; else each exited one's code and the end of its log."""
+    report = []
+    for proc in procs:
+        if proc.poll() is not None:
+            tail = Path(WORKER_LOGS.get(proc.pid, "/dev/null")).read_text(errors="replace")[-3000:]
+            report.append(f"worker {proc.pid} exited with {proc.returncode}:\n{tail}")
+    return "\n".join(report)
 
 
 def changed(settings: Settings, **changes: Any) -> Settings:
@@ -173,7 +190,7 @@ async def test_sigkill_storm_every_run_succeeds_and_no_recorded_step_repeats(
     print(f"\nrecovery (lease {LEASE_S}s): killed calls resent after {resent_after}s; "
           f"all runs done {done_after:.1f}s after the last kill")  # fmt: skip
     assert resent_after, "no kill hit a call in flight"
-    assert all(p.poll() is None for p in live)
+    assert not exited(live), exited(live)
 
 
 async def test_a_killed_workers_run_moves_to_a_live_worker_within_a_few_leases(
@@ -392,7 +409,7 @@ async def test_redis_restart_under_load_workers_stay_up_and_runs_finish(
             late = spawn_worker(mine, lease_s=LEASE_S)
             processes.append(late)
             await asyncio.sleep(3.0)
-            assert all(p.poll() is None for p in [*workers, late]), "a worker exited during the outage"
+            assert not exited([*workers, late]), exited([*workers, late])
             start_redis()
             back = time.monotonic()
 
@@ -400,7 +417,7 @@ async def test_redis_restart_under_load_workers_stay_up_and_runs_finish(
             print(f"\nredis restart: every run finished {time.monotonic() - back:.1f}s after Redis returned")
             assert [s for _, s in rows] == ["SUCCEEDED"] * runs
             await assert_no_recorded_step_repeated(sessionmaker, workspace.id, sink, 3 * runs)
-            assert all(p.poll() is None for p in [*workers, late])
+            assert not exited([*workers, late]), exited([*workers, late])
             client = aioredis.from_url(mine.effective_redis_url)
             try:
                 deadline = time.monotonic() + 15
@@ -476,7 +493,7 @@ async def test_database_connections_killed_under_load(
         assert [s for _, s in rows] == ["SUCCEEDED"] * runs
         await assert_no_recorded_step_repeated(sessionmaker, workspace.id, sink, 3 * runs)
         assert set(codes) <= {"UNAVAILABLE"}, codes
-        assert all(p.poll() is None for p in workers)
+        assert not exited(workers), exited(workers)
 
 
 @pytest.mark.parametrize("where", ["closed-port", "missing-sqlite-path"])
