@@ -3,6 +3,7 @@
     enverif dev [--host H] [--port P] [--reset]     API + worker + demo workspace, one process
     enverif serve [--host H] [--port P]             the API (uvicorn)
     enverif worker [--burst]                        an arq worker
+    enverif worker --check [--this-host]            exit 0 when a worker is alive (supervisors)
     enverif run start --workspace W --agent A [--input JSON] [--json]   start a run (MANUAL)
     enverif migrate [--revision REV | --downgrade REV]
     enverif workspace create NAME [--json]          prints the workspace's first admin token
@@ -35,6 +36,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from pydantic import ValidationError
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -418,16 +420,100 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from workers.main import run_worker
 
+    if args.check:
+        return _check_workers(_settings(log=False), this_host=args.this_host)
     settings = _settings()
 
     async def run() -> None:
         from app import dev
 
-        await _preflight(settings)
+        if args.burst:
+            await _preflight(settings)  # a one-shot run fails fast: a script awaits its answer
+        else:
+            await _preflight_when_reachable(settings)
         await dev.run_stack(settings, None, worker=lambda: run_worker(settings, burst=args.burst))
 
     _run_stack(run)
     return 0
+
+
+async def _preflight_when_reachable(settings: Settings) -> None:
+    """The preflight check, for a worker that may start before its database or Redis does (a
+    host booting, a restart): while either does not answer it waits (with backoff) instead of
+    exiting. Anything else (a database that is not migrated, a bad URL) is still an error."""
+    from workers.main import Backoff
+
+    backoff = Backoff()
+    warned = False
+    while True:
+        outage = await _unreachable(settings)
+        if outage is None:
+            try:
+                await _preflight(settings)
+                return
+            except CliError:
+                # Gone again between the two looks (a restart in progress), or a real error.
+                outage = await _unreachable(settings)
+                if outage is None:
+                    raise
+        if not warned:
+            logging.getLogger("enverif.worker").warning(
+                "the database or Redis does not answer (%s); waiting for it", outage
+            )
+            warned = True
+        await backoff.wait()
+
+
+async def _unreachable(settings: Settings) -> str | None:
+    """The kind of outage if the database or Redis does not answer now, else None."""
+    from redis.asyncio import Redis
+
+    from app.outages import is_outage
+
+    engine = create_engine(settings.effective_database_url)
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        if not settings.uses_embedded_redis:
+            client = Redis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
+            try:
+                await client.ping()
+            finally:
+                await client.aclose()
+    except Exception as exc:
+        return type(exc).__name__ if is_outage(exc) else None
+    finally:
+        await engine.dispose()
+    return None
+
+
+def _check_workers(settings: Settings, *, this_host: bool) -> int:
+    """For process supervisors: 0 when a worker (on this host, with --this-host) has a live
+    heartbeat in Redis, 1 otherwise. One line on stdout either way."""
+    import socket
+
+    from redis.asyncio import Redis
+    from redis.exceptions import RedisError
+
+    from app.health import live_workers
+
+    async def run() -> int:
+        client = Redis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
+        try:
+            beats = await live_workers(client, settings.redis_prefix)
+        except (RedisError, OSError) as exc:
+            print(f"no worker alive: cannot reach Redis ({type(exc).__name__})")
+            return 1
+        finally:
+            await client.aclose()
+        if this_host:
+            host = socket.gethostname()
+            beats = [b for b in beats if b.host == host]
+        where = " on this host" if this_host else ""
+        print(f"{len(beats)} worker{'s' if len(beats) != 1 else ''} alive{where}")
+        return 0 if beats else 1
+
+    return asyncio.run(run())
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -527,6 +613,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("worker", help="run a worker (arq): executes runs, fires schedules")
     p.add_argument("--burst", action="store_true", help="exit once the queue is empty")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="do not run a worker: exit 0 if a worker is alive (heartbeat in Redis), 1 if not",
+    )
+    p.add_argument("--this-host", action="store_true", help="with --check: only count this host's workers")
     p.set_defaults(handler=cmd_worker)
 
     p = commands.add_parser("migrate", help="migrate the database schema (alembic)")

@@ -12,14 +12,30 @@ def run_job_id(prefix: str, run_id: int, wake_count: int) -> str:
     # running or has a kept result, so a resumed run needs a fresh id (PITFALLS: arq).
     # Prefixed, because arq's job keys are global to the Redis server, not per queue: two
     # deployments (or databases) sharing a Redis would otherwise swallow each other's jobs.
-    return f"{prefix}:run:{run_id}:{wake_count}"
+    return f"{run_job_prefix(prefix)}{run_id}:{wake_count}"
 
 
-def sweep_job_name(prefix: str) -> str:
-    # arq names cron job ids "cron:<name>:<time>", also global to the Redis server.
-    return f"sweep_runs:{prefix}"
+def run_job_prefix(prefix: str) -> str:
+    """What every ``run_job_id`` starts with (the sweeper parses queue members with it)."""
+    return f"{prefix}:run:"
 
 
 def events_channel(prefix: str) -> str:
     """The single pub/sub channel for run events; each API process subscribes once."""
     return f"{prefix}:events"
+
+
+def worker_heartbeat_key(prefix: str, owner: str) -> str:
+    """A live worker's heartbeat (expires unless renewed): the truth about who is alive."""
+    return f"{prefix}:worker:{owner}"
+
+
+def workers_index(prefix: str) -> str:
+    # A set naming every worker that ever beat, so readers need no SCAN over the keyspace;
+    # members whose heartbeat key expired are pruned by the readers.
+    return f"{prefix}:workers"
+
+
+def sweeper_turn_key(prefix: str) -> str:
+    """Taken (SET NX with a TTL) by the worker that sweeps this interval; the others skip."""
+    return f"{prefix}:sweeper-turn"

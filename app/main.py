@@ -8,13 +8,10 @@ to this process's subscriptions).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 
-from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -22,11 +19,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
+from app import health
 from app.events.hub import EventHub
 from app.graphql.schema import build_schema
 from app.graphql.view import GraphQLView
 from app.http_limits import BodySizeLimit
-from app.services.runtime import Runtime, open_runtime
+from app.services.runtime import open_runtime
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -80,36 +78,5 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
 
 
 async def healthz(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    database, redis = await asyncio.gather(
-        _probe("database", lambda: _ping_database(runtime)), _probe("redis", lambda: _ping_redis(runtime))
-    )
-    healthy = database == "ok" and redis == "ok"
-    return JSONResponse(
-        {"status": "ok" if healthy else "degraded", "database": database, "redis": redis},
-        status_code=200 if healthy else 503,
-    )
-
-
-async def _ping_database(runtime: Runtime) -> None:
-    async with runtime.engine.connect() as conn:
-        await conn.execute(text("SELECT 1"))
-
-
-async def _ping_redis(runtime: Runtime) -> None:
-    await runtime.redis.ping()
-
-
-async def _probe(name: str, check: Callable[[], Awaitable[Any]]) -> str:
-    """ "ok", or a short error naming the failure's kind. Details go to the log only: the
-    endpoint is unauthenticated and a driver's message can carry host names or queries."""
-    try:
-        async with asyncio.timeout(HEALTH_TIMEOUT_S):
-            await check()
-    except TimeoutError:
-        logger.warning("health check: %s timed out after %ss", name, HEALTH_TIMEOUT_S)
-        return f"error: timed out after {HEALTH_TIMEOUT_S}s"
-    except Exception as exc:
-        logger.warning("health check: %s failed", name, exc_info=True)
-        return f"error: {type(exc).__name__}"
-    return "ok"
+    body, healthy = await health.report(request.app.state.runtime)
+    return JSONResponse(body, status_code=200 if healthy else 503)

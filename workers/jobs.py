@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from app.engine.loop import execute_run as run_loop
-from app.services.sweeper import sweep
+from app.outages import is_outage
+
+log = logging.getLogger(__name__)
 
 
 async def execute_run(ctx: dict[str, Any], run_id: int, wake: int, root_id: int | None = None) -> None:
     # `wake` is only part of the job identity (see app.keys.run_job_id); the claim decides.
     # `root_id` saves a lookup: a run's root never changes.
-    await run_loop(
-        ctx["runtime"],
-        ctx["registry"],
-        run_id,
-        owner=ctx["owner"],
-        root_id=root_id,
-        providers=ctx["providers"],
-    )
-
-
-async def sweep_runs(ctx: dict[str, Any]) -> dict[str, int]:
-    report = await sweep(ctx["runtime"])
-    return {
-        "requeued_expired": report.requeued_expired,
-        "reenqueued": report.reenqueued,
-        "reissued": report.reissued,
-    }
+    try:
+        await run_loop(ctx["runtime"], ctx["registry"], run_id, owner=ctx["owner"], root_id=root_id,
+                       providers=ctx["providers"])  # fmt: skip
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        # The database went away before the run was claimed (or while handing it back): the
+        # run is still QUEUED, or RUNNING under a lease that will expire, and the sweeper
+        # delivers it again once the database answers. Not a failure of the job.
+        log.warning("run %s: database unavailable (%s); the sweeper will deliver it again", run_id,
+                    type(exc).__name__)  # fmt: skip

@@ -1,49 +1,100 @@
-"""The arq worker: settings, start-up and shutdown of its resources."""
+"""The arq worker: settings, start-up, and staying up through outages.
+
+Who runs what is decided by the database lease (``services.runs.claim``), not by arq. arq's
+own bookkeeping is made to follow it, because arq's defaults let a dead worker wedge the
+queue (PITFALLS: arq): a worker reads only the oldest ``queue_read_limit`` entries and skips
+every entry whose in-progress key exists, and a SIGKILLed worker leaves its in-progress keys
+for ``job_timeout + 10 s``. So:
+
+- in-progress keys live for ``ENVERIF_LEASE_S`` only, and this process renews the keys of
+  the jobs it is running (``_keep_jobs_marked``). A killed worker's keys expire within one
+  lease, like its runs' leases; a long run stays marked because its worker is alive, not
+  because arq was told to wait an hour;
+- the sweeper is an asyncio task of every worker process on its own timer, not an arq cron
+  job behind the queue it repairs, and it removes queue entries and in-progress keys that
+  the database says are stale (``services.sweeper``);
+- ``run_worker`` never exits on a connection error: it waits for Redis at start-up and
+  restarts arq's poll loop (``Worker.main`` raises when Redis goes away) with backoff.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
+import random
 import socket
 import uuid
 from typing import Any
 
-from arq import cron
+from arq.constants import in_progress_key_prefix
 from arq.worker import Worker, func
 
+from app import health
 from app.engine.providers import Providers
 from app.engine.tools.registry import default_registry
-from app.keys import queue_name, sweep_job_name
-from app.services.runtime import open_runtime, redis_settings
+from app.keys import queue_name
+from app.outages import is_outage
+from app.services.runtime import Runtime, open_runtime, redis_settings
+from app.services.sweeper import sweeper_loop
 from app.settings import Settings
-from workers.jobs import execute_run, sweep_runs
+from workers.jobs import execute_run
+
+log = logging.getLogger(__name__)
 
 # arq counts starts, not failures: a run job only fails on infrastructure errors (the run
 # itself records its own failures), so allow many restarts before arq gives up on a job.
 RUN_JOB_MAX_TRIES = 100
+# Backoff between attempts to reach Redis (start-up, poll loop restarts).
+BACKOFF_FIRST_S = 0.2
+BACKOFF_MAX_S = 5.0
 
 
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def build_worker(settings: Settings, *, burst: bool = False, **overrides: Any) -> Worker:
+def build_worker(
+    settings: Settings, *, burst: bool = False, runtime: Runtime | None = None, **overrides: Any
+) -> Worker:
+    """An arq Worker for this deployment. Its start-up hook opens the runtime (unless one is
+    given) and starts the process's background tasks: sweeper, heartbeat, in-progress marks.
+    The hook may run more than once (``run_worker`` restarts ``main()``); it is idempotent."""
+
     async def on_startup(ctx: dict[str, Any]) -> None:
-        ctx["runtime"] = await open_runtime(settings, worker=True)
-        ctx["registry"] = default_registry(settings)
-        # One guarded HTTP client and one template renderer pool for all runs of this worker.
-        ctx["providers"] = Providers(settings)
-        ctx["owner"] = worker_id()
+        if "runtime" not in ctx:
+            ctx["runtime"] = await open_runtime(settings, worker=True)
+            ctx["owns_runtime"] = True
+        if "registry" not in ctx:
+            ctx["registry"] = default_registry(settings)
+        if "providers" not in ctx:
+            # One guarded HTTP client and one template renderer pool for all runs of this worker.
+            ctx["providers"] = Providers(settings)
+        ctx.setdefault("owner", worker_id())
+        if "background" not in ctx:
+            rt: Runtime = ctx["runtime"]
+            ctx["background"] = [
+                asyncio.create_task(sweeper_loop(rt), name="enverif-sweeper"),
+                asyncio.create_task(
+                    health.heartbeat_loop(rt, ctx["owner"], lambda: len(worker.tasks)),
+                    name="enverif-heartbeat",
+                ),
+                asyncio.create_task(_keep_jobs_marked(worker, rt), name="enverif-in-progress"),
+            ]
 
     async def on_shutdown(ctx: dict[str, Any]) -> None:
+        await _stop_background(ctx)
         if "providers" in ctx:
-            await ctx["providers"].aclose()
+            await ctx.pop("providers").aclose()
         if "registry" in ctx:
-            await ctx["registry"].aclose()
-        if "runtime" in ctx:
-            await ctx["runtime"].close()
+            await ctx.pop("registry").aclose()
+        if ctx.pop("owns_runtime", False):
+            await ctx.pop("runtime").close()
 
-    sweep_every = settings.sweep_interval_s
+    ctx: dict[str, Any] = {}
+    if runtime is not None:
+        ctx["runtime"] = runtime
     options: dict[str, Any] = {
         "functions": [
             func(
@@ -54,17 +105,9 @@ def build_worker(settings: Settings, *, burst: bool = False, **overrides: Any) -
                 timeout=settings.job_timeout_s,
             ),
         ],
-        "cron_jobs": [
-            cron(
-                sweep_runs,
-                name=sweep_job_name(settings.redis_prefix),
-                second=set(range(0, 60, sweep_every)) if sweep_every < 60 else {0},
-                run_at_startup=True,
-                timeout=max(30, sweep_every * 5),
-                keep_result=0,
-            ),
-        ],
         "redis_settings": redis_settings(settings),
+        "redis_pool": runtime.redis if runtime is not None else None,
+        "ctx": ctx,
         "queue_name": queue_name(settings.redis_prefix),
         "on_startup": on_startup,
         "on_shutdown": on_shutdown,
@@ -76,18 +119,111 @@ def build_worker(settings: Settings, *, burst: bool = False, **overrides: Any) -
         "health_check_interval": 5,
     }
     options.update(overrides)
-    return Worker(**options)
+    worker = Worker(**options)
+    # arq sets every in-progress key for its longest job timeout + 10 s and offers no option
+    # for it (it reads this attribute when it starts a job). One lease is enough: this process
+    # renews the keys of its own jobs, and a dead process's keys must not outlive its leases.
+    worker.in_progress_timeout_s = in_progress_ttl_s(settings)
+    return worker
+
+
+def in_progress_ttl_s(settings: Settings) -> float:
+    return settings.lease_s
+
+
+async def _keep_jobs_marked(worker: Worker, rt: Runtime) -> None:
+    """Renew the in-progress keys of the jobs this process is running, every third of
+    their TTL (the same rhythm as the database lease)."""
+    ttl_ms = int(in_progress_ttl_s(rt.settings) * 1000)
+    while True:
+        await asyncio.sleep(ttl_ms / 3000)
+        running = [job_id for job_id, task in list(worker.tasks.items()) if not task.done()]
+        if not running:
+            continue
+        try:
+            async with rt.redis.pipeline(transaction=False) as pipe:
+                for job_id in running:
+                    pipe.pexpire(in_progress_key_prefix + job_id, ttl_ms)
+                await pipe.execute()
+        except Exception as exc:
+            # Redis away: the keys may expire and another worker may take a job again; its
+            # claim then finds the run RUNNING under our lease and does nothing.
+            log.debug("could not renew in-progress keys: %s", type(exc).__name__)
+
+
+async def _stop_background(ctx: dict[str, Any]) -> None:
+    tasks: list[asyncio.Task[None]] = ctx.pop("background", [])
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if "runtime" in ctx and "owner" in ctx:
+        rt: Runtime = ctx["runtime"]
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(2):
+                await health.forget(rt.redis, rt.settings.redis_prefix, ctx["owner"])
+
+
+class Backoff:
+    """Exponential backoff with jitter, reset after a success."""
+
+    def __init__(self, first_s: float = BACKOFF_FIRST_S, max_s: float = BACKOFF_MAX_S) -> None:
+        self.first_s = first_s
+        self.max_s = max_s
+        self.next_s = first_s
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.next_s * random.uniform(0.8, 1.2))
+        self.next_s = min(self.max_s, self.next_s * 2)
+
+    def reset(self) -> None:
+        self.next_s = self.first_s
+
+
+async def open_runtime_when_reachable(settings: Settings) -> Runtime:
+    """Open the worker's runtime, waiting (with backoff) while Redis does not answer: a
+    worker started during an outage begins work when Redis returns instead of exiting."""
+    backoff = Backoff()
+    warned = False
+    while True:
+        try:
+            return await open_runtime(settings, worker=True)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            if not warned:
+                log.warning("worker: Redis does not answer (%s); waiting for it", type(exc).__name__)
+                warned = True
+            await backoff.wait()
 
 
 async def run_worker(settings: Settings, *, burst: bool = False) -> None:
     """Run until cancelled (the CLI owns SIGINT/SIGTERM and cancels this task).
 
+    arq's ``Worker.main()`` raises as soon as Redis fails (a poll, a job's bookkeeping); the
+    loop here restarts it with backoff instead of exiting. Jobs already running carry on
+    meanwhile: they need the database, not Redis, and their leases keep being renewed there.
+
     On cancellation the in-flight runs are cancelled too: each hands its run straight back
     to the queue (``engine.loop.execute_run``) instead of waiting for its lease to expire.
     """
-    worker = build_worker(settings, burst=burst, handle_signals=False)
+    runtime = await open_runtime_when_reachable(settings)
+    worker = build_worker(settings, burst=burst, runtime=runtime, handle_signals=False)
+    backoff = Backoff()
+    loop = asyncio.get_running_loop()
     try:
-        await worker.main()
+        while True:
+            started = loop.time()
+            try:
+                await worker.main()
+                return  # --burst: the queue is empty
+            except Exception as exc:
+                if loop.time() - started > BACKOFF_MAX_S:
+                    backoff.reset()  # it had been working: a fresh outage starts small
+                if is_outage(exc):
+                    log.warning("worker: lost Redis (%s); reconnecting", type(exc).__name__)
+                else:
+                    log.exception("worker: the poll loop failed; restarting it")
+                await backoff.wait()
     except asyncio.CancelledError:
         jobs = [t for t in worker.tasks.values() if not t.done()]
         for task in jobs:
@@ -95,4 +231,9 @@ async def run_worker(settings: Settings, *, burst: bool = False) -> None:
         await asyncio.gather(*jobs, return_exceptions=True)
         raise
     finally:
-        await worker.close()
+        await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+        worker.tasks.clear()
+        try:
+            await worker.on_shutdown(worker.ctx)  # type: ignore[misc]
+        finally:
+            await runtime.close()

@@ -8,7 +8,9 @@
      ├── Conflict                     CONFLICT
      ├── CredentialRejected           CREDENTIAL_REJECTED
      ├── InvalidTransition            INVALID_TRANSITION
-     └── RateLimited                  RATE_LIMITED
+     ├── RateLimited                  RATE_LIMITED
+     └── Unavailable                  UNAVAILABLE (the database or Redis is unreachable;
+                                      ``extensions.retryAfter`` says when to try again)
 
 The GraphQL edge maps ``code`` to ``extensions.code``; anything that is not an
 ``EnverifError`` is unexpected and is masked before it reaches a client.
@@ -62,3 +64,19 @@ class InvalidTransition(EnverifError):
 
 class RateLimited(EnverifError):
     code = "RATE_LIMITED"
+
+
+class Unavailable(EnverifError):
+    """A service the request needs (the database, Redis) is not answering. Nothing is wrong
+    with the request: the same request is expected to work after ``retry_after_s``."""
+
+    code = "UNAVAILABLE"
+
+    def __init__(
+        self, message: str = "the service is temporarily unavailable; retry later", *, retry_after_s: int = 2
+    ) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def extensions(self) -> dict[str, object]:
+        return {**super().extensions(), "retryAfter": self.retry_after_s}

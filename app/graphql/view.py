@@ -38,6 +38,7 @@ from strawberry.types.unset import UNSET, UnsetType
 from app.domain.errors import EnverifError, ValidationFailed
 from app.graphql.context import Context
 from app.graphql.ws_auth import TokenCheckingHandler
+from app.outages import is_outage
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +140,12 @@ class GraphQLView(GraphQL[Context, None]):
             await context.principal()
         except EnverifError as exc:
             raise ConnectionRejectionError({"message": exc.message, "code": exc.code}) from None
-        except Exception:
+        except Exception as exc:
+            if is_outage(exc):
+                # The database is away: keep the socket. Every operation authenticates again
+                # (only a rejected token is cached) and answers UNAVAILABLE until it returns.
+                logger.warning("websocket accepted unauthenticated for now: %s", type(exc).__name__)
+                return UNSET
             logger.exception("authenticating a websocket failed")
             raise ConnectionRejectionError({"message": "Internal server error", "code": "INTERNAL"}) from None
         return UNSET

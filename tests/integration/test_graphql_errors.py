@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 import httpx
@@ -166,10 +168,21 @@ async def test_graphiql_only_when_asked_for(client: httpx.AsyncClient, settings:
         assert "graphiql" in page.text.lower()
 
 
-async def test_healthz_ok(client: httpx.AsyncClient) -> None:
-    response = await client.get("/healthz")
-    assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
+async def test_healthz_ok(client: httpx.AsyncClient, worker: Any) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        response = await client.get("/healthz")
+        if response.status_code == 200 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)  # until the worker's first heartbeat
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["workers"] >= 1
+    assert {k: body[k] for k in ("status", "database", "redis")} == {
+        "status": "ok",
+        "database": "ok",
+        "redis": "ok",
+    }
 
 
 async def test_healthz_degraded_when_redis_fails(

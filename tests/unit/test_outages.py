@@ -1,0 +1,83 @@
+"""Telling an outage (UNAVAILABLE, retry) from a bug (INTERNAL): a table of real exception
+shapes, as the drivers and SQLAlchemy raise them."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from asyncmy.errors import InternalError as MyInternalError
+from asyncmy.errors import OperationalError as MyOperationalError
+from asyncmy.errors import ProgrammingError as MyProgrammingError
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError as RedisResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+from app.domain.errors import Unavailable
+from app.outages import MYSQL_OUTAGE_ERRNOS, is_outage
+
+
+def wrapped(orig: BaseException, cls: type = OperationalError, *, invalidated: bool = False) -> BaseException:
+    """What SQLAlchemy raises around a driver error."""
+    return cls("SELECT 1", {}, orig, connection_invalidated=invalidated)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("exc", "outage"),
+    [
+        # MariaDB / MySQL through asyncmy
+        (wrapped(MyOperationalError(2003, "Can't connect to MySQL server on '127.0.0.1'")), True),
+        (wrapped(MyOperationalError(2006, "MySQL server has gone away")), True),
+        (wrapped(MyOperationalError(2013, "Lost connection to MySQL server during query")), True),
+        (wrapped(MyInternalError(1927, "Connection was killed")), True),
+        (wrapped(MyOperationalError(1054, "Unknown column 'x'")), False),
+        (wrapped(MyProgrammingError(1064, "You have an error in your SQL syntax")), False),
+        (wrapped(MyOperationalError(1205, "Lock wait timeout exceeded")), False),
+        (wrapped(Exception("anything"), invalidated=True), True),
+        (wrapped(Exception("gone away")), False),
+        (IntegrityError("INSERT", {}, Exception("Duplicate entry")), False),
+        (ProgrammingError("SELECT", {}, Exception("syntax")), False),
+        # SQLite
+        (wrapped(sqlite3.OperationalError("unable to open database file")), True),
+        (wrapped(sqlite3.OperationalError("no such table: api_tokens")), False),
+        (wrapped(sqlite3.OperationalError("no such column: x")), False),
+        # pool, sockets, Redis
+        (PoolTimeoutError("QueuePool limit of size 10 overflow 10 reached"), True),
+        (ConnectionRefusedError(111, "Connection refused"), True),
+        (ConnectionResetError(104, "Connection reset by peer"), True),
+        (TimeoutError(), True),
+        (RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."), True),
+        (RedisTimeoutError("Timeout reading from socket"), True),
+        (RedisResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
+        # bugs
+        (ValueError("bad"), False),
+        (KeyError("x"), False),
+        (AssertionError(), False),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+)
+def test_outage_or_bug(exc: BaseException, outage: bool) -> None:
+    assert is_outage(exc) is outage
+
+
+def test_an_outage_behind_a_cause_chain_is_found() -> None:
+    try:
+        try:
+            raise RedisConnectionError("Error 111")
+        except RedisConnectionError as inner:
+            raise RuntimeError("publishing failed") from inner
+    except RuntimeError as outer:
+        assert is_outage(outer)
+
+
+@given(st.integers(min_value=0, max_value=5000))
+def test_only_the_listed_mysql_errnos_are_outages(errno: int) -> None:
+    assert is_outage(wrapped(MyOperationalError(errno, "message"))) is (errno in MYSQL_OUTAGE_ERRNOS)
+
+
+def test_unavailable_carries_its_retry_hint() -> None:
+    assert Unavailable(retry_after_s=3).extensions() == {"code": "UNAVAILABLE", "retryAfter": 3}
