@@ -16,7 +16,6 @@ import time
 import pytest
 
 from tests.conftest import DB_KIND
-from tests.integration import test_faults
 from tests.integration.test_faults import ALLOW_WEBHOOK
 from tests.integration.test_resilience import (
     _kill_session_connections,
@@ -33,7 +32,6 @@ from tests.support.runs import create_agent, start_run
 from tests.support.servers import sink_server
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
-processes = test_faults.processes  # the fixture
 
 LEASE_S = 6.0
 

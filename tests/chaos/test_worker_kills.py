@@ -15,9 +15,10 @@ import pytest
 from sqlalchemy import select
 
 from app.db.orm import Run, RunStep
-from tests.integration.test_faults import ALLOW_WEBHOOK, processes, spawn_worker  # noqa: F401 - fixture
+from tests.integration.test_faults import ALLOW_WEBHOOK
 from tests.support.runs import create_agent, start_run
 from tests.support.servers import sink_server
+from tests.support.workers import spawn_worker
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
@@ -27,7 +28,7 @@ KILL_EVERY_S = 0.8
 DEADLINE_S = 120
 
 
-async def test_runs_survive_repeated_worker_kills(gql, workspace, settings, sessionmaker, processes) -> None:  # noqa: F811
+async def test_runs_survive_repeated_worker_kills(gql, workspace, settings, sessionmaker, processes) -> None:
     rng = random.Random(1234)
     async with sink_server(delay_s=0.2) as (sink, url):
         hook = {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"run": "{{ run.id }}"}}}

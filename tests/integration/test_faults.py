@@ -7,66 +7,17 @@ test Redis, so a SIGKILL is a real crash: no cleanup code runs.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
 from sqlalchemy import select
 
 from app.db.orm import RunStep
-from app.settings import Settings
 from tests.support.runs import create_agent, start_run, wait_run
 from tests.support.servers import sink_server
+from tests.support.workers import spawn_worker, wait_for
 
 ALLOW_WEBHOOK = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
-ENVERIF = str(Path(sys.executable).parent / "enverif")
-
-
-def spawn_worker(settings: Settings, *, lease_s: float = 2.0) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "ENVERIF_HOME": str(settings.home),
-        "ENVERIF_DATABASE_URL": settings.effective_database_url,
-        "ENVERIF_REDIS_URL": settings.effective_redis_url,
-        "ENVERIF_REDIS_PREFIX": settings.redis_prefix,
-        "ENVERIF_LEASE_S": str(lease_s),
-        "ENVERIF_SWEEP_INTERVAL_S": "1",
-        "ENVERIF_HTTP_ALLOW_PRIVATE_NETWORKS": "true",
-        "ENVERIF_LOG_LEVEL": "warning",
-    }
-    return subprocess.Popen([ENVERIF, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-@pytest.fixture
-async def processes() -> AsyncIterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        if p.stderr:
-            p.stderr.close()
-
-
-async def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_sigkill_mid_webhook_loses_nothing_and_repeats_no_recorded_step(
@@ -86,7 +37,7 @@ async def test_sigkill_mid_webhook_loses_nothing_and_repeats_no_recorded_step(
         first = spawn_worker(settings)
         processes.append(first)
         run_id = await start_run(gql, workspace.operator, agent)
-        await _wait_for(lambda: sink.in_flight() >= 1, 30, "the first delivery to be in flight")
+        await wait_for(lambda: sink.in_flight() >= 1, 30, "the first delivery to be in flight")
         first.send_signal(signal.SIGKILL)
         first.wait()
         processes.append(spawn_worker(settings))
@@ -146,7 +97,7 @@ async def test_sigterm_hands_the_run_back_at_once(gql, workspace, settings, proc
         first = spawn_worker(settings, lease_s=600)
         processes.append(first)
         run_id = await start_run(gql, workspace.operator, agent)
-        await _wait_for(lambda: sink.in_flight() >= 1, 30, "the delivery to be in flight")
+        await wait_for(lambda: sink.in_flight() >= 1, 30, "the delivery to be in flight")
         first.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(first.wait, 15) == 0
         assert (await get_run(gql, workspace.viewer, run_id))["status"] == "QUEUED"

@@ -9,13 +9,11 @@ faults kill only this test session's own connections.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -32,56 +30,17 @@ from app.health import HEARTBEAT_TTL_S, live_workers
 from app.keys import queue_name
 from app.settings import Settings
 from tests.conftest import DB_KIND, GraphQLClient
-from tests.integration import test_faults
 from tests.integration.graphql_support import pk
 from tests.integration.test_faults import ALLOW_WEBHOOK
 from tests.support.runs import create_agent, get_run, start_run, wait_run
 from tests.support.servers import Sink, sink_server
+from tests.support.workers import exited, spawn_worker
 
 pytestmark = pytest.mark.timeout(240)
-processes = test_faults.processes  # the fixture: worker processes, stopped after the test
 
 ENVERIF = str(Path(sys.executable).parent / "enverif")
 LEASE_S = 2.0
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
-
-
-def spawn_worker(
-    settings: Settings, *, lease_s: float = 2.0, max_jobs: int = 4, **extra: str
-) -> subprocess.Popen[bytes]:
-    """A real ``enverif worker`` process on the test's database and Redis."""
-    env = {
-        **os.environ,
-        "ENVERIF_HOME": str(settings.home),
-        "ENVERIF_DATABASE_URL": settings.effective_database_url,
-        "ENVERIF_REDIS_URL": settings.effective_redis_url,
-        "ENVERIF_REDIS_PREFIX": settings.redis_prefix,
-        "ENVERIF_LEASE_S": str(lease_s),
-        "ENVERIF_SWEEP_INTERVAL_S": "1",
-        "ENVERIF_WORKER_MAX_JOBS": str(max_jobs),
-        "ENVERIF_HTTP_ALLOW_PRIVATE_NETWORKS": "true",
-        "ENVERIF_LOG_LEVEL": "warning",
-        **extra,
-    }
-    # stderr goes to a file, so a test can show why a worker exited.
-    log = tempfile.NamedTemporaryFile(prefix="enverif-worker-", suffix=".log", delete=False)
-    proc = subprocess.Popen([ENVERIF, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=log)
-    log.close()
-    WORKER_LOGS[proc.pid] = log.name
-    return proc
-
-
-WORKER_LOGS: dict[int, str] = {}
-
-
-def exited(procs: list[subprocess.Popen[bytes]]) -> str:
-    """'' when every process is alive; else each exited one's code and the end of its log."""
-    report = []
-    for proc in procs:
-        if proc.poll() is not None:
-            tail = Path(WORKER_LOGS.get(proc.pid, "/dev/null")).read_text(errors="replace")[-3000:]
-            report.append(f"worker {proc.pid} exited with {proc.returncode}:\n{tail}")
-    return "\n".join(report)
 
 
 def changed(settings: Settings, **changes: Any) -> Settings:

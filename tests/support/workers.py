@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -33,9 +34,32 @@ def worker_env(settings: Settings, *, lease_s: float = 2.0, **extra: str) -> dic
     }
 
 
-def spawn_worker(settings: Settings, *, lease_s: float = 2.0, **extra: str) -> subprocess.Popen[bytes]:
+def spawn_worker(
+    settings: Settings, *, lease_s: float = 2.0, max_jobs: int | None = None, **extra: str
+) -> subprocess.Popen[bytes]:
+    """A real ``enverif worker`` process on the test's database and Redis. Its stderr goes to
+    a file, so a test can show why a worker exited (``exited``)."""
+    if max_jobs is not None:
+        extra["ENVERIF_WORKER_MAX_JOBS"] = str(max_jobs)
     env = worker_env(settings, lease_s=lease_s, **extra)
-    return subprocess.Popen([ENVERIF, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = tempfile.NamedTemporaryFile(prefix="enverif-worker-", suffix=".log", delete=False)
+    proc = subprocess.Popen([ENVERIF, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+    log.close()
+    WORKER_LOGS[proc.pid] = log.name
+    return proc
+
+
+WORKER_LOGS: dict[int, str] = {}
+
+
+def exited(procs: list[subprocess.Popen[bytes]]) -> str:
+    """'' when every process is alive; else each exited one's code and the end of its log."""
+    report = []
+    for proc in procs:
+        if proc.poll() is not None:
+            tail = Path(WORKER_LOGS.get(proc.pid, "/dev/null")).read_text(errors="replace")[-3000:]
+            report.append(f"worker {proc.pid} exited with {proc.returncode}:\n{tail}")
+    return "\n".join(report)
 
 
 @pytest.fixture
