@@ -29,6 +29,7 @@ from app.clock import utcnow
 from app.domain.errors import Unauthenticated
 from app.domain.tokens import seconds_until_next_check
 from app.graphql.context import Context
+from app.outages import is_outage
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,11 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
             except Unauthenticated as exc:
                 await self._close_for(exc.message)
                 return
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                # The database is away: the operation runs and answers UNAVAILABLE itself
+                # (it authenticates again), so the client knows to retry, socket kept.
         await super().handle_subscribe(message)
 
     async def shutdown(self) -> None:

@@ -151,7 +151,8 @@ async def test_a_run_that_ends_ends_its_live_descendants(
     parent = from_global_id(parent_gid, "Run")
     agent_id = from_global_id(agent, "Agent")
     child = await _live_child(sessionmaker, parent, parent, agent_id, status="WAITING_APPROVAL")
-    grandchild = await _live_child(sessionmaker, child, parent, agent_id, status="QUEUED")
+    # Parked (not QUEUED): the sweeper would deliver a QUEUED orphan to the worker first.
+    grandchild = await _live_child(sessionmaker, child, parent, agent_id, status="WAITING_CHILD")
     if end == "FAILED":  # an agent whose stored model config no longer validates
         async with sessionmaker() as session, session.begin():
             await session.execute(

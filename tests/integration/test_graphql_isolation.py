@@ -28,6 +28,7 @@ class Objects:
     approval: str
     schedule: str
     workspace: str
+    api_token: str
     secret: str  # a value that must never appear in another workspace's responses
 
 
@@ -44,7 +45,13 @@ async def _populate(gql: Any, ws: Any, sessionmaker: Any) -> Objects:
         {"a": agent["id"]},
         token=ws.operator,
     )
+    token = await gql.ok(
+        'mutation($n: String!) { createApiToken(input: {role: "viewer", name: $n}) { apiToken { id } } }',
+        {"n": f"{secret}-token"},
+        token=ws.admin,
+    )
     return Objects(
+        api_token=token["createApiToken"]["apiToken"]["id"],
         agent=agent["id"],
         run=gid("Run", run.id),
         step=gid("RunStep", step.id),
@@ -72,7 +79,7 @@ async def test_node_resolves_every_type_of_ones_own(gql: Any, two: Any) -> None:
         "approval": "Approval",
         "schedule": "Schedule",
         "workspace": "Workspace",
-    }
+    }  # api_token: tokens are the admin's (test_graphql_tokens)
     for attr, typename in expected.items():
         node = (await gql.ok(NODE, {"id": getattr(objects, attr)}, token=mine.viewer))["node"]
         assert node is not None, attr

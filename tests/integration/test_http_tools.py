@@ -436,6 +436,11 @@ class ForgetTool(EchoTool):
     risk = RiskClass.DESTRUCTIVE
 
 
+class ExtraTool(EchoTool):
+    name = "extra.forget"
+    risk = RiskClass.DESTRUCTIVE
+
+
 class Closable(EchoTool):
     name = "closable.tool"
     closed = False
@@ -550,10 +555,11 @@ async def test_default_registry_loads_plugins_and_skips_broken_ones(
     monkeypatch.setattr(registry_module, "entry_points", fake_entry_points)
     s = settings(allow_private=False, timeout_s=7.0)
     with caplog.at_level(logging.ERROR, logger=registry_module.__name__):
-        reg = default_registry(s, extra=[ForgetTool()])
+        reg = default_registry(s, extra=[ExtraTool()])
     try:
         assert reg.names() == [
-            "agents.delegate", "agents.list", "echo.say", "factory.tool", "http.get", "memory.forget", "webhook.post"
+            "agents.delegate", "agents.list", "echo.say", "extra.forget", "factory.tool", "http.get",
+            "memory.forget", "memory.remember", "memory.search", "webhook.post",
         ]  # fmt: skip
         assert isinstance(reg.get("http.get"), HttpGetTool)  # the built-in was not replaced
         factory_tool = reg.get("factory.tool")

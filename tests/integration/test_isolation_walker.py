@@ -68,6 +68,7 @@ ATTRIBUTES = {
     "approval": "Approval",
     "schedule": "Schedule",
     "workspace": "Workspace",
+    "api_token": "ApiToken",
 }
 
 
