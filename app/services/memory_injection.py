@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Agent, Memory, Run
@@ -65,15 +65,19 @@ async def _bounded_candidates(
     # later of updated_at and last_used_at, so the top by each is read (the union covers the
     # top by their maximum). Each ordering is an index of (agent_id, column): no sort.
     found: dict[int, Memory] = {}
-    orderings = (
-        base.order_by(Memory.importance.desc(), Memory.id.desc()),
-        base.order_by(Memory.updated_at.desc(), Memory.id.desc()),
+    tops = [
+        base.order_by(Memory.importance.desc(), Memory.id.desc()).limit(limit),
+        base.order_by(Memory.updated_at.desc(), Memory.id.desc()).limit(limit),
         # Never-used memories are ranked by updated_at above; only the used ones add here.
-        base.where(Memory.last_used_at.is_not(None)).order_by(Memory.last_used_at.desc(), Memory.id.desc()),
-    )
-    for ordering in orderings:
-        for memory in await session.scalars(ordering.limit(limit)):
-            found[memory.id] = memory
+        base.where(Memory.last_used_at.is_not(None))
+        .order_by(Memory.last_used_at.desc(), Memory.id.desc())
+        .limit(limit),
+    ]
+    # One round trip: the three index-ordered tops as one UNION ALL (each wrapped, since a
+    # compound select's members may not have their own ORDER BY / LIMIT on SQLite).
+    ids = union_all(*(select(top.subquery().c.id) for top in tops))
+    for memory in await session.scalars(select(Memory).where(Memory.id.in_(ids))):
+        found[memory.id] = memory
     return [
         MemoryCandidate(
             m.id, m.key, m.value, m.importance, m.updated_at, m.last_used_at, tuple(map(str, m.tags or []))
