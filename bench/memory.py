@@ -83,7 +83,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agent-memories", type=int, default=100_000)
     parser.add_argument("--workspace-memories", type=int, default=500_000)
-    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
     parser.add_argument("--keep", action="store_true", help="keep the database for a post-mortem")
     args = parser.parse_args()
