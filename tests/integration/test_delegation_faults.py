@@ -36,8 +36,8 @@ async def _tree(gql: Any, token: str, url: str) -> str:
 
 
 async def _resumes(sessionmaker: Any, root: int) -> list[RunEvent]:
-    """The times the parent was queued again after its child ended (a crash before the parent
-    parked may requeue it earlier too: that is a lease expiring, not a resume)."""
+    """The times the parent was woken after its child ended. A dead worker's run is requeued
+    when its lease expires too: that is not a wake-up, and is told apart by its reason."""
     async with sessionmaker() as session:
         events = list(
             await session.scalars(select(RunEvent).where(RunEvent.root_run_id == root).order_by(RunEvent.seq))
@@ -48,9 +48,11 @@ async def _resumes(sessionmaker: Any, root: int) -> list[RunEvent]:
         for e in events
         if e.run_id != root and e.status == "SUCCEEDED" and e.type == "RUN_STATUS_CHANGED"
     ]
+    # A wake-up carries no reason; a requeue after a dead worker's lease expired says so.
     return [
         e for e in events
         if e.run_id == root and e.type == "RUN_STATUS_CHANGED" and e.status == "QUEUED" and e.seq > child_end
+        and not (e.payload or {}).get("reason")
     ]  # fmt: skip
 
 
