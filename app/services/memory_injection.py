@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select, union_all, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Agent, Memory, Run
@@ -73,11 +73,11 @@ async def _bounded_candidates(
         .order_by(Memory.last_used_at.desc(), Memory.id.desc())
         .limit(limit),
     ]
-    # One round trip: the three index-ordered tops as one UNION ALL (each wrapped, since a
-    # compound select's members may not have their own ORDER BY / LIMIT on SQLite).
-    ids = union_all(*(select(top.subquery().c.id) for top in tops))
-    for memory in await session.scalars(select(Memory).where(Memory.id.in_(ids))):
-        found[memory.id] = memory
+    # Three queries, not one UNION ALL: MariaDB plans an IN over LIMITed derived tables as a
+    # scan of the agent's memories (measured 3.5 s at 100,000), each top alone reads its index.
+    for top in tops:
+        for memory in await session.scalars(top):
+            found[memory.id] = memory
     return [
         MemoryCandidate(
             m.id, m.key, m.value, m.importance, m.updated_at, m.last_used_at, tuple(map(str, m.tags or []))
