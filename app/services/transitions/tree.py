@@ -232,23 +232,27 @@ class TreeTx(StepWrites, ChildWrites):
         """A delegated child ended: its outcome is the result of the parent's tool call."""
         assert child.parent_run_id is not None and child.parent_step_id is not None
         parent = await self.run(child.parent_run_id)
-        step = await self.session.scalar(
-            select(RunStep).where(RunStep.id == child.parent_step_id).with_for_update()
-        )
+        # All the parent's steps, locked in one read: the delegation step among them, and
+        # what decides whether the parent can wake.
+        steps = await self.steps(parent.id)
+        step = next((s for s in steps if s.id == child.parent_step_id), None)
         if step is None or StepStatus(step.status) is not StepStatus.WAITING_CHILD:
             return  # the parent already moved on
         outcome = {"status": child.status, "result": child.result, "error": child.error, "runId": child.id}
         await self.finish_step(parent, step, StepStatus.SUCCEEDED, result=outcome)
-        await self.wake_if_unblocked(parent)
+        await self.wake_if_unblocked(parent, steps)
 
-    async def wake_if_unblocked(self, run: Run) -> None:
-        """Requeue a parked run once none of its steps waits any more."""
+    async def wake_if_unblocked(self, run: Run, steps: list[RunStep] | None = None) -> None:
+        """Requeue a parked run once none of its steps waits any more (``steps``: the run's
+        steps, when the caller already holds them locked)."""
         status = RunStatus(run.status)
         if status not in WAITING_RUN or run.id in self._ending:
             return
         # Woken when what it parked for is resolved; if it must wait for something else
         # (a child, after its approval), the worker re-parks it after running what it can.
-        still = waiting_status_for([StepStatus(s.status) for s in await self.steps(run.id)])
+        if steps is None:
+            steps = await self.steps(run.id)
+        still = waiting_status_for([StepStatus(s.status) for s in steps])
         if still is not status:
             await self.set_run_status(run, RunStatus.QUEUED)
 
@@ -266,12 +270,24 @@ async def tree_tx(rt: Runtime, run_id: int, *, root_id: int | None = None) -> As
                 root_id = await session.scalar(select(Run.root_run_id).where(Run.id == run_id))
             if root_id is None:
                 raise NotFound(f"run {run_id} not found")
+            # The root and the run are locked by one statement: almost every transaction
+            # goes on to lock the run it is about, and each statement under the root's lock
+            # is time the rest of the tree waits. Rows lock in primary-key order, and a root
+            # is always older than its descendants, so the root is still locked first.
             now_expr = now_sql(session.get_bind().dialect.name)
-            row = (
-                await session.execute(select(Run, now_expr).where(Run.id == root_id).with_for_update())
-            ).one_or_none()
-            assert row is not None  # a root row is never deleted while its tree exists
-            tx = TreeTx(session, row[0], _utc(row[1]))
+            rows = (
+                await session.execute(
+                    select(Run, now_expr)
+                    .where(Run.id.in_({root_id, run_id}), Run.root_run_id == root_id)
+                    .order_by(Run.id)
+                    .with_for_update()
+                )
+            ).all()
+            locked = {row[0].id: row[0] for row in rows}
+            root = locked.get(root_id)
+            assert root is not None and rows  # a root row is never deleted while its tree exists
+            tx = TreeTx(session, root, _utc(rows[0][1]))
+            tx._runs.update(locked)
             yield tx
             await tx.write_events()
         # After commit, and never cut short: the renewer of a worker whose run just ended
