@@ -47,8 +47,11 @@ unit: setup
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
 
 # The integration suite runs twice: once on SQLite (the embedded default) and once on
-# MariaDB/MySQL (production; the only leg where row locks are real).
-integration: integration-sqlite integration-mysql
+# MariaDB/MySQL (production; the only leg where row locks are real). The two legs run side
+# by side (each has its own database and Redis key prefix; most of their time is spent
+# waiting on workers); -O prints each leg's output whole when it ends.
+integration: setup
+	$(MAKE) --no-print-directory -j2 -O integration-sqlite integration-mysql
 
 integration-sqlite: setup
 	@echo "==== integration tests: database leg SQLite (ENVERIF_TEST_DB=sqlite) ===="
