@@ -1,4 +1,5 @@
-"""The ASGI app: ``/graphql`` (HTTP and graphql-transport-ws), ``/healthz``, dev routes,
+"""The ASGI app: ``/graphql`` (HTTP and graphql-transport-ws), ``/healthz``, the operator
+console at ``/console`` (``app.console``), dev routes,
 behind a request body size limit (``app.http_limits``).
 
 The lifespan owns the process's resources (STYLE: no module-level clients): the runtime
@@ -19,7 +20,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
-from app import health
+from app import console, health
 from app.events.hub import EventHub
 from app.graphql.schema import build_schema
 from app.graphql.view import GraphQLView
@@ -45,6 +46,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/graphql", graphql),
         WebSocketRoute("/graphql", graphql),
         Route("/healthz", healthz, methods=["GET"]),
+        *console.routes,
     ]
     if settings.dev_mode:
         # Only the dev stack serves these (in-memory webhook sink, demo page).
