@@ -49,6 +49,7 @@ class Console:
     sessionmaker: Any
     browser: Browser
     refused: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
 
     async def token(self, role: Role) -> str:
         name = f"console-test-{role.value}-{uuid.uuid4().hex[:8]}"
@@ -58,6 +59,9 @@ class Console:
     async def context(self, viewport: dict[str, int] = LAPTOP) -> BrowserContext:
         context = await self.browser.new_context(viewport=viewport)
         await context.route("**/*", self._loopback_only)
+        # What the pages said, for a failing test's report.
+        context.on("console", lambda message: self.log.append(f"console {message.type}: {message.text}"))
+        context.on("page", lambda page: page.on("framenavigated", lambda f: self.log.append(f"at {f.url}")))
         return context
 
     async def _loopback_only(self, route: Route) -> None:
@@ -106,6 +110,7 @@ async def console(settings: Any, sessionmaker: Any, processes: list[Any]) -> Asy
                 yield console
             finally:
                 await browser.close()
+                print("\n".join(console.log))  # pytest shows it when the test failed
         assert console.refused == [], f"the console asked for non-loopback URLs: {console.refused}"
 
 
@@ -282,27 +287,38 @@ async def test_a_viewer_sees_no_approve_edit_or_cancel_controls(console: Console
     await context.close()
 
 
-@pytest.mark.parametrize("how", ["revoked", "expired"])
+@pytest.mark.parametrize("how", ["revoked", "expired", "revoked while watching a live tree"])
 async def test_a_token_that_stops_working_returns_to_sign_in_with_a_message(
     console: Console, how: str
 ) -> None:
-    name = f"console-{how}-{uuid.uuid4().hex[:8]}"
+    name = f"console-{uuid.uuid4().hex[:8]}"
     async with console.sessionmaker() as session:
         token = await auth.create_token(session, workspace_name=DEMO_WORKSPACE, role=Role.OPERATOR, name=name)
     context = await console.context()
     page = await console.signed_in(context, token)
-    await expect(page.get_by_role("heading", level=1)).to_have_text("Runs")
+    # The list has loaded (its paging buttons are drawn last): no request of it is in flight.
+    await expect(page.get_by_role("button", name="Next page")).to_be_visible()
+    watching = how.endswith("live tree")
+    if watching:
+        # A run that waits for approval: its page keeps the runTree websocket open.
+        await open_agent(page, "researcher")
+        await page.get_by_role("button", name="Start run").click()
+        await expect(page.get_by_role("heading", level=1)).to_contain_text("WAITING_APPROVAL")
+        await expect(page.locator("#live")).to_contain_text("Live: event")
     async with console.sessionmaker() as session:
-        if how == "revoked":
-            await auth.revoke_token(session, workspace_name=DEMO_WORKSPACE, name=name)
-        else:
+        if how == "expired":
             await session.execute(
                 update(ApiToken)
                 .where(ApiToken.name == name)
                 .values(expires_at=utcnow() - timedelta(minutes=1))
             )
             await session.commit()
-    await page.get_by_role("navigation", name="Main").get_by_role("link", name="Agents").click()
+        else:
+            await auth.revoke_token(session, workspace_name=DEMO_WORKSPACE, name=name)
+    if not watching:
+        # The next request finds out.
+        await page.get_by_role("navigation", name="Main").get_by_role("link", name="Agents").click()
+    # While watching, nothing is clicked: the API closes the socket and the page signs out.
     await expect(page.get_by_role("heading", level=1)).to_have_text("Sign in")
     await expect(page.get_by_role("status")).to_contain_text("Signed out:")
     await expect(page.get_by_role("status")).to_contain_text("token")
