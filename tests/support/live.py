@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -180,3 +182,42 @@ def spawn_api(settings: Settings, **extra: str) -> tuple[subprocess.Popen[bytes]
         assert time.monotonic() < deadline, path.read_text()
         time.sleep(0.1)
     return proc, found.group(1)
+
+
+class PrivateRedis:
+    """A ``redis-server`` this test owns, on a free loopback port: stopped and started again
+    on the same port to play a Redis restart (the shared server on 6379 is never touched)."""
+
+    def __init__(self, directory: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.directory = directory
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        server = shutil.which("redis-server")
+        assert server is not None, "redis-server is needed (apt-get install redis-server)"
+        self.proc = subprocess.Popen(
+            [server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.directory)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
+                    conn.sendall(b"PING\r\n")
+                    if conn.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            assert self.proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(15)
+        self.proc = None
