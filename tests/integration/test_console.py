@@ -171,6 +171,8 @@ async def test_a_delegation_tree_grows_live_and_resumes_after_an_inbox_approval(
         await expect(tree_item(page, agent).locator(".status").first).to_have_text("SUCCEEDED")
     await expect(page.get_by_role("heading", level=1)).to_contain_text("SUCCEEDED")
     assert await page.evaluate("window.__sameDocument === true"), "the run page was reloaded"
+    # runTree sends complete once the tree has ended; the page says so and stops listening.
+    await expect(page.locator("#live")).to_have_text("The tree has ended: the live stream is complete.")
     await expect(page.locator("#steps")).to_contain_text("agents.delegate")
 
     # Links both ways: grandchild → parent → root, and root → child.
