@@ -50,8 +50,15 @@ async function route() {
   fill(main, box);
   try {
     const stop = (await page(box, ...found.slice(1))) ?? null;
-    if (current === box) cleanup = stop;
-    else stop?.(); // the user left while it loaded
+    if (current === box) {
+      cleanup = stop;
+      // Keyboard and screen-reader users start at the new page, not on a link that is gone.
+      if (!main.contains(document.activeElement)) {
+        main.focus({ preventScroll: true });
+      }
+    } else {
+      stop?.(); // the user left while it loaded
+    }
   } catch (error) {
     if (error.code === 'UNAUTHENTICATED' || current !== box) return; // already elsewhere
     fill(box, h('h1', {}, 'Something went wrong'),

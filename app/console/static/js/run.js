@@ -51,6 +51,7 @@ export async function runPage(main, runId) {
   let stop = null;
   let closed = false;
 
+  let drawn = null; // what is on screen: redraw only on change, so focus and typing survive
   async function refresh() {
     const [tree, run] = await Promise.all([gql(TREE, { id: runId }), gql(RUN, { id: runId })]);
     if (closed) return;
@@ -59,8 +60,14 @@ export async function runPage(main, runId) {
       treeBox.replaceChildren();
       return;
     }
+    const snapshot = JSON.stringify([tree, run]);
+    if (snapshot === drawn) return;
+    drawn = snapshot;
+    const reason = detail.querySelector('#cancel-reason')?.value;
     renderTree(treeBox, tree.run.root, runId);
     renderRun(detail, run.run, () => schedule());
+    const reasonInput = detail.querySelector('#cancel-reason');
+    if (reasonInput && reason) reasonInput.value = reason;
   }
 
   function schedule() {
