@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, Route, async_playwright, expect
 from sqlalchemy import update
@@ -55,6 +56,26 @@ class Console:
         name = f"console-test-{role.value}-{uuid.uuid4().hex[:8]}"
         async with self.sessionmaker() as session:
             return await auth.create_token(session, workspace_name=DEMO_WORKSPACE, role=role, name=name)
+
+    async def graphql(
+        self, token: str, query: str, variables: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        async with httpx.AsyncClient(base_url=self.url) as http:
+            response = await http.post(
+                "/graphql",
+                json={"query": query, "variables": variables or {}},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+        body: dict[str, Any] = response.json()
+        assert not body.get("errors"), body
+        return body["data"]  # type: ignore[no-any-return]
+
+    async def agent_id(self, name: str) -> str:
+        data = await self.graphql(
+            await self.token(Role.VIEWER), "{ agents(first: 100) { edges { node { id name } } } }"
+        )
+        [agent_id] = [e["node"]["id"] for e in data["agents"]["edges"] if e["node"]["name"] == name]
+        return str(agent_id)
 
     async def context(self, viewport: dict[str, int] = LAPTOP) -> BrowserContext:
         context = await self.browser.new_context(viewport=viewport)
@@ -281,11 +302,33 @@ async def test_a_viewer_sees_no_approve_edit_or_cancel_controls(console: Console
     await expect(page.locator("article[data-approval]").first).to_contain_text("an operator decides them")
     assert await page.get_by_role("button", name="Approve").count() == 0
     assert await page.get_by_role("button", name="Reject").count() == 0
+    cron = f"{uuid.uuid4().int % 60} 9 * * 1"
+    created = await console.graphql(
+        operator,
+        'mutation($a: ID!, $c: String!) { createSchedule(agentId: $a, input: {cron: $c, timezone: "Europe/Berlin"}) { id } }',
+        {"a": await console.agent_id("scout"), "c": cron},
+    )
     await open_agent(page, "scout")
     await expect(page.locator("#memories article").first).to_be_visible()
+    await expect(page.locator("#schedules")).to_contain_text(cron)
+    await expect(page.locator("#schedules")).to_contain_text("Europe/Berlin")
     for name in ("Start run", "Add memory"):
         assert await page.get_by_role("button", name=name).count() == 0
     assert await page.get_by_role("button", name=re.compile("^(Edit|Delete) ")).count() == 0
+    await context.close()
+    # Nothing left to fire in later tests.
+    schedule_id = created["createSchedule"]["id"]
+    await console.graphql(operator, "mutation($id: ID!) { deleteSchedule(id: $id) }", {"id": schedule_id})
+
+    # The operator cancels it, with a reason, from the run page.
+    context = await console.context()
+    page = await console.signed_in(context, operator, run_hash)
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("WAITING_APPROVAL")
+    await page.get_by_label("Cancel reason").fill("not needed any more")
+    await page.get_by_role("button", name="Cancel run and its subtree").click()
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("CANCELLED")
+    await expect(page.get_by_text("Cancel reason: not needed any more")).to_be_visible()
+    assert await page.get_by_role("button", name="Cancel run and its subtree").count() == 0
     await context.close()
 
 

@@ -56,7 +56,7 @@ export async function agentPage(main, agentId) {
       ['Updated', when(agent.updatedAt)],
     ]),
     h('h2', {}, 'Schedules'),
-    agent.schedules.length ? h('div', { class: 'scroll' }, h('table', {},
+    agent.schedules.length ? h('div', { class: 'scroll' }, h('table', { id: 'schedules' },
       h('thead', {}, h('tr', {}, ['Cron', 'Timezone', 'Enabled', 'Overlap', 'Next fire', 'Last fired', 'Input']
         .map((t) => h('th', { scope: 'col' }, t)))),
       h('tbody', {}, agent.schedules.map((s) => h('tr', {},

@@ -171,7 +171,16 @@ function renderRun(box, run, changed) {
       : h('p', {}, 'None.'),
     h('h2', {}, 'Policy chain'),
     h('p', { class: 'muted' }, 'Root agent first; the strictest decision along the chain wins.'),
-    json(run.policyChain));
+    h('ol', { id: 'policy-chain' }, (run.policyChain ?? []).map(policyLink)),
+    h('details', {}, h('summary', {}, 'Policy chain as stored (JSON)'), json(run.policyChain)));
+}
+
+function policyLink(link) {
+  const policy = link.policy ?? {};
+  const rules = policy.rules ?? [];
+  return h('li', {}, h('strong', {}, link.agent_name ?? `agent ${link.agent_id}`),
+    `: default ${policy.default ?? 'by risk class'}; `,
+    rules.length ? ['rules ', rules.map((r, i) => [i ? ', ' : '', h('code', {}, r.tool), ` → ${r.decision}`])] : 'no rules');
 }
 
 function stepRow(step) {
