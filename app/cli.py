@@ -557,6 +557,7 @@ def _dev_banner(url: str, seed: Any, settings: Settings) -> str:
             "Enverif dev is running: API and worker in this process.",
             "",
             f"  GraphQL    {url}/graphql   (GraphiQL when opened in a browser)",
+            f"  Console    {url}/console   (sign in with the token below)",
             f"  Workspace  {seed.workspace}   agents: {', '.join(seed.agents)}",
             f"  Token      {seed.token}",
             "             (admin; a fresh one is printed on every start)",

@@ -175,6 +175,28 @@ def demo_agents(base_url: str) -> list[DemoAgent]:
             },
             tools=[],
         ),
+        # Appended last so the other demo agents keep their ids: a three-level tree
+        # (research-director -> lead-researcher -> enricher) whose grandchild waits for approval.
+        DemoAgent(
+            name="research-director",
+            description="Runs a research programme: hands the company to the lead researcher, who delegates the enrichment.",
+            instructions="Hand the research of the company in the input to the lead researcher, then report.",
+            model={
+                "provider": "scripted",
+                "steps": [
+                    {
+                        "call": "agents.delegate",
+                        "args": {
+                            "agent": "lead-researcher",
+                            "task": "Research {{ input.company | default('acme.example') }}",
+                            "input": {"company": "{{ input.company | default('acme.example') }}"},
+                        },
+                    },
+                    {"final": {"research": "{{ results[0].result }}", "childRun": "{{ results[0].runId }}"}},
+                ],
+            },
+            tools=["agents.*"],
+        ),
     ]
 
 

@@ -1,4 +1,5 @@
-"""The ASGI app: ``/graphql`` (HTTP and graphql-transport-ws), ``/healthz``, dev routes,
+"""The ASGI app: ``/graphql`` (HTTP and graphql-transport-ws), ``/healthz``, the operator
+console at ``/console`` (``app.console``), dev routes,
 behind a request body size limit (``app.http_limits``).
 
 The lifespan owns the process's resources (STYLE: no module-level clients): the runtime
@@ -19,7 +20,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
-from app import health
+from app import console, health
 from app.events.hub import EventHub
 from app.graphql.schema import build_schema
 from app.graphql.view import GraphQLView
@@ -41,10 +42,14 @@ def create_app(settings: Settings) -> Starlette:
         # Only graphql-transport-ws: the legacy graphql-ws protocol had auth-bypass advisories.
         subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL],
     )
+    # The cap is ENVERIF_MAX_SUBSCRIPTIONS_PER_CONNECTION, enforced with an error code by our
+    # handler (app.graphql.ws_auth); strawberry's own check would answer without one.
+    graphql.max_subscriptions_per_connection = None
     routes: list[BaseRoute] = [
         Route("/graphql", graphql),
         WebSocketRoute("/graphql", graphql),
         Route("/healthz", healthz, methods=["GET"]),
+        *console.routes,
     ]
     if settings.dev_mode:
         # Only the dev stack serves these (in-memory webhook sink, demo page).
@@ -63,7 +68,7 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime = await open_runtime(settings)
         try:
-            hub = EventHub(runtime)
+            hub = EventHub(runtime, queue_max=settings.subscription_queue_max)
             await hub.start()
             try:
                 app.state.runtime = runtime

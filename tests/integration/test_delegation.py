@@ -22,8 +22,9 @@ query($id: ID!) {
     children {
       id depth trigger status parent { id } root { id }
       delegation { task parentStep { tool } }
-      children { id depth status result parent { id } root { id } }
+      children { id depth status result parent { id } root { id } path { id depth } }
     }
+    path { id }
     pendingApprovals { id tool run { id depth } }
   }
 }
@@ -91,6 +92,12 @@ async def test_a_three_level_tree_succeeds_with_results_flowing_up(gql, workspac
     assert child["root"]["id"] == run_id and grandchild["root"]["id"] == run_id
     assert grandchild["result"] == "leaf:deep:2"
     assert {d["id"] for d in tree["descendants"]} == {child["id"], grandchild["id"]}
+    assert grandchild["path"] == [
+        {"id": run_id, "depth": 0},
+        {"id": child["id"], "depth": 1},
+        {"id": grandchild["id"], "depth": 2},
+    ]
+    assert tree["path"] == [{"id": run_id}]
 
 
 async def test_failure_and_cancellation_flow_up_as_outcomes(gql, workspace, worker) -> None:

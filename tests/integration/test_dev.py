@@ -135,8 +135,11 @@ def test_dev_serves_the_demo_workspace_and_stops_cleanly(dev_home: Path) -> None
     try:
         assert httpx.get(f"{stack.url}/healthz", timeout=5).status_code == 200
         agents = stack.agent_ids()
-        assert {"researcher", "greeter"} <= set(agents)
+        assert {"researcher", "greeter", "research-director"} <= set(agents)
         assert f"curl -s {stack.url}/graphql" in stack.output()
+        # The banner names the operator console, and the API serves it.
+        assert f"{stack.url}/console" in stack.output()
+        assert "<title>Enverif console</title>" in httpx.get(f"{stack.url}/console", timeout=5).text
         assert f"Authorization: Bearer {stack.token}" in stack.output()
 
         # The worker runs in the same process: a run goes all the way through.

@@ -178,6 +178,15 @@ class Run(Node):
         by_id = {r.id: r for r in tree}
         return [Run.from_row(by_id[i]) for i in subtree_ids(tree, self.row.id)]
 
+    @strawberry.field(description="The runs from the root down to this one: root first, this run last.")
+    async def path(self, info: Info) -> list[Run]:
+        tree = await (await info.context.loaders()).tree.load(self.root_id)
+        by_id = {r.id: r for r in tree}
+        chain = [self.row]
+        while chain[-1].parent_run_id is not None and chain[-1].parent_run_id in by_id:
+            chain.append(by_id[chain[-1].parent_run_id])
+        return [self if r is self.row else Run.from_row(r) for r in reversed(chain)]
+
     @strawberry.field
     async def steps(self, info: Info) -> list[RunStep]:
         rows = await (await info.context.loaders()).steps.load(self.row.id)

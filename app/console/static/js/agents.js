@@ -1,0 +1,105 @@
+// Agents: the list, and one agent's page — configuration, schedules, recent runs, a form to
+// start a run, and its memory (memory.js).
+
+import { gql, session } from './api.js';
+import { act, agentLink, duration, errorSlot, facts, fill, h, json, runLink, status, when } from './dom.js';
+import { memorySection } from './memory.js';
+
+const AGENTS = `
+query Agents($after: String) {
+  agents(first: 50, after: $after) {
+    edges { node { id name description status } }
+    pageInfo { hasNextPage endCursor }
+  }
+}`;
+
+const AGENT = `
+query Agent($id: ID!) {
+  agent(id: $id) {
+    id name description instructions status model tools createdAt updatedAt
+    policy { default rules { tool decision } }
+    memoryBudget { maxItems maxChars }
+    schedules { id cron timezone enabled overlapPolicy nextFireAt lastFiredAt input }
+    runs(first: 10) { edges { node { id status trigger depth createdAt startedAt finishedAt } } }
+  }
+}`;
+
+const START = 'mutation Start($agentId: ID!, $input: JSON) { startRun(agentId: $agentId, input: $input) { id } }';
+
+export async function agentsPage(main) {
+  const { agents } = await gql(AGENTS);
+  fill(main, h('h1', {}, 'Agents'), h('div', { class: 'scroll' }, h('table', {},
+    h('thead', {}, h('tr', {}, ['Agent', 'Status', 'Description'].map((t) => h('th', { scope: 'col' }, t)))),
+    h('tbody', {}, agents.edges.map(({ node }) => h('tr', {},
+      h('td', {}, agentLink(node)), h('td', {}, status(node.status)), h('td', {}, node.description ?? '')))))));
+}
+
+export async function agentPage(main, agentId) {
+  const { agent } = await gql(AGENT, { id: agentId });
+  if (!agent) {
+    fill(main, h('h1', {}, 'Agent not found'), h('p', {}, 'No such agent in your workspace.'));
+    return;
+  }
+  const memory = h('section', { 'aria-labelledby': 'memory-h', id: 'memory' });
+  fill(main,
+    h('h1', {}, `Agent ${agent.name} `, status(agent.status)),
+    agent.description ? h('p', {}, agent.description) : null,
+    session.canOperate ? startForm(agent) : null,
+    h('h2', {}, 'Configuration'),
+    facts([
+      ['Instructions', agent.instructions ?? '—'],
+      ['Model', json(agent.model)],
+      ['Tools', agent.tools.length ? agent.tools.map((t) => h('code', {}, t, ' ')) : 'none'],
+      ['Policy', policyView(agent.policy)],
+      ['Memory budget', `${agent.memoryBudget.maxItems} items, ${agent.memoryBudget.maxChars} characters per run`],
+      ['Created', when(agent.createdAt)],
+      ['Updated', when(agent.updatedAt)],
+    ]),
+    h('h2', {}, 'Schedules'),
+    agent.schedules.length ? h('div', { class: 'scroll' }, h('table', { id: 'schedules' },
+      h('thead', {}, h('tr', {}, ['Cron', 'Timezone', 'Enabled', 'Overlap', 'Next fire', 'Last fired', 'Input']
+        .map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', {}, agent.schedules.map((s) => h('tr', {},
+        h('td', {}, h('code', {}, s.cron)), h('td', {}, s.timezone), h('td', {}, s.enabled ? 'yes' : 'no'),
+        h('td', {}, s.overlapPolicy), h('td', {}, when(s.nextFireAt)), h('td', {}, when(s.lastFiredAt)),
+        h('td', {}, json(s.input))))))) : h('p', {}, 'No schedules.'),
+    h('h2', {}, 'Recent runs'),
+    agent.runs.edges.length ? h('div', { class: 'scroll' }, h('table', {},
+      h('thead', {}, h('tr', {}, ['Run', 'Status', 'Trigger', 'Started', 'Duration'].map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', {}, agent.runs.edges.map(({ node: run }) => h('tr', {},
+        h('td', {}, runLink(run, run.depth ? `child run (depth ${run.depth})` : 'root run')),
+        h('td', {}, status(run.status)), h('td', {}, run.trigger),
+        h('td', {}, when(run.startedAt ?? run.createdAt)), h('td', {}, duration(run.startedAt, run.finishedAt)))))))
+      : h('p', {}, 'No runs yet.'),
+    memory);
+  await memorySection(memory, agent);
+}
+
+function policyView(policy) {
+  return h('div', {},
+    h('p', {}, `Default: ${policy.default ?? 'by risk class'}`),
+    policy.rules.length ? h('ul', {}, policy.rules.map((r) => h('li', {}, h('code', {}, r.tool), ` → ${r.decision}`)))
+      : h('p', {}, 'No rules.'));
+}
+
+function startForm(agent) {
+  const slot = errorSlot();
+  const input = h('textarea', { id: 'run-input', rows: 3, spellcheck: false }, '{}');
+  return h('form', { class: 'inline', 'aria-label': 'Start a run', onsubmit: async (event) => {
+    event.preventDefault();
+    const button = event.currentTarget.querySelector('button');
+    const started = await act(button, slot, async () => {
+      let parsed;
+      try {
+        parsed = input.value.trim() ? JSON.parse(input.value) : null;
+      } catch (error) {
+        throw Object.assign(new Error(`the input is not JSON: ${error.message}`), { code: 'INVALID_JSON' });
+      }
+      return gql(START, { agentId: agent.id, input: parsed });
+    });
+    if (started) location.hash = `#/runs/${started.startRun.id}`;
+  } },
+  h('label', { for: 'run-input' }, 'Run input (JSON)', input),
+  h('button', { type: 'submit', class: 'primary' }, 'Start run'),
+  slot.el);
+}

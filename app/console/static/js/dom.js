@@ -1,0 +1,90 @@
+// Small DOM helpers: build elements without innerHTML (every value is text, never markup).
+
+/** h('a', {href: '#/x'}, 'text', child, ...) -> element. `on*` props become listeners. */
+export function h(tag, props = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props ?? {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith('on')) el.addEventListener(key.slice(2).toLowerCase(), value);
+    else if (key === 'class') el.className = value;
+    else if (key in el && typeof value !== 'string') el[key] = value;
+    else el.setAttribute(key, value === true ? '' : value);
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : String(child));
+  }
+}
+
+/** Replace everything inside `el`. */
+export function fill(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+export function status(value) {
+  return h('span', { class: `status status-${value}` }, value ?? '—');
+}
+
+export function json(value) {
+  // tabindex: a long value scrolls inside its box, and a keyboard user can scroll it too.
+  return h('pre', { tabindex: 0 }, value === null || value === undefined ? '—' : JSON.stringify(value, null, 2));
+}
+
+export function when(iso) {
+  if (!iso) return '—';
+  const date = new Date(iso);
+  return h('time', { datetime: iso, title: iso }, date.toLocaleString());
+}
+
+export function duration(startIso, endIso) {
+  if (!startIso) return '—';
+  const ms = (endIso ? new Date(endIso) : new Date()) - new Date(startIso);
+  if (ms < 1000) return `${Math.max(ms, 0)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`;
+}
+
+export const runLink = (run, text) => h('a', { href: `#/runs/${run.id}` }, text ?? `${run.agent?.name ?? 'run'} run`);
+export const agentLink = (agent) => h('a', { href: `#/agents/${agent.id}` }, agent.name);
+
+/** A definition list from [term, value] pairs. */
+export function facts(pairs) {
+  return h('dl', { class: 'facts' }, pairs.map(([term, value]) => [h('dt', {}, term), h('dd', {}, value)]));
+}
+
+/**
+ * Where a failed mutation says why: the GraphQL message and code, next to its control.
+ * Returns {el, show(error), clear()}; role=alert so screen readers hear it.
+ */
+export function errorSlot() {
+  const el = h('p', { class: 'error', role: 'alert', hidden: true });
+  return {
+    el,
+    show(error) {
+      fill(el, error.message, ' ', h('code', {}, `(${error.code ?? 'ERROR'})`));
+      el.hidden = false;
+    },
+    clear() { el.hidden = true; el.replaceChildren(); },
+  };
+}
+
+/** Run `action` for a control: disables it meanwhile, shows a failure in `slot`. */
+export async function act(button, slot, action) {
+  slot.clear();
+  button.disabled = true;
+  try {
+    return await action();
+  } catch (error) {
+    slot.show(error);
+    return undefined;
+  } finally {
+    button.disabled = false;
+  }
+}
