@@ -41,6 +41,7 @@ OLD_INDEXES = {
     "ix_memories_agent_id_last_used_at": ["agent_id", "last_used_at"],
 }
 NEW_INDEX = "ix_memories_agent_id_injection_rank"
+FULLTEXT_INDEX = "ix_memories_search_text"  # revision 5d7c0e2a91b4
 BATCH = 1_000
 
 MEMORIES = sa.table(
@@ -94,23 +95,26 @@ def _new_columns(row: Any) -> dict[str, Any]:
 
 
 def _rewrite(derive: Callable[[Any], dict[str, Any]], columns: list[str]) -> None:
-    """Every memory's derived columns, in batches by id."""
+    """Every memory's derived columns: one UPDATE per batch of ids (a CASE per column), not a
+    round trip per row. On MariaDB/MySQL the FULLTEXT index is dropped meanwhile and built
+    once afterwards, which is far faster than maintaining it row by row."""
     bind = op.get_bind()
-    update = (
-        MEMORIES.update()
-        .where(MEMORIES.c.id == sa.bindparam("row_id"))
-        .values({c: sa.bindparam(f"new_{c}") for c in columns})
-    )
+    mysql_like = bind.dialect.name in ("mysql", "mariadb")
+    if mysql_like:
+        op.execute(f"DROP INDEX {FULLTEXT_INDEX} ON memories")
     after = 0
     while True:
         rows = bind.execute(
             sa.select(MEMORIES).where(MEMORIES.c.id > after).order_by(MEMORIES.c.id).limit(BATCH)
         ).all()
         if not rows:
-            return
-        params = [{"row_id": r.id, **{f"new_{c}": v for c, v in derive(r).items()}} for r in rows]
-        bind.execute(update, params)
+            break
+        derived = {r.id: derive(r) for r in rows}
+        values = {c: sa.case({i: d[c] for i, d in derived.items()}, value=MEMORIES.c.id) for c in columns}
+        bind.execute(MEMORIES.update().where(MEMORIES.c.id.in_(list(derived))).values(values))
         after = rows[-1].id
+    if mysql_like:
+        op.execute(f"CREATE FULLTEXT INDEX {FULLTEXT_INDEX} ON memories (search_text)")
 
 
 def upgrade() -> None:
