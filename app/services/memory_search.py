@@ -8,13 +8,16 @@ blends relevance with importance x recency and cuts to the limit.
 - The document is the agent's own tokens (``app.domain.memory.search_document``): the match
   reads only that agent's postings, whatever the size of the workspace, and a tag filter is a
   required term of it. The engine returns its best ``MAX_CANDIDATES`` by text relevance (a
-  LIMIT inside the subquery, before any row is read), then the rows are checked in SQL
-  (workspace, agent, every tag exactly) and ranked in Python.
+  LIMIT inside a subquery), only then are whole rows joined, checked in SQL (workspace,
+  agent, every tag exactly) and ranked in Python.
+- Memories holding every word are asked for first: the engines evaluate such a match from
+  the rarest word's postings, and return fewer rows. When fewer than ``limit`` hold every
+  word, a second query takes any word (so a near miss is still found).
 - MariaDB/MySQL: ``MATCH(search_text) AGAINST(... IN BOOLEAN MODE)`` on the FULLTEXT index.
 - SQLite: the FTS5 table ``memories_fts`` (kept in step by triggers), ranked by ``bm25``.
 
 Both engines see the same tokens, so they agree on what matches: a word matches as a prefix
-(``berlin`` finds ``Berliner``), any word may match (the more the better), case and
+(``berlin`` finds ``Berliner``), every word first and any word failing that, case and
 diacritics are ignored (``cafe`` finds ``Café``), ``_`` and punctuation split words, and
 there are no stopwords or minimum word length. Query text never reaches the engines'
 operator syntax (``app.domain.memory.search_terms``).
@@ -29,7 +32,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, column, literal_column, select, table, update
+from sqlalchemy import case, column, literal, literal_column, select, table, update
 from sqlalchemy.dialects.mysql import match
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
@@ -77,33 +80,22 @@ async def search(
     if query and query.strip() and not terms:
         return []  # only punctuation: nothing can match
     tags = list(dict.fromkeys(tags or ()))
-    if terms:
-        found = _text_candidates(session, agent_id, terms, tags)
-        stmt = select(orm.Memory, found.c.relevance).join(found, found.c.id == orm.Memory.id)
-    else:
-        stmt = (
-            select(orm.Memory)
-            .order_by(orm.Memory.injection_rank.desc(), orm.Memory.id.desc())
-            .limit(MAX_CANDIDATES)
+    # Every word first: far fewer rows to read than any word when a word is common. Fewer
+    # than `limit` such memories (or one word): any word, as ranked before.
+    candidates = await _candidates(session, workspace_id, agent_id, terms, tags, every_word=len(terms) > 1)
+    if len(terms) > 1 and len(candidates) < limit:
+        candidates = await _candidates(session, workspace_id, agent_id, terms, tags, every_word=False)
+    rows = {memory.id: memory for memory, _ in candidates}
+    hits = [
+        SearchHit(
+            id=memory.id,
+            relevance=relevance,
+            importance=memory.importance,
+            updated_at=memory.updated_at,
+            last_used_at=memory.last_used_at,
         )
-    stmt = stmt.where(orm.Memory.workspace_id == workspace_id, orm.Memory.agent_id == agent_id)
-    for tag in tags:
-        stmt = stmt.where(memory_has_tag(session, tag))
-    rows: dict[int, orm.Memory] = {}
-    hits: list[SearchHit] = []
-    result: Any = await session.execute(stmt)
-    for row in result.all():
-        memory: orm.Memory = row[0]
-        rows[memory.id] = memory
-        hits.append(
-            SearchHit(
-                id=memory.id,
-                relevance=float(row[1]) if terms else 0.0,
-                importance=memory.importance,
-                updated_at=memory.updated_at,
-                last_used_at=memory.last_used_at,
-            )
-        )
+        for memory, relevance in candidates
+    ]
     chosen = [rows[h.id] for h in rank_search_hits(hits, now=now, limit=limit)]
     if mark_used and chosen:
         await record_use(session, chosen, now=now)
@@ -128,16 +120,48 @@ async def record_use(
             set_committed_value(memory, "injection_rank", ranks[memory.id])
 
 
-def _text_candidates(session: AsyncSession, agent_id: int, terms: list[str], tags: list[str]) -> Any:
-    """(id, relevance) of the agent's best ``MAX_CANDIDATES`` text matches carrying the tags'
-    tokens, relevance larger is better."""
+async def _candidates(
+    session: AsyncSession,
+    workspace_id: int,
+    agent_id: int,
+    terms: list[str],
+    tags: list[str],
+    *,
+    every_word: bool,
+) -> list[tuple[orm.Memory, float]]:
+    """At most MAX_CANDIDATES of the agent's memories carrying all ``tags`` with their text
+    relevance: the best text matches, or without ``terms`` the best by importance x recency."""
+    if terms:
+        found = _text_candidates(session, agent_id, terms, tags, every_word=every_word)
+        stmt = select(orm.Memory, found.c.relevance).join(found, found.c.id == orm.Memory.id)
+    else:
+        stmt = (
+            select(orm.Memory, literal(0.0))
+            .order_by(orm.Memory.injection_rank.desc(), orm.Memory.id.desc())
+            .limit(MAX_CANDIDATES)
+        )
+    stmt = stmt.where(orm.Memory.workspace_id == workspace_id, orm.Memory.agent_id == agent_id)
+    for tag in tags:
+        stmt = stmt.where(memory_has_tag(session, tag))
+    return [(memory, float(relevance)) for memory, relevance in (await session.execute(stmt)).all()]
+
+
+def _text_candidates(
+    session: AsyncSession, agent_id: int, terms: list[str], tags: list[str], *, every_word: bool
+) -> Any:
+    """(id, relevance) of the agent's best ``MAX_CANDIDATES`` text matches of every word, or
+    of any word, carrying the tags' tokens; relevance larger is better."""
     words = [word_token(agent_id, t) for t in terms]
     required = [tag_token(agent_id, t) for t in tags]
     if session.get_bind().dialect.name in ("mysql", "mariadb"):
-        # Boolean mode: every word optional (but one must match), each a prefix; tags required.
-        against = " ".join(f"{w}*" for w in words)
-        if required:
-            against = " ".join([f"+({against})", *(f"+{t}" for t in required)])
+        # Boolean mode, each word a prefix: `+w*` required, `w*` optional (one must match).
+        if every_word:
+            against = " ".join(f"+{w}*" for w in words)
+        else:
+            against = " ".join(f"{w}*" for w in words)
+            if required:
+                against = f"+({against})"
+        against = " ".join([against, *(f"+{t}" for t in required)])
         score = match(orm.Memory.__table__.c.search_text, against=against).in_boolean_mode()
         relevance = score.label("relevance")
         return (
@@ -148,7 +172,7 @@ def _text_candidates(session: AsyncSession, agent_id: int, terms: list[str], tag
             .subquery("found")
         )
     # FTS5: each word a quoted prefix phrase (quotes keep AND/OR/NOT/NEAR literal words).
-    expression = "(" + " OR ".join(f'"{w}"*' for w in words) + ")"
+    expression = "(" + (" AND " if every_word else " OR ").join(f'"{w}"*' for w in words) + ")"
     expression = " AND ".join([expression, *(f'"{t}"' for t in required)])
     return (
         select(_FTS.c.rowid.label("id"), (-_FTS.c.rank).label("relevance"))  # rank: bm25, smaller is better

@@ -175,3 +175,29 @@ async def test_every_write_keeps_the_derived_columns(gql: Any, workspace: Any, s
     now = datetime.now(UTC)
     assert [c.key for c in found] == ["plan", "stale"]
     assert value_score(found[0], now) > value_score(found[1], now)
+
+
+async def test_every_word_first_then_any_word(gql: Any, workspace: Any, sessionmaker: Any) -> None:
+    """With at least ``limit`` memories holding every word, only those are returned, even if
+    one holding a single word many times would rank higher; fewer, and any word competes."""
+    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    await _insert(
+        sessionmaker,
+        workspace.id,
+        agent_pk,
+        {"key": "both-1", "value": "alpha beta"},
+        {"key": "both-2", "value": "beta and alpha, gamma"},
+        {"key": "one-word", "value": "alpha alpha alpha alpha", "importance": 1.0},
+        {"key": "none", "value": "delta"},
+    )
+    assert sorted(await _search(sessionmaker, workspace.id, agent_pk, "alpha beta", limit=2)) == [
+        "both-1",
+        "both-2",
+    ]
+    found = await _search(sessionmaker, workspace.id, agent_pk, "alpha beta", limit=3)
+    assert sorted(found) == ["both-1", "both-2", "one-word"]
+    assert await _search(sessionmaker, workspace.id, agent_pk, "beta gamma", limit=1) == ["both-2"]
+    assert sorted(await _search(sessionmaker, workspace.id, agent_pk, "gamma delta", limit=5)) == [
+        "both-2",
+        "none",
+    ]
