@@ -129,8 +129,9 @@ def search_terms(query: str, *, max_terms: int = 16) -> list[str]:
 
 # -- the full-text document -------------------------------------------------------------------
 
-# Longer words are cut (MariaDB does not index tokens over 84 characters; with the agent
-# prefix a word keeps 64). A search word is cut the same way, so it still finds them.
+# Longer words are cut: MariaDB does not index tokens over 84 characters, and the agent
+# prefix takes up to 20 of them (an 18-digit id). A search word is cut the same way, so it
+# still finds them.
 MAX_WORD_CHARS = 64
 
 
