@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, column, literal, literal_column, select, table, update
+from sqlalchemy import and_, case, column, literal, literal_column, select, table, update
 from sqlalchemy.dialects.mysql import match
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
@@ -106,12 +106,17 @@ async def record_use(
     session: AsyncSession, memories: Sequence[orm.Memory | MemoryCandidate], *, now: datetime
 ) -> None:
     """``lastUsedAt`` becomes ``now``, and the injection rank with it, in one statement (the
-    ORM's write hook does not see a bulk update); loaded rows take the new values as stored."""
+    ORM's write hook does not see a bulk update); loaded rows take the new values as stored.
+    The rank comes from the importance as read: a memory rewritten since (its ``updated_at``
+    moved) keeps the rank its writer stored rather than one from a stale importance."""
     ranks = {m.id: injection_rank(m.importance, m.updated_at, now) for m in memories}
+    as_read = [
+        (and_(orm.Memory.id == m.id, orm.Memory.updated_at == m.updated_at), ranks[m.id]) for m in memories
+    ]
     await session.execute(
         update(orm.Memory)
         .where(orm.Memory.id.in_(list(ranks)))
-        .values(last_used_at=now, injection_rank=case(ranks, value=orm.Memory.id))
+        .values(last_used_at=now, injection_rank=case(*as_read, else_=orm.Memory.injection_rank))
         .execution_options(synchronize_session=False)
     )
     for memory in memories:

@@ -201,3 +201,38 @@ async def test_every_word_first_then_any_word(gql: Any, workspace: Any, sessionm
         "both-2",
         "none",
     ]
+
+
+async def test_use_of_a_memory_rewritten_since_it_was_read_keeps_the_writers_rank(
+    gql: Any, workspace: Any, sessionmaker: Any
+) -> None:
+    """Injection reads its candidates before the claim; an operator lowering a memory's
+    importance in between must not be undone by a rank computed from the old importance."""
+    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    old = datetime.now(UTC) - timedelta(days=10)
+    await _insert(
+        sessionmaker, workspace.id, agent_pk, {"key": "plan", "value": "x", "importance": 0.9, "at": old}
+    )
+    async with sessionmaker() as session:
+        (read,) = await memory_injection._bounded_candidates(
+            session, agent_id=agent_pk, max_items=5, max_chars=100
+        )
+    edited = datetime.now(UTC) - timedelta(days=1)
+    async with sessionmaker() as session, session.begin():
+        await memories.remember(
+            session,
+            workspace_id=workspace.id,
+            agent_id=agent_pk,
+            key="plan",
+            value="x",
+            tags=None,
+            importance=0.1,
+            now=edited,
+            max_value_chars=100,
+        )
+    async with sessionmaker() as session, session.begin():
+        await memory_search.record_use(session, [read], now=datetime.now(UTC))
+    async with sessionmaker() as session:
+        row = await session.scalar(select(orm.Memory).where(orm.Memory.agent_id == agent_pk))
+    assert row is not None and row.importance == pytest.approx(0.1) and row.last_used_at is not None
+    assert row.injection_rank == pytest.approx(injection_rank(0.1, edited, None))
