@@ -16,6 +16,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Double,
     Float,
     ForeignKey,
     Index,
@@ -24,10 +25,13 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    event,
 )
 from sqlalchemy.dialects import mysql
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
+
+from app.domain.memory import injection_rank, search_document
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -133,11 +137,9 @@ class Memory(Base):
     __table_args__ = (
         UniqueConstraint("agent_id", "key"),
         Index("ix_memories_workspace_id_agent_id", "workspace_id", "agent_id"),
-        # Injection candidates (services.memory_injection): the agent's top memories by
-        # importance and by recency, each read from an index in order, never sorted.
-        Index("ix_memories_agent_id_importance", "agent_id", "importance"),
-        Index("ix_memories_agent_id_updated_at", "agent_id", "updated_at"),
-        Index("ix_memories_agent_id_last_used_at", "agent_id", "last_used_at"),
+        # Injection (services.memory_injection) and query-less search: the agent's best
+        # memories by importance x recency are the head of this index, read in order.
+        Index("ix_memories_agent_id_injection_rank", "agent_id", "injection_rank"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
@@ -151,23 +153,22 @@ class Memory(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
-    # What full-text search indexes: key, value and tags in one column (MariaDB refuses one
-    # FULLTEXT index over the binary key and the value). Kept in step by the validator below,
-    # so no write path can forget it; indexed by a FULLTEXT index on MariaDB/MySQL and by the
-    # FTS5 table ``memories_fts`` (triggers) on SQLite, both created by the migration only.
+    # What full-text search indexes: the agent's tokens for key, value and tags
+    # (``domain.memory.search_document``); indexed by a FULLTEXT index on MariaDB/MySQL and by
+    # the FTS5 table ``memories_fts`` (triggers) on SQLite, both created by the migrations only.
     search_text: Mapped[str] = mapped_column(LongText, default="")
+    # ``domain.memory.injection_rank``: importance x recency as a key that does not age.
+    injection_rank: Mapped[float] = mapped_column(Double, default=0.0, server_default="0")
 
-    @validates("key", "value", "tags")
-    def _keep_search_text(self, name: str, new: Any) -> Any:
-        parts = {"key": self.__dict__.get("key"), "value": self.__dict__.get("value")}
-        tags = self.__dict__.get("tags")
-        if name == "tags":
-            tags = new
-        else:
-            parts[name] = new
-        words = [parts["key"] or "", parts["value"] or "", *(str(t) for t in tags or [])]
-        self.search_text = " ".join(w for w in words if w)
-        return new
+
+@event.listens_for(Memory, "before_insert")
+@event.listens_for(Memory, "before_update")
+def _keep_derived_columns(_mapper: Any, _connection: Any, memory: Memory) -> None:
+    """Every ORM write of a memory re-derives its search document and injection rank from
+    its final state, so no write path can forget them. Bulk ``update()`` statements bypass
+    this and must set them themselves (see ``services.memory_search.record_use``)."""
+    memory.search_text = search_document(memory.agent_id, memory.key, memory.value, memory.tags or [])
+    memory.injection_rank = injection_rank(memory.importance, memory.updated_at, memory.last_used_at)
 
 
 # Search objects the migration creates outside this metadata (dialect-specific), which a

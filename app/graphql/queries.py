@@ -127,8 +127,9 @@ class Query:
     @strawberry.field(
         description=(
             "An agent's memories carrying all of `tags`. Without `query`: newest first. With `query`: "
-            "full-text search over key, value and tags (each word matches as a prefix; any word may "
-            "match), best first by relevance, importance and recency; at most 200 results."
+            "full-text search over key, value and tags (each word matches as a prefix; memories "
+            "holding every word, or any word when fewer than 200 hold them all), best first by "
+            "relevance, importance and recency; at most 200 results."
         )
     )
     async def memories(

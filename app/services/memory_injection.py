@@ -14,21 +14,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Agent, Memory, Run
 from app.domain.events import EventType
 from app.domain.memory import MemoryCandidate, select_for_injection
+from app.services.memory_search import record_use
 from app.services.runtime import Runtime
 from app.services.transitions import TreeTx
 
-# Candidates per ordering (by importance, and by recency), per item of the budget. The pure
-# ranking weighs importance x recency; the best memories by that product are almost always
-# among the top few of either ordering, and memories skipped for size need spares.
-CANDIDATES_PER_ITEM = 4
-MIN_CANDIDATES = 32
+# Candidates read per item of the budget. They come in the pure ranking's own order
+# (``memories.injection_rank``), so the first ``max_items`` that fit are the choice; the
+# spares stand in for memories that the character budget skips.
+CANDIDATES_PER_ITEM = 2
+MIN_CANDIDATES = 16
 MAX_CANDIDATES = 400
+# What MemoryCandidate holds, in its order: not whole rows.
+_CANDIDATE_COLUMNS = (Memory.id, Memory.key, Memory.value, Memory.importance, Memory.updated_at,
+                      Memory.last_used_at, Memory.tags)  # fmt: skip
 
 
 async def candidates(rt: Runtime, run_id: int) -> list[MemoryCandidate] | None:
@@ -54,35 +58,23 @@ async def candidates(rt: Runtime, run_id: int) -> list[MemoryCandidate] | None:
 async def _bounded_candidates(
     session: AsyncSession, *, agent_id: int, max_items: int, max_chars: int
 ) -> list[MemoryCandidate]:
+    """One ordered range read of the (agent_id, injection_rank) index: the head of the
+    agent's memories by importance x recency, never a sort of all of them."""
     limit = min(max(max_items * CANDIDATES_PER_ITEM, MIN_CANDIDATES), MAX_CANDIDATES)
     length = func.char_length if session.get_bind().dialect.name in ("mysql", "mariadb") else func.length
-    base = select(Memory).where(
-        Memory.agent_id == agent_id,
-        # A memory larger than the whole budget can never be chosen.
-        length(Memory.key) + length(Memory.value) <= max_chars,
-    )
-    # The best by importance x recency are among the top of either ordering; recency is the
-    # later of updated_at and last_used_at, so the top by each is read (the union covers the
-    # top by their maximum). Each ordering is an index of (agent_id, column): no sort.
-    found: dict[int, Memory] = {}
-    tops = [
-        base.order_by(Memory.importance.desc(), Memory.id.desc()).limit(limit),
-        base.order_by(Memory.updated_at.desc(), Memory.id.desc()).limit(limit),
-        # Never-used memories are ranked by updated_at above; only the used ones add here.
-        base.where(Memory.last_used_at.is_not(None))
-        .order_by(Memory.last_used_at.desc(), Memory.id.desc())
-        .limit(limit),
-    ]
-    # Three queries, not one UNION ALL: MariaDB plans an IN over LIMITed derived tables as a
-    # scan of the agent's memories (measured 3.5 s at 100,000), each top alone reads its index.
-    for top in tops:
-        for memory in await session.scalars(top):
-            found[memory.id] = memory
-    return [
-        MemoryCandidate(
-            m.id, m.key, m.value, m.importance, m.updated_at, m.last_used_at, tuple(map(str, m.tags or []))
+    rows = await session.execute(
+        select(*_CANDIDATE_COLUMNS)
+        .where(
+            Memory.agent_id == agent_id,
+            # A memory larger than the whole budget can never be chosen.
+            length(Memory.key) + length(Memory.value) <= max_chars,
         )
-        for m in found.values()
+        .order_by(Memory.injection_rank.desc(), Memory.id.desc())
+        .limit(limit)
+    )
+    return [
+        MemoryCandidate(id, key, value, importance, updated_at, last_used_at, tuple(map(str, tags or [])))
+        for id, key, value, importance, updated_at, last_used_at, tags in rows
     ]
 
 
@@ -99,12 +91,7 @@ async def inject(
         chosen = [m for m in chosen if m.id in alive]
     run.injected_memory_ids = [m.id for m in chosen]
     if chosen:
-        await tx.session.execute(
-            update(Memory)
-            .where(Memory.id.in_(run.injected_memory_ids))
-            .values(last_used_at=tx.now)
-            .execution_options(synchronize_session=False)
-        )
+        await record_use(tx.session, chosen, now=tx.now)
         tx.emit(run, EventType.MEMORY_INJECTED, payload={"keys": [m.key for m in chosen]})
     return [{"key": m.key, "value": m.value, "tags": list(m.tags)} for m in chosen]
 

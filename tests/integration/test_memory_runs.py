@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from app.db import orm
 from app.domain.errors import CredentialRejected, ValidationFailed
+from app.domain.memory import value_score
 from app.services import memories, memory_injection, memory_search
 from app.services.runtime import Runtime, open_runtime
 from tests.integration.graphql_support import Rows, create_memory, gid, pk
@@ -135,12 +136,17 @@ async def test_candidates_are_bounded_and_read_only_on_a_first_start(
     fresh = await rows.run(agent_pk, status="QUEUED")
     found = await memory_injection.candidates(rt, fresh.id)
     assert found is not None
-    # Default budget 20 items: at most 80 candidates per ordering, never all 150.
-    assert 0 < len(found) <= 3 * 20 * memory_injection.CANDIDATES_PER_ITEM
-    assert len(found) < 150
-    # The most important and the most recent are among them.
-    keys = {c.key for c in found}
-    assert {"k9", "k0"} <= keys
+    # Default budget 20 items: a bounded head, never all 150.
+    assert len(found) == 20 * memory_injection.CANDIDATES_PER_ITEM
+    # ... and exactly the best by the pure ranking's importance x recency, in its order.
+    async with sessionmaker() as session:
+        everything = await memory_injection._bounded_candidates(
+            session, agent_id=agent_pk, max_items=150, max_chars=4000
+        )
+    assert len(everything) == 150
+    best = sorted(everything, key=lambda m: (-value_score(m, now), -m.id))
+    assert [c.key for c in found] == [c.key for c in best[: len(found)]]
+    assert found[0].key == "k9"  # importance 0.9, 9 hours old
     resumed = await rows.run(agent_pk, status="QUEUED", injected=[])
     assert await memory_injection.candidates(rt, resumed.id) is None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db import migrate
 from app.db.orm import SEARCH_INDEX_OBJECTS, Base
 from app.db.session import create_engine
+from app.domain.memory import NO_VALUE_RANK, injection_rank, search_document
 from tests.conftest import DB_KIND, MYSQL_SERVER_URL
 
 APP_TABLES = set(Base.metadata.tables)
@@ -144,4 +146,55 @@ async def test_token_names_become_unique_and_expiry_is_added(empty_engine: Async
     assert expiries == [None] * len(rows)
 
     await migrate.downgrade(empty_engine, "8bbd93a7046c")
+    await migrate.upgrade(empty_engine)
+
+
+async def test_memories_get_agent_scoped_search_tokens_and_an_injection_rank(
+    empty_engine: AsyncEngine,
+) -> None:
+    """Revision e5b8c2d47a19 rewrites existing memories' search text and ranks them; its
+    downgrade restores the plain search text."""
+    await migrate.upgrade(empty_engine, "7a4e1c9b3f21")
+    t = "2026-01-01 00:00:00"
+    async with empty_engine.begin() as conn:
+        await conn.execute(
+            text("INSERT INTO workspaces (id, name, created_at) VALUES (1, 'a', :t)"), {"t": t}
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO agents (id, workspace_id, name, instructions, status, model, tools, policy,"
+                " memory_max_items, memory_max_chars, created_at, updated_at)"
+                " VALUES (7, 1, 'a', '', 'ACTIVE', '{}', '[]', '{}', 20, 4000, :t, :t)"
+            ),
+            {"t": t},
+        )
+        for id, importance in ((1, 0.5), (2, 0.0)):
+            await conn.execute(
+                text(
+                    "INSERT INTO memories (id, workspace_id, agent_id, `key`, value, tags, importance,"
+                    " created_at, updated_at, search_text)"
+                    " VALUES (:id, 1, 7, :key, 'Café in Berlin', '[\"icp\"]', :imp, :t, :t, 'stale')".replace(
+                        "`", '"' if empty_engine.dialect.name == "sqlite" else "`"
+                    )
+                ),
+                {"id": id, "key": f"k_{id}", "imp": importance, "t": t},
+            )
+
+    await migrate.upgrade(empty_engine)
+    async with empty_engine.connect() as conn:
+        rows = (
+            await conn.execute(text("SELECT id, search_text, injection_rank FROM memories ORDER BY id"))
+        ).all()
+    updated = datetime(2026, 1, 1, tzinfo=UTC)
+    assert [(r[0], r[1]) for r in rows] == [
+        (i, search_document(7, f"k_{i}", "Café in Berlin", ["icp"])) for i in (1, 2)
+    ]
+    assert rows[0][1].startswith("a7xk a7x1 a7xcafe a7xin a7xberlin a7xicp a7y")
+    assert rows[0][2] == pytest.approx(injection_rank(0.5, updated, None))
+    assert rows[1][2] == NO_VALUE_RANK
+
+    await migrate.downgrade(empty_engine, "7a4e1c9b3f21")
+    async with empty_engine.connect() as conn:
+        texts = (await conn.execute(text("SELECT search_text FROM memories ORDER BY id"))).scalars().all()
+    assert texts == ["k_1 Café in Berlin icp", "k_2 Café in Berlin icp"]
     await migrate.upgrade(empty_engine)

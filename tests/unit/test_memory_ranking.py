@@ -9,14 +9,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.domain.memory import (
+    NO_VALUE_RANK,
     RECENCY_HALF_LIFE_DAYS,
     MemoryCandidate,
     SearchHit,
+    injection_rank,
     injection_size,
     rank_search_hits,
+    search_document,
     search_terms,
     select_for_injection,
+    tag_token,
     value_score,
+    word_token,
 )
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -130,3 +135,71 @@ def test_search_terms_are_plain_words(query: str) -> None:
     terms = search_terms(query)
     assert len(terms) <= 16
     assert all(t and all(c.isalnum() for c in t) for t in terms)
+
+
+# -- the stored injection rank and the full-text document ---------------------------------------
+
+_moments = st.floats(min_value=0, max_value=3 * 365, allow_nan=False)
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(min_value=0, max_value=1), _moments, st.one_of(st.none(), _moments)),
+        min_size=2,
+        max_size=12,
+    ),
+    st.floats(min_value=0, max_value=365),
+)
+def test_injection_rank_orders_as_value_score_at_any_later_now(
+    memories: list[tuple[float, float, float | None]], later_days: float
+) -> None:
+    """Whenever ``now`` is, the stored rank sorts memories as importance x recency does."""
+    start = NOW - timedelta(days=4 * 365)
+    rows = [
+        MemoryCandidate(
+            i,
+            "k",
+            "v",
+            imp,
+            start + timedelta(days=upd),
+            None if used is None else start + timedelta(days=used),
+        )
+        for i, (imp, upd, used) in enumerate(memories)
+    ]
+    now = start + timedelta(days=3 * 365 + later_days)
+    for a in rows:
+        for b in rows:
+            sa, sb = value_score(a, now), value_score(b, now)
+            if abs(sa - sb) > 1e-9 * max(sa, sb):
+                ra = injection_rank(a.importance, a.updated_at, a.last_used_at)
+                rb = injection_rank(b.importance, b.updated_at, b.last_used_at)
+                assert (ra > rb) == (sa > sb)
+
+
+def test_injection_rank_does_not_age() -> None:
+    a = injection_rank(0.5, NOW, None)
+    assert injection_rank(0.5, NOW - timedelta(days=RECENCY_HALF_LIFE_DAYS), None) == pytest.approx(a - 1)
+    assert injection_rank(1.0, NOW - timedelta(days=RECENCY_HALF_LIFE_DAYS), None) == pytest.approx(a)
+    assert injection_rank(0.5, NOW - timedelta(days=9), NOW) == pytest.approx(a)  # used now is fresh
+    assert (
+        injection_rank(0.0, NOW, NOW)
+        == NO_VALUE_RANK
+        < injection_rank(1e-9, NOW - timedelta(days=3650), None)
+    )
+
+
+def test_search_document() -> None:
+    document = search_document(42, "icp_decision", "Café MÜLLER, Berlin: 3 seats", ["vip", "Q3 list"])
+    words, tags = document.split()[:-2], document.split()[-2:]
+    assert words == [
+        f"a42x{w}" for w in ["icp", "decision", "cafe", "muller", "berlin", "3", "seats", "vip", "q3", "list"]
+    ]
+    assert tags == [tag_token(42, "vip"), tag_token(42, "Q3 list")]
+    assert tag_token(42, "vip") != tag_token(42, "VIP") != tag_token(4, "vip")
+    assert all(t.isalnum() for t in document.split())  # one token each, for both engines
+    # An agent's tokens are never a prefix of another agent's.
+    assert not word_token(4, "2xberlin").startswith(word_token(42, "")) and not word_token(
+        42, "b"
+    ).startswith(word_token(4, ""))
+    assert search_terms("Café MÜLLER") == ["cafe", "muller"]
+    assert len(search_document(1, "k", "x" * 100, [])) == len("a1xk a1x") + 64

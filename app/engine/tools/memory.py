@@ -77,7 +77,8 @@ class MemorySearchTool:
     name = "memory.search"
     description = (
         "Search this agent's memories from earlier runs. 'query': words to look for in keys, "
-        "values and tags (any word may match; each matches as a prefix). 'tags': only memories "
+        "values and tags (each matches as a prefix; memories holding every word, or any word "
+        "when fewer than 'limit' hold them all). 'tags': only memories "
         "carrying all of them. Without a query: the most important, most recent memories. "
         f"Returns at most 'limit' (default {memory_search.DEFAULT_SEARCH_LIMIT}, "
         f"max {memory_search.MAX_SEARCH_LIMIT}), best first."
