@@ -2,8 +2,10 @@
 
 A cron expression is read in the schedule's IANA timezone ("9 every morning" stays 9:00
 local across daylight saving time) and every instant leaves here in UTC. Across DST
-transitions we do what croniter does with a zone-aware start: a wall time that does not exist
-(spring forward) is not invented, a wall time that exists twice (fall back) fires once.
+transitions we do what croniter (7.x) does with a zone-aware start, pinned by the unit tests:
+a wall time the spring-forward gap skips fires at the first instant after the gap (02:30 in
+Berlin on the last Sunday of March fires at 03:00 CEST), and a wall time the fall-back hour
+repeats fires at both instants (02:30 CEST and 02:30 CET).
 
 Missed fire times coalesce: a tick that finds several fire times in the past (the workers
 were down, or the tick came late) fires once, for the latest of them, and counts the rest.

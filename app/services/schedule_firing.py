@@ -167,7 +167,9 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime | None) -> F
     if run is not None and event is not None:
         await after_commit(rt, [event], [WakeUp(run.id, run.wake_count, run.id)])
     if when.missed:
-        log.info("schedule %s: %d missed fire times coalesced into %s", schedule_id, when.missed, when.fire_at)
+        log.info(
+            "schedule %s: %d missed fire times coalesced into %s", schedule_id, when.missed, when.fire_at
+        )
     return Firing(
         schedule_id=schedule_id,
         fire_at=when.fire_at,

@@ -95,7 +95,9 @@ async def create_schedule(
     async with rt.sessionmaker() as session, session.begin():
         agent = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
         if agent.status == AgentStatus.ARCHIVED:
-            raise ValidationFailed(f"agent {agent.name!r} is ARCHIVED: it cannot be scheduled", field="agentId")
+            raise ValidationFailed(
+                f"agent {agent.name!r} is ARCHIVED: it cannot be scheduled", field="agentId"
+            )
         row = orm.Schedule(
             workspace_id=principal.workspace_id,
             agent_id=agent.id,

@@ -21,9 +21,7 @@ strawberry.enum(RunStatus, name="RunStatus")
 strawberry.enum(RunTrigger, name="RunTrigger")
 strawberry.enum(StepStatus, name="StepStatus")
 strawberry.enum(ApprovalStatus, name="ApprovalStatus")
-strawberry.enum(
-    FiringOutcome, name="ScheduleFiringOutcome", description="What a schedule's fire time did."
-)
+strawberry.enum(FiringOutcome, name="ScheduleFiringOutcome", description="What a schedule's fire time did.")
 strawberry.enum(RevisionAction, name="MemoryRevisionAction", description="What a memory revision did.")
 
 __all__ = [

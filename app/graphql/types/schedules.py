@@ -80,7 +80,9 @@ class Schedule(Node):
         edges, page_info = build_edges(page, request, Run.from_row)
         return RunConnection(edges=edges, page_info=page_info)
 
-    @strawberry.field(description="Every fire time served, newest first: the run it started or why it skipped.")
+    @strawberry.field(
+        description="Every fire time served, newest first: the run it started or why it skipped."
+    )
     async def firings(
         self, info: Info, first: int | None = None, after: str | None = None
     ) -> ScheduleFiringConnection:
