@@ -79,7 +79,11 @@ async def tick(rt: Runtime, *, batch: int = BATCH) -> TickReport:
             rows = (
                 await session.execute(
                     select(Schedule.id, Schedule.next_fire_at)
-                    .where(Schedule.next_fire_at <= now, Schedule.id.not_in(seen) if seen else true())
+                    .where(
+                        Schedule.next_fire_at <= now,
+                        Schedule.enabled.is_(True),
+                        Schedule.id.not_in(seen) if seen else true(),
+                    )
                     .order_by(Schedule.next_fire_at, Schedule.id)
                     .limit(batch)
                 )
@@ -101,7 +105,7 @@ async def tick(rt: Runtime, *, batch: int = BATCH) -> TickReport:
             return report
 
 
-async def fire(rt: Runtime, schedule_id: int, *, expected: datetime | None) -> Firing | None:
+async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing | None:
     """Serve the schedule's due fire time if ``next_fire_at`` is still ``expected``; None when
     another tick served it first, or it is no longer due (disabled, rescheduled, deleted)."""
     try:
@@ -109,7 +113,9 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime | None) -> F
             schedule = await session.scalar(
                 select(Schedule).where(Schedule.id == schedule_id).with_for_update()
             )
-            if schedule is None or schedule.next_fire_at is None or schedule.next_fire_at != expected:
+            if schedule is None or not schedule.enabled or schedule.next_fire_at is None:
+                return None
+            if schedule.next_fire_at != expected:
                 return None  # served by another tick meanwhile, or changed by an operator
             now = await db_now(session)
             when = due(schedule.cron, schedule.timezone, next_at=schedule.next_fire_at, now=now)

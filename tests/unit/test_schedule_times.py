@@ -100,7 +100,9 @@ def test_a_very_long_outage_stops_counting_but_still_serves_the_latest() -> None
         ("ARCHIVED", OverlapPolicy.SKIP, ["RUNNING"], "is ARCHIVED"),
     ],
 )
-def test_skip_reason(status: str, overlap: OverlapPolicy, unfinished: list[str], expected: str | None) -> None:
+def test_skip_reason(
+    status: str, overlap: OverlapPolicy, unfinished: list[str], expected: str | None
+) -> None:
     reason = skip_reason(agent_name="a", agent_status=status, overlap=overlap, unfinished=unfinished)
     if expected is None:
         assert reason is None
@@ -108,7 +110,14 @@ def test_skip_reason(status: str, overlap: OverlapPolicy, unfinished: list[str],
         assert reason is not None and expected in reason
 
 
-ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "America/Santiago"]
+ZONES = [
+    "UTC",
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "Asia/Kolkata",
+    "America/Santiago",
+]
 CRONS = st.sampled_from(
     ["* * * * *", "*/7 * * * *", "30 2 * * *", "0 9 * * 1-5", "15 */3 * * *", "0 0 1 * *", "45 1,2,3 * * 0"]
 )
