@@ -21,6 +21,7 @@ from tests.support.servers import sink_server
 from tests.support.workers import spawn_worker
 
 GREET = [{"final": {"hello": "{{ input.name }}", "memories": "{{ memories | map(attribute='key') | list }}"}}]
+YEARLY, A_YEAR = "0 0 1 1 *", timedelta(days=367)
 UPDATE_AGENT = (
     "mutation($id: ID!, $input: UpdateAgentInput!) { updateAgent(id: $id, input: $input) { status } }"
 )
@@ -132,13 +133,14 @@ async def test_skip_waits_for_the_previous_run_and_says_why(
             {"final": "posted"},
         ]
         agent = await create_agent(gql, workspace.admin, steps=steps)
-        schedule = await create_schedule(gql, workspace.operator, agent, cron="*/10 * * * *")
+        # Yearly: no fire time of its own comes while the test runs, only the ones it makes due.
+        schedule = await create_schedule(gql, workspace.operator, agent, cron=YEARLY)
         assert schedule["overlapPolicy"] == "SKIP"
         processes.append(spawn_worker(settings))
 
         # The worker ticks too (its cron job): whichever tick gets there first, the
         # schedule's firings tell what happened to each fire time.
-        await make_due(sessionmaker, schedule, ago=timedelta(minutes=11))
+        await make_due(sessionmaker, schedule, ago=A_YEAR)
         await tick_cli(settings)
         state = await get_schedule(gql, workspace.viewer, schedule["id"])
         assert [f["outcome"] for f in state["firings"]] == ["FIRED"]
@@ -150,7 +152,7 @@ async def test_skip_waits_for_the_previous_run_and_says_why(
         assert waiting["status"] == "WAITING_APPROVAL", waiting
 
         # The next fire time comes while the run waits for its approval: skipped, and why.
-        skipped_at = await make_due(sessionmaker, schedule, ago=timedelta(minutes=11))
+        skipped_at = await make_due(sessionmaker, schedule, ago=A_YEAR)
         await tick_cli(settings)
         state = await get_schedule(gql, workspace.viewer, schedule["id"])
         assert [f["outcome"] for f in state["firings"]] == ["SKIPPED", "FIRED"]
@@ -165,7 +167,7 @@ async def test_skip_waits_for_the_previous_run_and_says_why(
         assert (await wait_run(gql, workspace.viewer, first["id"], timeout_s=30))["status"] == "SUCCEEDED"
 
         # The previous run has ended: the next fire time starts a run again.
-        await make_due(sessionmaker, schedule, ago=timedelta(minutes=11))
+        await make_due(sessionmaker, schedule, ago=A_YEAR)
         await tick_cli(settings)
         state = await get_schedule(gql, workspace.viewer, schedule["id"])
         assert [f["outcome"] for f in state["firings"]] == ["FIRED", "SKIPPED", "FIRED"]
@@ -206,10 +208,8 @@ async def test_a_worker_fires_due_schedules_from_its_cron_job(
     gql, workspace, settings, sessionmaker, processes
 ) -> None:
     agent = await create_agent(gql, workspace.admin, steps=GREET)
-    schedule = await create_schedule(
-        gql, workspace.operator, agent, cron="*/30 * * * *", input={"name": "cron"}
-    )
-    await make_due(sessionmaker, schedule, ago=timedelta(minutes=31))
+    schedule = await create_schedule(gql, workspace.operator, agent, cron=YEARLY, input={"name": "cron"})
+    await make_due(sessionmaker, schedule, ago=A_YEAR)
     # Two workers start together; each runs the cron job at start-up: one run all the same.
     processes.extend([spawn_worker(settings), spawn_worker(settings)])
 
