@@ -21,6 +21,8 @@ from tests.support.servers import sink_server
 from tests.support.workers import spawn_worker
 
 GREET = [{"final": {"hello": "{{ input.name }}", "memories": "{{ memories | map(attribute='key') | list }}"}}]
+# Tests whose schedules outlive them (the session's database is shared, and every worker
+# ticks) use a yearly cron: it fires only when a test makes it due.
 YEARLY, A_YEAR = "0 0 1 1 *", timedelta(days=367)
 UPDATE_AGENT = (
     "mutation($id: ID!, $input: UpdateAgentInput!) { updateAgent(id: $id, input: $input) { status } }"
@@ -74,6 +76,10 @@ async def test_a_due_schedule_fires_once_through_the_path_every_run_takes(
             )
         )
     assert types[0] == "RUN_CREATED" and "MEMORY_INJECTED" in types
+    # A daily schedule: gone before its next 9:00 can fire during some later test.
+    await gql.ok(
+        "mutation($id: ID!) { deleteSchedule(id: $id) }", {"id": schedule["id"]}, token=workspace.operator
+    )
 
 
 async def test_three_processes_ticking_at_once_fire_each_schedule_once(
@@ -81,11 +87,11 @@ async def test_three_processes_ticking_at_once_fire_each_schedule_once(
 ) -> None:
     agent = await create_agent(gql, workspace.admin, steps=GREET)
     schedules = [
-        await create_schedule(gql, workspace.operator, agent, cron="*/5 * * * *", overlapPolicy="ALLOW")
+        await create_schedule(gql, workspace.operator, agent, cron=YEARLY, overlapPolicy="ALLOW")
         for _ in range(12)
     ]
     for schedule in schedules:
-        await make_due(sessionmaker, schedule, ago=timedelta(minutes=6))
+        await make_due(sessionmaker, schedule, ago=A_YEAR)
 
     reports = await tick_many(settings, 3)
 
@@ -103,11 +109,11 @@ async def test_ticks_racing_in_one_process_on_separate_connections_fire_once(
     its own engine, all start together, and the database's row lock decides."""
     agent = await create_agent(gql, workspace.admin, steps=GREET)
     schedules = [
-        await create_schedule(gql, workspace.operator, agent, cron="* * * * *", overlapPolicy="ALLOW")
+        await create_schedule(gql, workspace.operator, agent, cron=YEARLY, overlapPolicy="ALLOW")
         for _ in range(8)
     ]
     for schedule in schedules:
-        await make_due(sessionmaker, schedule, ago=timedelta(minutes=2))
+        await make_due(sessionmaker, schedule, ago=A_YEAR)
     runtimes = [await open_runtime(settings) for _ in range(3)]
     try:
         reports = await asyncio.gather(*(schedule_firing.tick(rt) for rt in runtimes))
@@ -185,9 +191,9 @@ async def test_disabled_schedules_and_idle_agents_never_fire(gql, workspace, set
     idle = {}
     for status in ("PAUSED", "ARCHIVED"):
         agent = await create_agent(gql, workspace.admin, steps=GREET)
-        idle[status] = await create_schedule(gql, workspace.operator, agent, cron="* * * * *")
+        idle[status] = await create_schedule(gql, workspace.operator, agent, cron=YEARLY)
         await gql.ok(UPDATE_AGENT, {"id": agent, "input": {"status": status}}, token=workspace.admin)
-        await make_due(sessionmaker, idle[status], ago=timedelta(minutes=5))
+        await make_due(sessionmaker, idle[status], ago=A_YEAR)
 
     report = await tick_cli(settings)
     assert report["fired"] == 0
