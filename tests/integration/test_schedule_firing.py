@@ -9,9 +9,9 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
-from app.db.orm import Run, RunEvent, ScheduleFiring
+from app.db.orm import Run, RunEvent, Schedule, ScheduleFiring
 from app.services import schedule_firing
 from app.services.runtime import open_runtime
 from tests.integration.graphql_support import create_memory, pk
@@ -82,6 +82,21 @@ async def test_a_due_schedule_fires_once_through_the_path_every_run_takes(
     )
 
 
+async def _until_waiting_for_locks(session: Any, n: int, timeout_s: float = 60) -> None:
+    """Until ``n`` transactions wait for a lock (MariaDB). SQLite cannot tell: give the
+    processes time to start and block on the write lock (shorter only means less overlap)."""
+    if session.get_bind().dialect.name == "sqlite":
+        await asyncio.sleep(5)
+        return
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    query = text("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+    async with session.bind.connect() as probe:
+        # The server offers no event to wait on.
+        while (waiting := await probe.scalar(query)) < n:
+            assert asyncio.get_running_loop().time() < deadline, f"only {waiting} ticks reached the row lock"
+            await asyncio.sleep(0.05)
+
+
 async def test_three_processes_ticking_at_once_fire_each_schedule_once(
     gql, workspace, settings, sessionmaker
 ) -> None:
@@ -93,7 +108,13 @@ async def test_three_processes_ticking_at_once_fire_each_schedule_once(
     for schedule in schedules:
         await make_due(sessionmaker, schedule, ago=A_YEAR)
 
-    reports = await tick_many(settings, 3)
+    # A starting line: hold the first schedule's row lock (on SQLite: the write lock) while the
+    # three processes start, so that they all queue up on it and set off together.
+    async with sessionmaker() as session, session.begin():
+        await session.execute(select(Schedule).where(Schedule.id == pk(schedules[0]["id"])).with_for_update())
+        ticks = asyncio.create_task(tick_many(settings, 3))
+        await _until_waiting_for_locks(session, 3)
+    reports = await ticks
 
     assert sum(r["fired"] for r in reports) == len(schedules), reports
     fired = sorted(f["schedule_id"] for r in reports for f in r["firings"])
