@@ -9,6 +9,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select, text
 
 from app.db.orm import Run, RunEvent, Schedule, ScheduleFiring
@@ -231,7 +232,8 @@ async def test_disabled_schedules_and_idle_agents_never_fire(gql, workspace, set
     assert (await tick_cli(settings))["firings"] == []
 
 
-async def test_a_worker_fires_due_schedules_from_its_cron_job(
+@pytest.mark.timeout(240)
+async def test_workers_fire_due_schedules_at_start_and_every_minute(
     gql, workspace, settings, sessionmaker, processes
 ) -> None:
     agent = await create_agent(gql, workspace.admin, steps=GREET)
@@ -240,14 +242,19 @@ async def test_a_worker_fires_due_schedules_from_its_cron_job(
     # Two workers start together; each runs the cron job at start-up: one run all the same.
     processes.extend([spawn_worker(settings), spawn_worker(settings)])
 
-    async def fired() -> list[Run]:
-        return await _runs_of(sessionmaker, schedule["id"])
+    async def runs_once_there_are(n: int, timeout_s: float) -> list[dict[str, Any]]:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while len(runs := (await get_schedule(gql, workspace.viewer, schedule["id"]))["runs"]) < n:
+            assert asyncio.get_running_loop().time() < deadline, f"the workers fired {len(runs)} of {n}"
+            await asyncio.sleep(0.2)
+        return runs
 
-    deadline = asyncio.get_running_loop().time() + 60
-    while not (runs := await fired()):
-        assert asyncio.get_running_loop().time() < deadline, "no worker fired the schedule"
-        await asyncio.sleep(0.2)
-    run_id = (await get_schedule(gql, workspace.viewer, schedule["id"]))["runs"][0]["id"]
-    done = await wait_run(gql, workspace.viewer, run_id, timeout_s=30)
+    [first] = await runs_once_there_are(1, timeout_s=60)
+    done = await wait_run(gql, workspace.viewer, first["id"], timeout_s=30)
     assert done["result"]["hello"] == "cron"
-    assert len(await fired()) == len(runs) == 1
+
+    # Later fire times are the every-minute job's: the next one starts within a minute or so.
+    await make_due(sessionmaker, schedule, ago=A_YEAR)
+    runs = await runs_once_there_are(2, timeout_s=150)
+    state = await get_schedule(gql, workspace.viewer, schedule["id"])
+    assert len(runs) == 2 and [f["outcome"] for f in state["firings"]] == ["FIRED", "FIRED"]
