@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 # Schedules served per query; a tick keeps going while whole batches come back.
 BATCH = 200
-_UNFINISHED = [s.value for s in TERMINAL_RUN]
+_TERMINAL = [s.value for s in TERMINAL_RUN]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +125,7 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
             unfinished = list(
                 await session.scalars(
                     select(Run.status)
-                    .where(Run.schedule_id == schedule.id, Run.status.not_in(_UNFINISHED))
+                    .where(Run.schedule_id == schedule.id, Run.status.not_in(_TERMINAL))
                     .order_by(Run.id)
                     .limit(1)
                 )
