@@ -11,6 +11,8 @@
                          [--expires-at ISO] [--json]
     enverif token list --workspace NAME [--json]    never prints a token's secret
     enverif token revoke --workspace NAME (--id ID | --name NAME) [--json]
+    enverif schedules tick [--json]                 fire the schedules that are due now
+    enverif schedules list --workspace NAME [--json]
 
 Expected failures (a name taken, a workspace unknown, a bad setting, a database or Redis that
 does not answer) print one line ``enverif: error: ...`` on stderr and exit 2; no traceback.
@@ -668,6 +670,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--input", metavar="JSON", help="the run input, as JSON")
     c.add_argument("--json", action="store_true", help='print {"run_id", "status"} as JSON')
     c.set_defaults(handler=cmd_run_start)
+
+    from app import cli_schedules
+
+    cli_schedules.add_parser(commands)
     return parser
 
 

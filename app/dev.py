@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.clock import utcnow
 from app.db.orm import Agent, Memory, Workspace
+from app.dev_prospector import prospector_specs, seed_schedule
 from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
 from app.domain.errors import Conflict
 from app.domain.policy import validate_policy
@@ -197,6 +198,8 @@ def demo_agents(base_url: str) -> list[DemoAgent]:
             },
             tools=["agents.*"],
         ),
+        # The scheduled one and its specialist (app/dev_prospector.py).
+        *[DemoAgent(**spec) for spec in prospector_specs(base_url)],
     ]
 
 
@@ -247,6 +250,7 @@ async def seed_demo(
         await session.commit()
     async with sessionmaker() as session, session.begin():
         await _seed_memories(session, workspace_id=workspace.id)
+        await seed_schedule(session, workspace_id=workspace.id)
     return DemoSeed(
         workspace_id=workspace.id, workspace=DEMO_WORKSPACE, token=token, agents=[s.name for s in specs]
     )

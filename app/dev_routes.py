@@ -7,8 +7,13 @@ They give the demo agents something real to talk to without leaving the machine:
   their ``Idempotency-Key`` (the tool sends the step id), so a redelivered call shows up as
   ``"duplicate": true`` instead of a second delivery — the at-least-once story made visible.
 * ``GET /dev/webhook`` — what the sink has received, newest last.
+* ``GET /dev/candidates`` — a feed of newly listed companies for the scheduled
+  ``prospector``: each request returns the next page of four, and consecutive pages overlap
+  by two (feeds repeat themselves: that is what the prospector's memory is for).
+* ``GET /dev/enrich?domains=a,b`` — enrichment and a fit score per domain, for the
+  ``qualifier`` specialist.
 
-The deliveries live in the app's memory: fine for the single-process dev stack, and the
+The deliveries and the feed's position live in the app's memory: fine for the single-process dev stack, and the
 reason these routes are never mounted outside dev mode.
 """
 
@@ -106,8 +111,56 @@ async def webhook_list(request: Request) -> JSONResponse:
     return JSONResponse({"deliveries": deliveries})
 
 
+# (domain, name, country, employees, sector, fit score 0-100): a fixed catalogue, so the demo
+# is the same every time. A score of QUALIFYING_SCORE or more qualifies.
+CATALOGUE = [
+    ("northwind.example", "Northwind Analytics", "DE", 180, "B2B SaaS", 86),
+    ("globex.example", "Globex Retail", "US", 12_000, "retail", 42),
+    ("initech.example", "Initech Cloud", "NL", 240, "B2B SaaS", 91),
+    ("umbrella.example", "Umbrella Health", "FR", 3_500, "healthcare", 55),
+    ("hooli.example", "Hooli Payments", "IE", 95, "fintech", 78),
+    ("vandelay.example", "Vandelay Imports", "US", 40, "logistics", 30),
+    ("stark.example", "Stark Components", "SE", 420, "B2B SaaS", 88),
+    ("wonka.example", "Wonka Foods", "BE", 800, "food", 61),
+]
+FEED_PAGE = 4
+FEED_STEP = 2
+QUALIFYING_SCORE = 70
+
+
+async def candidates(request: Request) -> JSONResponse:
+    state = request.app.state
+    page = getattr(state, "dev_feed_page", 0)
+    state.dev_feed_page = page + 1
+    start = page * FEED_STEP
+    listed = [CATALOGUE[(start + i) % len(CATALOGUE)] for i in range(FEED_PAGE)]
+    return JSONResponse(
+        {"page": page, "candidates": [{"domain": d, "name": n, "country": c} for d, n, c, *_ in listed]}
+    )
+
+
+async def enrich(request: Request) -> JSONResponse:
+    wanted = [d for d in request.query_params.get("domains", "").split(",") if d][: FEED_PAGE * 4]
+    known = {row[0]: row for row in CATALOGUE}
+    companies = [
+        {
+            "domain": d,
+            "name": known[d][1],
+            "country": known[d][2],
+            "employees": known[d][3],
+            "sector": known[d][4],
+            "score": known[d][5],
+        }
+        for d in wanted
+        if d in known
+    ]
+    return JSONResponse({"companies": companies, "qualifyingScore": QUALIFYING_SCORE})
+
+
 routes: list[Route] = [
     Route("/dev/page", page, methods=["GET"]),
     Route("/dev/webhook", webhook_post, methods=["POST"]),
     Route("/dev/webhook", webhook_list, methods=["GET"]),
+    Route("/dev/candidates", candidates, methods=["GET"]),
+    Route("/dev/enrich", enrich, methods=["GET"]),
 ]

@@ -20,6 +20,12 @@ def run_job_prefix(prefix: str) -> str:
     return f"{prefix}:run:"
 
 
+def schedules_cron_name(prefix: str) -> str:
+    """The arq cron job that fires schedules. arq derives the job id from this name (plus
+    the minute), and job ids are global to the Redis server: prefixed, like run jobs."""
+    return f"{prefix}:fire-schedules"
+
+
 def events_channel(prefix: str) -> str:
     """The single pub/sub channel for run events; each API process subscribes once."""
     return f"{prefix}:events"

@@ -7,6 +7,7 @@ from typing import Any
 
 from app.engine.loop import execute_run as run_loop
 from app.outages import is_outage
+from app.services import schedule_firing
 
 log = logging.getLogger(__name__)
 
@@ -25,3 +26,20 @@ async def execute_run(ctx: dict[str, Any], run_id: int, wake: int, root_id: int 
         # delivers it again once the database answers. Not a failure of the job.
         log.warning("run %s: database unavailable (%s); the sweeper will deliver it again", run_id,
                     type(exc).__name__)  # fmt: skip
+
+
+async def fire_schedules(ctx: dict[str, Any]) -> None:
+    """The arq cron job (every minute, and at worker start): fire the schedules that are due.
+    Every worker enqueues it each minute under the same job id, so usually one of them runs
+    it; when several do, the database still lets each fire time fire once
+    (``services.schedule_firing``)."""
+    try:
+        report = await schedule_firing.tick(ctx["runtime"])
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        # Nothing was fired that is not recorded; the next minute's tick picks up what is due.
+        log.warning("schedules: database unavailable (%s); the next tick will fire them", type(exc).__name__)
+        return
+    if report.firings:
+        log.info("schedules: %d fired, %d skipped", report.fired, report.skipped)

@@ -29,17 +29,18 @@ import uuid
 from typing import Any
 
 from arq.constants import in_progress_key_prefix
+from arq.cron import cron
 from arq.worker import Worker, func
 
 from app import health
 from app.engine.providers import Providers
 from app.engine.tools.registry import default_registry
-from app.keys import queue_name
+from app.keys import queue_name, schedules_cron_name
 from app.outages import is_outage
 from app.services.runtime import Runtime, open_runtime, redis_settings
 from app.services.sweeper import sweeper_loop
 from app.settings import Settings
-from workers.jobs import execute_run
+from workers.jobs import execute_run, fire_schedules
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,18 @@ def build_worker(
                 max_tries=RUN_JOB_MAX_TRIES,
                 timeout=settings.job_timeout_s,
             ),
+        ],
+        # Schedules fire from an arq cron job (DESIGN §1): every minute on the minute, and once
+        # as the worker starts, so fire times missed while no worker ran are served at once.
+        "cron_jobs": [
+            cron(
+                fire_schedules,
+                name=schedules_cron_name(settings.redis_prefix),
+                second=0,
+                microsecond=0,
+                run_at_startup=True,
+                timeout=settings.job_timeout_s,
+            )
         ],
         "redis_settings": redis_settings(settings),
         "redis_pool": runtime.redis if runtime is not None else None,

@@ -303,10 +303,35 @@ class Schedule(Base):
     input: Mapped[Any | None] = mapped_column(JSON)
     enabled: Mapped[bool] = mapped_column(Boolean)
     overlap_policy: Mapped[str] = mapped_column(String(8))
+    # Null while disabled. A tick fires a schedule by moving this forward with a
+    # compare-and-set in the run's own transaction (``services.schedule_firing``).
     next_fire_at: Mapped[datetime | None] = mapped_column(index=True)
     last_fired_at: Mapped[datetime | None]
+    # The last fire time that started no run, and why (overlap SKIP, agent not ACTIVE).
+    last_skipped_at: Mapped[datetime | None]
+    last_skip_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class ScheduleFiring(Base):
+    """One row per (schedule, fire time) that a tick served: the run it started, or the skip
+    and why. The unique key is the database's word that a fire time is served once, however
+    many workers tick at the same moment and however often they restart."""
+
+    __tablename__ = "schedule_firings"
+    __table_args__ = (UniqueConstraint("schedule_id", "fire_at"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    schedule_id: Mapped[int] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"))
+    fire_at: Mapped[datetime]
+    # Earlier fire times coalesced into this one (workers were down, or the tick came late).
+    missed: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(String(16))  # FIRED | SKIPPED
+    reason: Mapped[str | None] = mapped_column(Text)
+    run_id: Mapped[int | None] = mapped_column(Id)
+    created_at: Mapped[datetime]
 
 
 class RunEvent(Base):

@@ -75,6 +75,13 @@ class Loaders:
         self.agent_memories: DataLoader[MemoriesKey, Page[orm.Memory]] = self._pages(
             self._memories_per_agent, prime=self.memory
         )
+        self.firing = self._by_id(orm.ScheduleFiring)
+        self.schedule_runs: DataLoader[tuple[int, PageRequest, None], Page[orm.Run]] = self._pages(
+            self._per_schedule(orm.Run), prime=self.run
+        )
+        self.schedule_firings: DataLoader[tuple[int, PageRequest, None], Page[orm.ScheduleFiring]] = (
+            self._pages(self._per_schedule(orm.ScheduleFiring), prime=self.firing)
+        )
 
     async def _runs_per_agent(
         self, session: AsyncSession, agent_ids: list[int], page: PageRequest, statuses: tuple[RunStatus, ...]
@@ -94,6 +101,26 @@ class Loaders:
         return await queries.list_memories_per_agent(
             session, workspace_id=self.workspace_id, agent_ids=agent_ids, page=page, query=query, tags=tags
         )
+
+    def _per_schedule(
+        self, model: type[M]
+    ) -> Callable[[AsyncSession, list[int], PageRequest, None], Awaitable[dict[int, Page[M]]]]:
+        """Newest first, per schedule: its runs, its firings."""
+
+        async def fetch(
+            session: AsyncSession, schedule_ids: list[int], page: PageRequest, _: None
+        ) -> dict[int, Page[M]]:
+            return await queries.fetch_pages_by_parent(
+                session,
+                model,
+                select(model).where(model.workspace_id == self.workspace_id),  # type: ignore[attr-defined]
+                parent_column=model.schedule_id,  # type: ignore[attr-defined]
+                parent_ids=schedule_ids,
+                id_column=model.id,  # type: ignore[attr-defined]
+                page=page,
+            )
+
+        return fetch
 
     def _pages(
         self,

@@ -15,8 +15,9 @@ from croniter import CroniterBadDateError, croniter
 
 from app.clock import utcnow
 from app.db import orm
-from app.domain.agents import OverlapPolicy, Role
+from app.domain.agents import AgentStatus, OverlapPolicy, Role
 from app.domain.errors import ValidationFailed
+from app.domain.schedules import next_fire_at
 from app.services.auth import Principal
 from app.services.queries import get_owned
 from app.services.runtime import Runtime
@@ -75,11 +76,11 @@ def check_timezone(name: str) -> str:
     return name
 
 
-def next_fire_at(cron: str, timezone: str, *, after: datetime) -> datetime:
-    """The first fire time strictly after ``after``, in UTC."""
-    local = after.astimezone(ZoneInfo(timezone))
-    fire: datetime = croniter(cron, local).get_next(datetime)
-    return fire.astimezone(UTC)
+def check_input(value: Any, *, max_chars: int) -> Any:
+    """The run input of every firing: a JSON object (or null for none)."""
+    if value is not None and not isinstance(value, dict):
+        raise ValidationFailed("input must be a JSON object (or null)", field="input")
+    return check_json_size(value, field="input", max_chars=max_chars)
 
 
 async def create_schedule(
@@ -88,11 +89,15 @@ async def create_schedule(
     principal.require(Role.OPERATOR)
     cron = check_cron(draft.cron)
     timezone = check_timezone(draft.timezone or DEFAULT_TIMEZONE)
-    run_input = check_json_size(draft.input, field="input", max_chars=rt.settings.max_text_chars)
+    run_input = check_input(draft.input, max_chars=rt.settings.max_text_chars)
     enabled = True if draft.enabled is None else draft.enabled
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         agent = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
+        if agent.status == AgentStatus.ARCHIVED:
+            raise ValidationFailed(
+                f"agent {agent.name!r} is ARCHIVED: it cannot be scheduled", field="agentId"
+            )
         row = orm.Schedule(
             workspace_id=principal.workspace_id,
             agent_id=agent.id,
@@ -117,7 +122,7 @@ async def update_schedule(
     cron = None if isinstance(patch.cron, Keep) else check_cron(patch.cron)
     timezone = None if isinstance(patch.timezone, Keep) else check_timezone(patch.timezone)
     if patch.input is not KEEP:
-        check_json_size(patch.input, field="input", max_chars=rt.settings.max_text_chars)
+        check_input(patch.input, max_chars=rt.settings.max_text_chars)
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.Schedule, workspace_id=principal.workspace_id, pk=schedule_id)

@@ -32,6 +32,7 @@ STOP_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 30.0
 
 AGENTS = "{ agents(first: 10) { edges { node { id name status } } } }"
+SCHEDULES = "{ agents(first: 10) { edges { node { name schedules { cron enabled overlapPolicy } } } } }"
 START_RUN = "mutation($agent: ID!, $input: JSON) { startRun(agentId: $agent, input: $input) { id status } }"
 RUN = "query($id: ID!) { run(id: $id) { status result error steps { seq tool status decision } } }"
 PENDING = "{ approvals(status: PENDING, first: 20) { edges { node { id tool status run { id } } } } }"
@@ -122,6 +123,11 @@ class DevStack:
             self.proc.wait()
 
 
+def _schedules(stack: DevStack) -> dict[str, list[dict[str, Any]]]:
+    edges = stack.gql(SCHEDULES)["agents"]["edges"]
+    return {e["node"]["name"]: e["node"]["schedules"] for e in edges if e["node"]["schedules"]}
+
+
 @pytest.fixture
 def dev_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # A short path: the embedded Redis listens on a unix socket in it (107-byte limit).
@@ -135,7 +141,10 @@ def test_dev_serves_the_demo_workspace_and_stops_cleanly(dev_home: Path) -> None
     try:
         assert httpx.get(f"{stack.url}/healthz", timeout=5).status_code == 200
         agents = stack.agent_ids()
-        assert {"researcher", "greeter", "research-director"} <= set(agents)
+        assert {"researcher", "greeter", "research-director", "prospector", "qualifier"} <= set(agents)
+        assert _schedules(stack) == {
+            "prospector": [{"cron": "0 * * * *", "enabled": True, "overlapPolicy": "SKIP"}]
+        }
         assert f"curl -s {stack.url}/graphql" in stack.output()
         # The banner names the operator console, and the API serves it.
         assert f"{stack.url}/console" in stack.output()
@@ -158,6 +167,7 @@ def test_dev_serves_the_demo_workspace_and_stops_cleanly(dev_home: Path) -> None
     try:
         assert again.token != first_token
         assert set(again.agent_ids()) == set(agents)
+        assert len(_schedules(again)["prospector"]) == 1  # seeded once, kept as operators left it
         assert again.gql("{ viewer { role workspace { name } } }", token=first_token)["viewer"] == {
             "role": "admin",
             "workspace": {"name": "demo"},

@@ -101,6 +101,10 @@ async def test_default_timezone_is_utc(gql: Any, workspace: Any) -> None:
         ({"cron": "0 9 * * *", "timezone": "Mars/Olympus"}, "timezone"),
         ({"cron": "0 9 * * *", "timezone": "../etc/passwd"}, "timezone"),
         ({"cron": "0 9 * * *", "input": {"x": "y" * 100_001}}, "input"),
+        ({"cron": "0 9 * * *", "input": ["not", "an", "object"]}, "input"),
+        ({"cron": "0 9 * * *", "input": "text"}, "input"),
+        ({"cron": "0 9 * * *", "input": 3}, "input"),
+        ({"cron": "0 0 31 2 *"}, "cron"),
     ],
 )
 async def test_validation_names_the_field_and_writes_nothing(
@@ -142,7 +146,7 @@ async def test_viewer_cannot_write_schedules(gql: Any, workspace: Any) -> None:
     assert error["extensions"]["code"] == "FORBIDDEN"
 
 
-@pytest.mark.parametrize("cron", ["0 0 30 2 *", "0 0 31 4 *", "15 10 31 6,9,11 *"])
+@pytest.mark.parametrize("cron", ["0 0 30 2 *", "0 0 31 2 *", "0 0 31 4 *", "15 10 31 6,9,11 *"])
 @pytest.mark.parametrize("enabled", [True, False])
 async def test_a_cron_that_never_fires_is_refused_naming_cron(
     gql: Any, workspace: Any, cron: str, enabled: bool
@@ -176,3 +180,28 @@ async def test_a_cron_that_fires_rarely_is_accepted(gql: Any, workspace: Any) ->
     )["createSchedule"]
     fire = _at(created["nextFireAt"])
     assert (fire.month, fire.day) == (2, 29)  # the next leap day
+
+
+async def test_an_archived_agent_cannot_be_scheduled(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    await gql.ok(
+        "mutation($id: ID!) { updateAgent(id: $id, input: {status: ARCHIVED}) { status } }",
+        {"id": agent["id"]},
+        token=workspace.admin,
+    )
+    error = await gql.error(
+        CREATE, {"agentId": agent["id"], "input": {"cron": "@hourly"}}, token=workspace.operator
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "agentId"}
+    assert "ARCHIVED" in error["message"]
+
+
+async def test_an_update_to_input_that_is_not_an_object_is_refused(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    created = (
+        await gql.ok(CREATE, {"agentId": agent["id"], "input": {"cron": "@hourly"}}, token=workspace.operator)
+    )["createSchedule"]
+    error = await gql.error(
+        UPDATE, {"id": created["id"], "input": {"input": [1, 2]}}, token=workspace.operator
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "input"}

@@ -130,6 +130,12 @@ async def final_of(template: Any, context: TurnContext | None = None, *, pool: s
         ("{{ results[-1] | tojson }}", '{"memories": [{"key": "k", "value": "v"}]}'),
         ("{% for t in input.tags %}{{ t }};{% endfor %}", "x;y;"),
         ("{% if input.n > 1 %}many{% else %}one{% endif %}", "many"),
+        # fromjson reads a tool's text answer (an http.get body) as JSON
+        ("{{ ('{\"a\": [1, 2]}' | fromjson).a }}", [1, 2]),
+        (
+            '{{ \'[{"d": "x", "s": 80}, {"d": "y", "s": 9}]\' | fromjson | selectattr(\'s\', \'ge\', 70) | map(attribute=\'d\') | list }}',
+            ["x"],
+        ),
         ("<b>&</b>", "<b>&</b>"),
         ("{{ '<b>&</b>' }}", "<b>&</b>"),  # no autoescape
         ("x {{ '<i>' }}", "x <i>"),
@@ -211,6 +217,9 @@ async def test_rendered_values_do_not_alias_run_state() -> None:
         ("{{ 'x' * 10000000 }}", "SecurityError"),
         ("{{ 10 ** 100000 }}", "SecurityError"),
         ("{{ {1: 2} }}", "non-string key"),
+        ("{{ 'not json' | fromjson }}", "Expecting value"),
+        ("{{ 'NaN' | fromjson }}", "NaN is not JSON"),
+        ("{{ 3 | fromjson }}", "fromjson takes a string"),
     ],
 )
 @pytest.mark.parametrize("pool", ["pool", "subprocess"])

@@ -18,7 +18,9 @@ budget (and survives C-level work by being killed); this module stops allocation
 - integers: at most ``MAX_INT_BITS`` bits from ``*`` and ``**``;
 - the rendered output, counted as it is generated.
 
-``lipsum`` is removed (it builds text from a size argument).
+``lipsum`` is removed (it builds text from a size argument). ``fromjson`` is added: tools
+answer with text (``http.get``'s body), and a procedure reads JSON APIs; its output is never
+bigger than its input, and it takes strict JSON only (no NaN or Infinity).
 """
 
 from __future__ import annotations
@@ -54,6 +56,19 @@ def _size(value: Any) -> int:
     if isinstance(value, str | bytes | bytearray | list | tuple | dict | set | frozenset):
         return len(value)
     return 0
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"fromjson: {name} is not JSON")
+
+
+def _fromjson(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise TypeError(f"fromjson takes a string, not {type(value).__name__}")
+    try:
+        return json.loads(value, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("fromjson: the JSON is nested too deeply") from None
 
 
 class _CappedNamespace(Namespace):
@@ -93,6 +108,7 @@ class CappedSandbox(ImmutableSandboxedEnvironment):
         self.max_len = max_len
         namespace = type("namespace", (_CappedNamespace,), {"max_len": max_len})
         self.globals.pop("lipsum", None)
+        self.filters["fromjson"] = _fromjson
         self.globals["namespace"] = namespace
         for name, fn in list(self.filters.items()):
             self.filters[name] = self._capped_filter(name, fn)

@@ -11,6 +11,7 @@ import strawberry
 from app.domain.agents import AgentStatus, OverlapPolicy
 from app.domain.policy import Decision
 from app.domain.runs import ApprovalStatus, RunStatus, RunTrigger, StepStatus
+from app.domain.schedules import FiringOutcome
 from app.services.memories import RevisionAction
 
 strawberry.enum(AgentStatus, name="AgentStatus")
@@ -20,12 +21,14 @@ strawberry.enum(RunStatus, name="RunStatus")
 strawberry.enum(RunTrigger, name="RunTrigger")
 strawberry.enum(StepStatus, name="StepStatus")
 strawberry.enum(ApprovalStatus, name="ApprovalStatus")
+strawberry.enum(FiringOutcome, name="ScheduleFiringOutcome", description="What a schedule's fire time did.")
 strawberry.enum(RevisionAction, name="MemoryRevisionAction", description="What a memory revision did.")
 
 __all__ = [
     "AgentStatus",
     "ApprovalStatus",
     "Decision",
+    "FiringOutcome",
     "OverlapPolicy",
     "RevisionAction",
     "RunStatus",

@@ -1,8 +1,9 @@
-"""Schedule: an agent started on a cron expression."""
+"""Schedule: an agent started on a cron expression; its firings and its runs."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Annotated
 
 import strawberry
 from strawberry.scalars import JSON
@@ -10,10 +11,15 @@ from strawberry.scalars import JSON
 from app.db import orm
 from app.domain.agents import OverlapPolicy
 from app.domain.errors import NotFound
+from app.domain.schedules import FiringOutcome
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
+from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
 from app.graphql.types.agents import Agent
-from app.graphql.types.node import Node
+from app.graphql.types.node import Connection, Node, build_edges, page_request
+
+if TYPE_CHECKING:
+    from app.graphql.types.runs import Run, RunConnection
 
 
 @strawberry.type(name="Schedule")
@@ -27,7 +33,13 @@ class Schedule(Node):
         description="SKIP: do not start while the previous run of this schedule is still going."
     )
     next_fire_at: datetime | None
-    last_fired_at: datetime | None
+    last_fired_at: datetime | None = strawberry.field(
+        description="The last fire time that started a run (missed fire times coalesce into one)."
+    )
+    last_skipped_at: datetime | None = strawberry.field(
+        description="The last fire time that started no run; lastSkipReason says why."
+    )
+    last_skip_reason: str | None
     created_at: datetime
     updated_at: datetime
     row: strawberry.Private[orm.Schedule]
@@ -43,6 +55,8 @@ class Schedule(Node):
             overlap_policy=OverlapPolicy(row.overlap_policy),
             next_fire_at=row.next_fire_at,
             last_fired_at=row.last_fired_at,
+            last_skipped_at=row.last_skipped_at,
+            last_skip_reason=row.last_skip_reason,
             created_at=row.created_at,
             updated_at=row.updated_at,
             row=row,
@@ -54,3 +68,62 @@ class Schedule(Node):
         if row is None:
             raise NotFound("this schedule's agent is gone")
         return Agent.from_row(row)
+
+    @strawberry.field(description="The runs this schedule started, newest first.")
+    async def runs(
+        self, info: Info, first: int | None = None, after: str | None = None
+    ) -> Annotated[RunConnection, strawberry.lazy("app.graphql.types.runs")]:
+        from app.graphql.types.runs import Run, RunConnection  # circular: Run.schedule
+
+        request = page_request(first, after, info.context.settings)
+        page = await (await info.context.loaders()).schedule_runs.load((self.row.id, request, None))
+        edges, page_info = build_edges(page, request, Run.from_row)
+        return RunConnection(edges=edges, page_info=page_info)
+
+    @strawberry.field(
+        description="Every fire time served, newest first: the run it started or why it skipped."
+    )
+    async def firings(
+        self, info: Info, first: int | None = None, after: str | None = None
+    ) -> ScheduleFiringConnection:
+        request = page_request(first, after, info.context.settings)
+        page = await (await info.context.loaders()).schedule_firings.load((self.row.id, request, None))
+        edges, page_info = build_edges(page, request, ScheduleFiring.from_row)
+        return ScheduleFiringConnection(edges=edges, page_info=page_info)
+
+
+@strawberry.type(name="ScheduleFiring", description="One fire time of a schedule, as a tick served it.")
+class ScheduleFiring:
+    fire_at: datetime
+    missed: int = strawberry.field(
+        description="Earlier fire times coalesced into this one (workers were down or late)."
+    )
+    outcome: FiringOutcome
+    reason: str | None = strawberry.field(description="Why no run was started (SKIPPED).")
+    created_at: datetime
+    row: strawberry.Private[orm.ScheduleFiring]
+
+    @classmethod
+    def from_row(cls, row: orm.ScheduleFiring) -> ScheduleFiring:
+        return cls(
+            fire_at=row.fire_at,
+            missed=row.missed,
+            outcome=FiringOutcome(row.outcome),
+            reason=row.reason,
+            created_at=row.created_at,
+            row=row,
+        )
+
+    @strawberry.field(description="The run started (FIRED); null when skipped or since deleted.")
+    async def run(self, info: Info) -> Annotated[Run, strawberry.lazy("app.graphql.types.runs")] | None:
+        from app.graphql.types.runs import Run  # circular: Run.schedule
+
+        if self.row.run_id is None:
+            return None
+        row = await (await info.context.loaders()).run.load(self.row.run_id)
+        return None if row is None else Run.from_row(row)
+
+
+@strawberry.type(name="ScheduleFiringConnection")
+class ScheduleFiringConnection(Connection[ScheduleFiring]):
+    pass

@@ -1,0 +1,129 @@
+"""``enverif schedules tick`` and ``enverif schedules list --workspace W``.
+
+``tick`` fires whatever is due now, exactly as the workers' cron job does (the database
+decides: running it beside live workers, or three times at once, fires each fire time once).
+It is for operations (fire now after an outage instead of at the next minute) and tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from app.graphql.ids import to_global_id
+
+
+def cmd_tick(args: argparse.Namespace) -> int:
+    from app import cli
+    from app.services import schedule_firing
+    from app.services.runtime import open_runtime
+
+    settings = cli._settings(log=False)
+
+    async def run() -> schedule_firing.TickReport:
+        await cli._preflight(settings)
+        rt = await open_runtime(settings)
+        try:
+            with cli._database_errors(settings.effective_database_url):
+                return await schedule_firing.tick(rt)
+        finally:
+            await rt.close()
+
+    report = asyncio.run(run())
+    firings = [
+        {
+            "schedule_id": to_global_id("Schedule", f.schedule_id),
+            "fire_at": cli._iso(f.fire_at),
+            "outcome": f.outcome.value,
+            "missed": f.missed,
+            "run_id": None if f.run_id is None else to_global_id("Run", f.run_id),
+            "reason": f.reason,
+        }
+        for f in report.firings
+    ]
+    if args.json:
+        print(json.dumps({"fired": report.fired, "skipped": report.skipped, "firings": firings}))
+        return 0
+    print(f"{report.fired} fired, {report.skipped} skipped.")
+    for f in firings:
+        what = f"run {f['run_id']}" if f["run_id"] else f"skipped: {f['reason']}"
+        missed = f" ({f['missed']} missed fire times coalesced)" if f["missed"] else ""
+        print(f"  {f['schedule_id']} at {f['fire_at']}: {what}{missed}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from sqlalchemy import select
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from app import cli
+    from app.db.orm import Agent, Schedule, Workspace
+    from app.db.session import create_sessionmaker
+
+    settings = cli._settings(log=False)
+
+    async def run(engine: AsyncEngine) -> list[dict[str, Any]] | None:
+        async with create_sessionmaker(engine)() as session:
+            workspace_id = await session.scalar(select(Workspace.id).where(Workspace.name == args.workspace))
+            if workspace_id is None:
+                return None
+            rows = (
+                await session.execute(
+                    select(Schedule, Agent.name)
+                    .join(Agent, Agent.id == Schedule.agent_id)
+                    .where(Schedule.workspace_id == workspace_id)
+                    .order_by(Schedule.id)
+                )
+            ).all()
+        return [_describe(schedule, agent) for schedule, agent in rows]
+
+    schedules = asyncio.run(cli._with_engine(settings, run))
+    if schedules is None:
+        raise cli.CliError(f"no workspace named {args.workspace!r}")
+    if args.json:
+        print(json.dumps({"workspace": args.workspace, "schedules": schedules}))
+        return 0
+    if not schedules:
+        print(f"Workspace {args.workspace!r} has no schedules.")
+        return 0
+    columns = ("id", "agent", "cron", "timezone", "enabled", "overlap", "next_fire_at", "last_fired_at")
+    table = [[str(s[c] if s[c] is not None else "-") for c in columns] for s in schedules]
+    widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(columns)]
+    for cells in [list(columns), *table]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip())
+    for s in schedules:
+        if s["last_skip_reason"]:
+            print(f"{s['id']} last skipped {s['last_skipped_at']}: {s['last_skip_reason']}")
+    return 0
+
+
+def _describe(schedule: Any, agent: str) -> dict[str, Any]:
+    from app import cli
+
+    return {
+        "id": to_global_id("Schedule", schedule.id),
+        "agent": agent,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "enabled": schedule.enabled,
+        "overlap": schedule.overlap_policy,
+        "input": schedule.input,
+        "next_fire_at": cli._iso(schedule.next_fire_at),
+        "last_fired_at": cli._iso(schedule.last_fired_at),
+        "last_skipped_at": cli._iso(schedule.last_skipped_at),
+        "last_skip_reason": schedule.last_skip_reason,
+    }
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser("schedules", help="scheduled runs")
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    c = sub.add_parser("tick", help="fire the schedules that are due now (the workers do it every minute)")
+    c.add_argument("--json", action="store_true", help='print {"fired", "skipped", "firings": [...]} as JSON')
+    c.set_defaults(handler=cmd_tick)
+    c = sub.add_parser("list", help="list a workspace's schedules")
+    c.add_argument("--workspace", required=True, metavar="NAME")
+    c.add_argument("--json", action="store_true", help='print {"workspace", "schedules": [...]} as JSON')
+    c.set_defaults(handler=cmd_list)

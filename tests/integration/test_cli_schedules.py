@@ -1,0 +1,66 @@
+"""``enverif schedules tick`` and ``enverif schedules list --workspace W`` as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from tests.integration.test_cli import Enverif, assert_one_line_error, enverif  # noqa: F401  (fixture)
+from tests.support.runs import create_agent
+from tests.support.schedules import create_schedule, make_due
+
+UPDATE_AGENT = (
+    "mutation($id: ID!, $input: UpdateAgentInput!) { updateAgent(id: $id, input: $input) { status } }"
+)
+
+
+async def test_list_shows_each_schedule_and_its_last_skip(
+    enverif: Enverif,  # noqa: F811
+    gql: Any,
+    workspace: Any,
+    sessionmaker: Any,
+) -> None:
+    agent = await create_agent(gql, workspace.admin, steps=[{"final": "ok"}], name=f"lister-{workspace.name}")
+    hourly = await create_schedule(gql, workspace.operator, agent, cron="0 * * * *", input={"a": 1})
+    yearly = await create_schedule(
+        gql, workspace.operator, agent, cron="0 0 1 1 *", timezone="Europe/Berlin", overlapPolicy="ALLOW"
+    )
+    await gql.ok(UPDATE_AGENT, {"id": agent, "input": {"status": "PAUSED"}}, token=workspace.admin)
+    await make_due(sessionmaker, yearly, ago=timedelta(days=367))
+
+    tick = enverif("schedules", "tick", "--json")
+    assert tick.returncode == 0, tick.stderr
+    [firing] = [f for f in json.loads(tick.stdout)["firings"] if f["schedule_id"] == yearly["id"]]
+    assert firing["outcome"] == "SKIPPED" and firing["run_id"] is None and "is PAUSED" in firing["reason"]
+
+    listed = enverif("schedules", "list", "--workspace", workspace.name, "--json")
+    assert listed.returncode == 0, listed.stderr
+    body = json.loads(listed.stdout)
+    assert body["workspace"] == workspace.name
+    by_id = {s["id"]: s for s in body["schedules"]}
+    assert list(by_id) == [hourly["id"], yearly["id"]]
+    assert by_id[hourly["id"]]["cron"] == "0 * * * *" and by_id[hourly["id"]]["input"] == {"a": 1}
+    assert by_id[hourly["id"]]["agent"] == f"lister-{workspace.name}"
+    assert by_id[hourly["id"]]["last_skip_reason"] is None
+    assert by_id[yearly["id"]]["timezone"] == "Europe/Berlin" and by_id[yearly["id"]]["overlap"] == "ALLOW"
+    assert "is PAUSED" in by_id[yearly["id"]]["last_skip_reason"]
+
+    human = enverif("schedules", "list", "--workspace", workspace.name)
+    assert human.returncode == 0, human.stderr
+    lines = human.stdout.splitlines()
+    assert lines[0].split()[:3] == ["id", "agent", "cron"]
+    assert any(hourly["id"] in line and "0 * * * *" in line for line in lines)
+    assert any(line.startswith(f"{yearly['id']} last skipped") and "PAUSED" in line for line in lines)
+
+
+def test_list_of_an_unknown_workspace_is_a_one_line_error(enverif: Enverif) -> None:  # noqa: F811
+    assert_one_line_error(
+        enverif("schedules", "list", "--workspace", "no-such-workspace"), "no-such-workspace"
+    )
+
+
+def test_tick_prints_what_it_did(enverif: Enverif) -> None:  # noqa: F811
+    tick = enverif("schedules", "tick")
+    assert tick.returncode == 0, tick.stderr
+    assert tick.stdout.splitlines()[0].endswith("skipped.")
