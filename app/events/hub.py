@@ -26,7 +26,8 @@ import collections
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,9 @@ HEALTH_CHECK_INTERVAL_S = 15
 CONNECT_TIMEOUT_S = 5.0
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 5.0
+# How long one read of a tree's newest seq serves the process's other subscriptions to that
+# tree (their idle polls): a thousand quiet subscribers cost one query, not a thousand.
+HEAD_SHARE_S = 0.5
 
 
 class HubStopped(Exception):
@@ -178,6 +182,11 @@ class Subscription:
             if item is not None:
                 yield item
 
+    async def shared_read(self, read: Callable[[], Awaitable[int]]) -> int:
+        """``read()`` (the newest seq of this tree), shared with the process's other
+        subscriptions to the same tree for ``HEAD_SHARE_S``."""
+        return await self._hub._shared_read((self.workspace_id, self.root_run_id), read)
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -213,6 +222,7 @@ class EventHub:
         # Set while the hub holds a live subscription on the channel.
         self._connected = asyncio.Event()
         self._client: aioredis.Redis | None = None
+        self._reads: dict[tuple[int, int], tuple[float, asyncio.Future[int]]] = {}
 
     @property
     def connected(self) -> bool:
@@ -281,6 +291,17 @@ class EventHub:
             subs.discard(sub)
             if not subs:
                 del self._subscriptions[key]
+
+    async def _shared_read(self, key: tuple[int, int], read: Callable[[], Awaitable[int]]) -> int:
+        now = time.monotonic()
+        entry = self._reads.get(key)
+        if entry is None or now - entry[0] > HEAD_SHARE_S:
+            if len(self._reads) > 10_000:
+                self._reads = {k: v for k, v in self._reads.items() if now - v[0] <= HEAD_SHARE_S}
+            entry = (now, asyncio.ensure_future(read()))
+            self._reads[key] = entry
+        # Shielded: one subscriber going away must not cancel the read the others await.
+        return await asyncio.shield(entry[1])
 
     @property
     def subscription_count(self) -> int:
