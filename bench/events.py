@@ -346,11 +346,17 @@ async def main() -> None:
         for _ in range(20):  # warm up
             await clients[0].until((await commit_event())[0])
         report["one_subscriber"] = await measure(clients, commit_event, args.events, 0)
+        print(json.dumps({"one_subscriber": report["one_subscriber"]}), file=sys.stderr, flush=True)
         await close_all(clients)
         clients = [await relay_client(relay_url)]
         for _ in range(20):
             await clients[0].until((await publish_raw())[0])
         report["one_subscriber_baseline_raw_pubsub"] = await measure(clients, publish_raw, args.events, 0)
+        print(
+            json.dumps({"one_subscriber_baseline_raw_pubsub": report["one_subscriber_baseline_raw_pubsub"]}),
+            file=sys.stderr,
+            flush=True,
+        )
         await close_all(clients)
 
         # 2. fan-out to one tree on one API process
@@ -359,9 +365,15 @@ async def main() -> None:
         warm = (await commit_event())[0]
         await asyncio.gather(*(r.until(warm, timeout_s=120) for r in clients))
         report["fanout"] = await measure(clients, commit_event, args.fanout_events, 0.1)
+        print(json.dumps({"fanout": report["fanout"]}), file=sys.stderr, flush=True)
         await close_all(clients)
         clients = await connect_many(args.fanout, lambda: relay_client(relay_url))
         report["fanout_baseline_raw_pubsub"] = await measure(clients, publish_raw, args.fanout_events, 0.1)
+        print(
+            json.dumps({"fanout_baseline_raw_pubsub": report["fanout_baseline_raw_pubsub"]}),
+            file=sys.stderr,
+            flush=True,
+        )
         await close_all(clients)
         clients = []
 

@@ -30,7 +30,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from app.services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_QUEUE_MAX = 1_000
 # get_message blocks at most this long, so health-check PINGs go out during silence
@@ -182,10 +184,11 @@ class Subscription:
             if item is not None:
                 yield item
 
-    async def shared_read(self, read: Callable[[], Awaitable[int]]) -> int:
-        """``read()`` (the newest seq of this tree), shared with the process's other
-        subscriptions to the same tree for ``HEAD_SHARE_S``."""
-        return await self._hub._shared_read((self.workspace_id, self.root_run_id), read)
+    async def shared_read(self, read: Callable[[], Awaitable[T]], *key: object) -> T:
+        """``read()``, shared for ``HEAD_SHARE_S`` with the process's other subscriptions to
+        the same tree that ask for the same ``key`` (the tree's newest seq, a run's labels):
+        a thousand subscribers on one tree then cost one query, not a thousand."""
+        return await self._hub._shared_read((self.workspace_id, self.root_run_id, *key), read)
 
     def close(self) -> None:
         if not self.closed:
@@ -222,7 +225,7 @@ class EventHub:
         # Set while the hub holds a live subscription on the channel.
         self._connected = asyncio.Event()
         self._client: aioredis.Redis | None = None
-        self._reads: dict[tuple[int, int], tuple[float, asyncio.Future[int]]] = {}
+        self._reads: dict[tuple[object, ...], tuple[float, asyncio.Future[Any]]] = {}
 
     @property
     def connected(self) -> bool:
@@ -292,7 +295,7 @@ class EventHub:
             if not subs:
                 del self._subscriptions[key]
 
-    async def _shared_read(self, key: tuple[int, int], read: Callable[[], Awaitable[int]]) -> int:
+    async def _shared_read(self, key: tuple[object, ...], read: Callable[[], Awaitable[T]]) -> T:
         now = time.monotonic()
         entry = self._reads.get(key)
         if entry is None or now - entry[0] > HEAD_SHARE_S:
@@ -301,7 +304,8 @@ class EventHub:
             entry = (now, asyncio.ensure_future(read()))
             self._reads[key] = entry
         # Shielded: one subscriber going away must not cancel the read the others await.
-        return await asyncio.shield(entry[1])
+        result: T = await asyncio.shield(entry[1])
+        return result
 
     @property
     def subscription_count(self) -> int:

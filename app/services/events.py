@@ -178,7 +178,7 @@ async def tree_events(
                 check = ends_a_run(item)
                 yield item
                 continue
-        elif item is None and await live.shared_read(newest) <= last:
+        elif item is None and await live.shared_read(newest, "newest-seq") <= last:
             # Silence, and the log has nothing newer: no message was lost. The newest seq is
             # read once for all of this process's subscribers to the tree.
             continue
