@@ -307,7 +307,8 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
             row = await auth.revoke_token(
                 session, workspace_name=args.workspace, token_id=token_id, name=args.name
             )
-            return _describe_token(row)
+        await _announce_revocation(settings, row.id)
+        return _describe_token(row)
 
     token: dict[str, Any] = asyncio.run(_with_engine(settings, run))
     if args.json:
@@ -315,6 +316,19 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
     else:
         print(f"Revoked token {token['name']!r} ({token['id']}) of workspace {args.workspace!r}.")
     return 0
+
+
+async def _announce_revocation(settings: Settings, token_id: int) -> None:
+    """Running API processes drop the token from their caches now (app.services.token_cache)."""
+    import redis.asyncio as aioredis
+
+    from app.services.token_cache import publish_revocation
+
+    client = aioredis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
+    try:
+        await publish_revocation(client, settings, token_id)
+    finally:
+        await client.aclose()
 
 
 def _parse_expiry(value: str | None) -> datetime | None:

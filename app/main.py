@@ -2,8 +2,8 @@
 behind a request body size limit (``app.http_limits``).
 
 The lifespan owns the process's resources (STYLE: no module-level clients): the runtime
-(database engine, Redis pool) and the event hub (one Redis subscriber fanning run events out
-to this process's subscriptions).
+(database engine, Redis pool), the event hub (one Redis subscriber fanning run events out
+to this process's subscriptions) and the token cache (one subscriber for revocations).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from app.graphql.schema import build_schema
 from app.graphql.view import GraphQLView
 from app.http_limits import BodySizeLimit
 from app.services.runtime import open_runtime
+from app.services.token_cache import TokenCache
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -65,11 +66,14 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
         try:
             hub = EventHub(runtime)
             await hub.start()
+            tokens = runtime.token_cache = TokenCache(settings)
+            await tokens.start()
             try:
                 app.state.runtime = runtime
                 app.state.event_hub = hub
                 yield
             finally:
+                await tokens.stop()
                 await hub.stop()
         finally:
             await runtime.close()

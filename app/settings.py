@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     # How often an open websocket re-checks its token against the database; a revoked token's
     # sockets close within about this long (DESIGN §2 promises seconds, so at most 4 s).
     ws_token_recheck_s: float = Field(default=2.0, ge=0.1, le=4.0)
+    # How long an API process may trust a token it looked up, without asking the database
+    # again (app.services.token_cache). Revocation drops it at once in every process (Redis
+    # pub/sub); expiry is checked on every request. 0 turns the cache off.
+    token_cache_ttl_s: float = Field(default=30.0, ge=0, le=300)
 
     # Worker tuning. The lease must outlive the longest quiet stretch of a working run:
     # it is renewed every lease_s / 3 while a run is being executed.

@@ -16,6 +16,7 @@ subscription. Hence:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator, Mapping
 
 import strawberry
@@ -25,8 +26,10 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 from strawberry.extensions import SchemaExtension
 
+from app.db.session import is_mysql
 from app.domain.errors import Unauthenticated
 from app.graphql.loaders import Loaders
+from app.graphql.request_session import RequestSession
 from app.services.auth import Principal, bearer_token, recheck, sign_in
 from app.services.runtime import Runtime
 from app.settings import Settings
@@ -46,6 +49,10 @@ class Context:
         # Several top-level fields resolve concurrently; one token lookup serves them all.
         self._auth_lock = asyncio.Lock()
         self._loaders: Loaders | None = None
+        # HTTP on MariaDB/MySQL: one session for the request's reads (app.graphql.request_session).
+        self._shared: RequestSession | None = None
+        if not self.is_websocket and is_mysql(runtime.engine):
+            self._shared = RequestSession(runtime.read_sessionmaker)
 
     @property
     def settings(self) -> Settings:
@@ -55,9 +62,17 @@ class Context:
     def is_websocket(self) -> bool:
         return isinstance(self.request, WebSocket)
 
-    def session(self) -> AsyncSession:
-        """A new short-lived session: one per read, never shared between concurrent resolvers."""
+    def session(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
+        """A session to read with, for one ``async with`` block: the request's shared one
+        (uses take turns), or a new short-lived one (SQLite, websockets)."""
+        if self._shared is not None:
+            return self._shared.use()
         return self.runtime.read_sessionmaker()
+
+    async def close(self) -> None:
+        """The request is over: give its session's connection back."""
+        if self._shared is not None:
+            await self._shared.close()
 
     async def principal(self) -> Principal:
         """The caller, or UNAUTHENTICATED. Looked up once, then cached (failures too)."""
@@ -68,7 +83,7 @@ class Context:
         async with self._auth_lock:
             if self._principal is None and self._auth_error is None:
                 try:
-                    self._principal = await sign_in(self.runtime, token=self._token())
+                    self._principal = await sign_in(self.runtime, token=self._token(), sessions=self.session)
                 except Unauthenticated as exc:
                     self._auth_error = exc
         if self._auth_error is not None:
@@ -106,7 +121,7 @@ class Context:
         """The current DataLoaders, bound to the caller's workspace (authenticates first)."""
         principal = await self.principal()
         if self._loaders is None:
-            self._loaders = Loaders(self.runtime.read_sessionmaker, principal.workspace_id)
+            self._loaders = Loaders(self.session, principal.workspace_id)
         return self._loaders
 
     def fresh_loaders(self) -> Loaders:
@@ -116,7 +131,7 @@ class Context:
         """
         if self._principal is None:
             raise RuntimeError("fresh_loaders() needs an authenticated context")
-        self._loaders = Loaders(self.runtime.read_sessionmaker, self._principal.workspace_id)
+        self._loaders = Loaders(self.session, self._principal.workspace_id)
         return self._loaders
 
     def reset_loaders(self) -> None:
