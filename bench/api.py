@@ -180,7 +180,9 @@ async def measure(args: argparse.Namespace, settings: Settings, token: str, agen
         "this": _start(_api_command(ports["this"], args.profile), _env(settings, None)),
     }
     if args.baseline:
-        procs["baseline"] = _start(_api_command(ports["baseline"], None), _env(settings, args.baseline))
+        procs["baseline"] = _start(
+            _api_command(ports["baseline"], None), _env(settings, args.baseline), cwd=args.baseline
+        )
     limits = httpx.Limits(max_keepalive_connections=IN_FLIGHT, max_connections=IN_FLIGHT)
     headers = {"Authorization": f"Bearer {token}"}
     report: dict[str, Any] = {name: {} for name in names}
@@ -240,8 +242,9 @@ async def measure(args: argparse.Namespace, settings: Settings, token: str, agen
     return report
 
 
-def _start(command: list[str], env: dict[str, str] | None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(command, env=env)
+def _start(command: list[str], env: dict[str, str] | None, cwd: str | None = None) -> subprocess.Popen[bytes]:
+    # ``python -m`` puts the working directory first on sys.path: run a checkout's code from it.
+    return subprocess.Popen(command, env=env, cwd=cwd)
 
 
 async def main() -> None:
