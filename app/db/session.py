@@ -22,6 +22,7 @@ from sqlalchemy.util import await_
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 READ_ONLY_OPTION = "enverif_read_only"
 _DEADLINE = "enverif_statement_deadline"
+_IN_TRANSACTION = "enverif_in_transaction"
 _PROGRESS_STEPS = 10_000  # VM instructions between deadline checks (well under a millisecond)
 MYSQL_POOL_RECYCLE_S = 1_800  # below the server's default wait_timeout (8 h) and most proxies'
 
@@ -62,15 +63,42 @@ def create_engine(
         parsed,
         echo=echo,
         pool_recycle=MYSQL_POOL_RECYCLE_S,
+        # Our own reset (_reset_only_if_needed): no second ROLLBACK after a COMMIT or ROLLBACK.
+        pool_reset_on_return=None,
         pool_size=pool_size,
         max_overflow=pool_size,
         isolation_level="READ COMMITTED",
     )
+    _reset_only_if_needed(engine)
     if pre_ping:
         _check_at_checkout(engine)
     if statement_timeout_ms > 0:
         _limit_mysql_statements(engine, statement_timeout_ms)
     return engine
+
+
+def _reset_only_if_needed(engine: AsyncEngine) -> None:
+    """Roll a connection back on its return to the pool only if a statement ran since its
+    last COMMIT or ROLLBACK. SQLAlchemy's default reset rolls back every returned connection,
+    a round trip even after the session has just committed or rolled back (each session
+    closes its transaction itself: MySQL has ended it then)."""
+    sync_engine = engine.sync_engine
+
+    @event.listens_for(sync_engine, "before_cursor_execute")
+    def _dirty(conn: Any, *_: Any) -> None:
+        conn.connection.info[_IN_TRANSACTION] = True
+
+    @event.listens_for(sync_engine, "commit")
+    @event.listens_for(sync_engine, "rollback")
+    def _clean(conn: Any) -> None:
+        # Fired just before the COMMIT/ROLLBACK is sent; if it fails, the connection is
+        # invalidated (a disconnect) or the server has rolled the transaction back itself.
+        conn.connection.info[_IN_TRANSACTION] = False
+
+    @event.listens_for(sync_engine.pool, "reset")
+    def _reset(dbapi_connection: Any, record: Any, state: Any) -> None:
+        if state.asyncio_safe and record is not None and record.info.pop(_IN_TRANSACTION, True):
+            dbapi_connection.rollback()
 
 
 def _check_at_checkout(engine: AsyncEngine) -> None:
