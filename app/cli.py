@@ -427,7 +427,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings, sock, worker=None, on_ready=lambda: print(f"Enverif API at {url}/graphql", flush=True)
         )
 
-    _run_stack(run)
+    _run_stack(run, fast_loop=True)
     return 0
 
 
@@ -595,11 +595,22 @@ async def _preflight(settings: Settings) -> None:
     await _check_redis(settings)
 
 
-def _run_stack(run: Callable[[], Any]) -> None:
+def _run_stack(run: Callable[[], Any], *, fast_loop: bool = False) -> None:
+    """``fast_loop``: on uvloop where it is installed (a pinned dependency on Linux and
+    macOS): the API's request path spends a good part of its CPU in the event loop."""
     from app.dev import StackError
 
+    loop_factory = None
+    if fast_loop:
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            loop_factory = uvloop.new_event_loop
     try:
-        asyncio.run(run())
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(run())
     except StackError as exc:
         raise CliError(str(exc)) from None
 

@@ -99,7 +99,7 @@ def _env(settings: Settings, source: str | None) -> dict[str, str]:
 
 
 async def _wait_ready(client: httpx.AsyncClient, path: str) -> None:
-    for _ in range(200):
+    for _ in range(1200):  # two minutes: a loaded machine starts processes slowly
         try:
             response = await client.post(path, json={"query": "{ __typename }"})
             if response.status_code == 200:
@@ -190,7 +190,9 @@ async def measure(args: argparse.Namespace, settings: Settings, token: str, agen
         async with contextlib.AsyncExitStack() as stack:
             clients = {
                 name: await stack.enter_async_context(
-                    httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers, limits=limits)
+                    httpx.AsyncClient(
+                        base_url=f"http://127.0.0.1:{port}", headers=headers, limits=limits, timeout=60
+                    )
                 )
                 for name, port in ports.items()
             }
