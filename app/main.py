@@ -67,7 +67,9 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
             hub = EventHub(runtime)
             await hub.start()
             tokens = runtime.token_cache = TokenCache(settings)
-            await tokens.start()
+            # Redis away (the hub waited for it already): no second wait; the cache is
+            # bypassed until its subscription is in place.
+            await tokens.start(wait_s=5.0 if hub.connected else 0.0)
             try:
                 app.state.runtime = runtime
                 app.state.event_hub = hub

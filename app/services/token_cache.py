@@ -124,9 +124,10 @@ class TokenCache:
             **tcp_options,
         )
         self._task = asyncio.create_task(self._run(), name="enverif-token-cache")
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(wait_s):
-                await self._subscribed.wait()
+        if wait_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._subscribed.wait()
 
     async def stop(self) -> None:
         task, self._task = self._task, None
