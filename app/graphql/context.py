@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 from strawberry.extensions import SchemaExtension
+from strawberry.types.graphql import OperationType
 
 from app.db.session import is_mysql
 from app.domain.errors import Unauthenticated
@@ -68,6 +69,12 @@ class Context:
         if self._shared is not None:
             return self._shared.use()
         return self.runtime.read_sessionmaker()
+
+    def unshare_session(self) -> None:
+        """From now on every ``session()`` is a short session of its own (see
+        ``FreshLoadersPerOperation``). Called before any resolver has read."""
+        if self._shared is not None and not self._shared.opened:
+            self._shared = None
 
     async def close(self) -> None:
         """The request is over: give its session's connection back."""
@@ -147,12 +154,23 @@ def authorization_param(params: Mapping[str, object] | None) -> str | None:
 
 
 class FreshLoadersPerOperation(SchemaExtension):
-    """Over a websocket many operations share one context: give each its own loader cache."""
+    """Over a websocket many operations share one context: give each its own loader cache.
+
+    Also: only a query reads through the request's shared session. A mutation takes write
+    connections from the same pool, and a request holding one connection while it waits
+    for another could, with enough of them at once, leave the pool with none to give.
+    """
 
     def on_operation(self) -> Iterator[None]:
         context = self.execution_context.context
         if isinstance(context, Context):
             context.reset_loaders()
+        yield
+
+    def on_execute(self) -> Iterator[None]:
+        context = self.execution_context.context
+        if isinstance(context, Context) and self.execution_context.operation_type is not OperationType.QUERY:
+            context.unshare_session()
         yield
 
 

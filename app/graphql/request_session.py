@@ -6,9 +6,9 @@ Resolvers run concurrently and an ``AsyncSession`` must not be used by two tasks
 so uses take turns (a lock held for the ``async with`` block). Every use site awaits the
 principal before it opens its block, so no block waits on another one (no deadlock).
 
-Only for MariaDB/MySQL under READ COMMITTED, where every statement sees what was committed
-before it: a request that writes (a mutation's own sessions) and then reads sees its
-writes. On SQLite a read transaction is a snapshot taken at its first read, so one kept for
+Only for queries (a mutation, which takes write connections from the same pool, reads with
+short sessions: see ``FreshLoadersPerOperation``), and only for MariaDB/MySQL under READ
+COMMITTED, where every statement sees what was committed before it. On SQLite a read transaction is a snapshot taken at its first read, so one kept for
 the request could hide the request's own writes; there (no network round trip to save)
 every use gets a session of its own, as before. Websocket contexts, which live for the
 connection, never share one either.
@@ -36,6 +36,10 @@ class RequestSession:
         self._sessionmaker = sessionmaker
         self._session: AsyncSession | None = None
         self._lock = asyncio.Lock()
+
+    @property
+    def opened(self) -> bool:
+        return self._session is not None
 
     @contextlib.asynccontextmanager
     async def use(self) -> AsyncIterator[AsyncSession]:
