@@ -94,6 +94,7 @@ bench: setup
 	$(BIN)/python bench/delegation.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/events.py
+	$(BIN)/python bench/api.py
 
 chaos: setup
 	@if [ -d tests/chaos ]; then ENVERIF_TEST_DB=$${ENVERIF_TEST_DB:-mysql} $(PYTEST) -m chaos tests/chaos $(PYTEST_ARGS); \

@@ -309,7 +309,8 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
             row = await auth.revoke_token(
                 session, workspace_name=args.workspace, token_id=token_id, name=args.name
             )
-            return _describe_token(row)
+        await _announce_revocation(settings, row.id)
+        return _describe_token(row)
 
     token: dict[str, Any] = asyncio.run(_with_engine(settings, run))
     if args.json:
@@ -317,6 +318,19 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
     else:
         print(f"Revoked token {token['name']!r} ({token['id']}) of workspace {args.workspace!r}.")
     return 0
+
+
+async def _announce_revocation(settings: Settings, token_id: int) -> None:
+    """Running API processes drop the token from their caches now (app.services.token_cache)."""
+    import redis.asyncio as aioredis
+
+    from app.services.token_cache import publish_revocation
+
+    client = aioredis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
+    try:
+        await publish_revocation(client, settings, token_id)
+    finally:
+        await client.aclose()
 
 
 def _parse_expiry(value: str | None) -> datetime | None:
@@ -415,7 +429,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings, sock, worker=None, on_ready=lambda: print(f"Enverif API at {url}/graphql", flush=True)
         )
 
-    _run_stack(run)
+    _run_stack(run, fast_loop=True)
     return 0
 
 
@@ -584,11 +598,22 @@ async def _preflight(settings: Settings) -> None:
     await _check_redis(settings)
 
 
-def _run_stack(run: Callable[[], Any]) -> None:
+def _run_stack(run: Callable[[], Any], *, fast_loop: bool = False) -> None:
+    """``fast_loop``: on uvloop where it is installed (a pinned dependency on Linux and
+    macOS): the API's request path spends a good part of its CPU in the event loop."""
     from app.dev import StackError
 
+    loop_factory = None
+    if fast_loop:
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            loop_factory = uvloop.new_event_loop
     try:
-        asyncio.run(run())
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(run())
     except StackError as exc:
         raise CliError(str(exc)) from None
 

@@ -31,6 +31,11 @@ def events_channel(prefix: str) -> str:
     return f"{prefix}:events"
 
 
+def token_revocations_channel(prefix: str) -> str:
+    """Revoked token ids: every API process drops them from its token cache at once."""
+    return f"{prefix}:token-revocations"
+
+
 def worker_heartbeat_key(prefix: str, owner: str) -> str:
     """A live worker's heartbeat (expires unless renewed): the truth about who is alive."""
     return f"{prefix}:worker:{owner}"

@@ -3,8 +3,8 @@ console at ``/console`` (``app.console``), dev routes,
 behind a request body size limit (``app.http_limits``).
 
 The lifespan owns the process's resources (STYLE: no module-level clients): the runtime
-(database engine, Redis pool) and the event hub (one Redis subscriber fanning run events out
-to this process's subscriptions).
+(database engine, Redis pool), the event hub (one Redis subscriber fanning run events out
+to this process's subscriptions) and the token cache (one subscriber for revocations).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from app.graphql.view import GraphQLView
 from app.graphql.ws_auth import TokenChecks
 from app.http_limits import BodySizeLimit
 from app.services.runtime import open_runtime
+from app.services.token_cache import TokenCache
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -71,12 +72,17 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
         try:
             hub = EventHub(runtime, queue_max=settings.subscription_queue_max)
             await hub.start()
+            tokens = runtime.token_cache = TokenCache(settings)
+            # Redis away (the hub waited for it already): no second wait; the cache is
+            # bypassed until its subscription is in place.
+            await tokens.start(wait_s=5.0 if hub.connected else 0.0)
             try:
                 app.state.runtime = runtime
                 app.state.event_hub = hub
                 app.state.token_checks = TokenChecks()
                 yield
             finally:
+                await tokens.stop()
                 await hub.stop()
         finally:
             await runtime.close()

@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     # Live events one runTree subscription may have waiting to be sent; a subscriber that
     # falls this far behind has its websocket closed (code 1013) instead of growing memory.
     subscription_queue_max: int = Field(default=1_000, ge=10, le=1_000_000)
+    # How long an API process may trust a token it looked up, without asking the database
+    # again (app.services.token_cache). Revocation drops it at once in every process (Redis
+    # pub/sub); expiry is checked on every request. 0 turns the cache off.
+    token_cache_ttl_s: float = Field(default=30.0, ge=0, le=300)
 
     # Worker tuning. The lease must outlive the longest quiet stretch of a working run:
     # it is renewed every lease_s / 3 while a run is being executed.

@@ -15,12 +15,14 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.util import await_
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 READ_ONLY_OPTION = "enverif_read_only"
 _DEADLINE = "enverif_statement_deadline"
+_IN_TRANSACTION = "enverif_in_transaction"
 _PROGRESS_STEPS = 10_000  # VM instructions between deadline checks (well under a millisecond)
 MYSQL_POOL_RECYCLE_S = 1_800  # below the server's default wait_timeout (8 h) and most proxies'
 
@@ -33,10 +35,12 @@ def create_engine(
     pre_ping: bool = True,
     statement_timeout_ms: int = 0,
 ) -> AsyncEngine:
-    """``pre_ping`` tests each pooled MySQL connection before use (one round trip per checkout).
-    The API keeps it: a request must not fail because the server restarted. Workers turn it off
-    (``open_runtime(..., worker=True)``): a transaction that hits a dead connection fails, the
-    pool drops the connection, and the run is handed back and retried (engine.loop).
+    """``pre_ping`` checks each pooled MySQL connection at checkout, without a round trip
+    (``_check_at_checkout``): one the server closed (a restart, a failover, a KILL) is
+    replaced before use, so a request does not fail because the server restarted. Workers
+    turn it off (``open_runtime(..., worker=True)``): a transaction that hits a dead
+    connection fails, the pool drops the connection, and the run is handed back and retried
+    (engine.loop).
 
     ``statement_timeout_ms`` (0: none) makes the server abort any one statement that runs
     longer, so a single expensive request cannot hold pooled connections while every other
@@ -58,15 +62,81 @@ def create_engine(
     engine = create_async_engine(
         parsed,
         echo=echo,
-        pool_pre_ping=pre_ping,
         pool_recycle=MYSQL_POOL_RECYCLE_S,
+        # Our own reset (_reset_only_if_needed): no second ROLLBACK after a COMMIT or ROLLBACK.
+        pool_reset_on_return=None,
         pool_size=pool_size,
         max_overflow=pool_size,
         isolation_level="READ COMMITTED",
     )
+    _reset_only_if_needed(engine)
+    if pre_ping:
+        _check_at_checkout(engine)
     if statement_timeout_ms > 0:
         _limit_mysql_statements(engine, statement_timeout_ms)
     return engine
+
+
+def _reset_only_if_needed(engine: AsyncEngine) -> None:
+    """Roll a connection back on its return to the pool only if a statement ran since its
+    last COMMIT or ROLLBACK. SQLAlchemy's default reset rolls back every returned connection,
+    a round trip even after the session has just committed or rolled back (each session
+    closes its transaction itself: MySQL has ended it then)."""
+    sync_engine = engine.sync_engine
+
+    @event.listens_for(sync_engine, "before_cursor_execute")
+    def _dirty(conn: Any, *_: Any) -> None:
+        conn.connection.info[_IN_TRANSACTION] = True
+
+    @event.listens_for(sync_engine, "commit")
+    @event.listens_for(sync_engine, "rollback")
+    def _clean(conn: Any) -> None:
+        # Fired just before the COMMIT/ROLLBACK is sent; if it fails, the connection is
+        # invalidated (a disconnect) or the server has rolled the transaction back itself.
+        conn.connection.info[_IN_TRANSACTION] = False
+
+    @event.listens_for(sync_engine.pool, "reset")
+    def _reset(dbapi_connection: Any, record: Any, state: Any) -> None:
+        if state.asyncio_safe and record is not None and record.info.pop(_IN_TRANSACTION, True):
+            dbapi_connection.rollback()
+
+
+def _check_at_checkout(engine: AsyncEngine) -> None:
+    """Replace a pooled connection the server has closed, at checkout, without a round trip.
+
+    SQLAlchemy's ``pool_pre_ping`` sends a ping on every checkout. But a server that closes a
+    connection (restart, failover, ``KILL``) sends its FIN, and the event loop has seen it by
+    the time the connection is next checked out: asyncmy's protocol then holds ``eof`` (or
+    unread bytes: an idle connection is sent nothing else). Such a connection is refused with
+    ``DisconnectionError``, and the pool retries the checkout with a new one. A driver that
+    does not expose that state is pinged instead. A connection that dies silently (no FIN)
+    fails its first statement, as it would after a ping: the request answers UNAVAILABLE.
+    """
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        state = _closed_by_server(dbapi_connection.driver_connection)
+        if state is None:
+            try:
+                dbapi_connection.ping(False)
+            except Exception as exc:
+                raise DisconnectionError("the pooled connection failed its ping") from exc
+        elif state:
+            raise DisconnectionError("the server closed the pooled connection")
+
+
+def _closed_by_server(driver_connection: Any) -> bool | None:
+    """True if the server closed this idle asyncmy connection; None if it cannot be told."""
+    proto = getattr(driver_connection, "_proto", None)
+    if proto is None or not hasattr(driver_connection, "_transport"):
+        return None
+    transport = driver_connection._transport
+    if transport is None:
+        return True
+    try:
+        return bool(proto.eof or proto.exc is not None or proto.length > proto.pos or transport.is_closing())
+    except AttributeError:
+        return None
 
 
 def _limit_mysql_statements(engine: AsyncEngine, timeout_ms: int) -> None:

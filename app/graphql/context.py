@@ -16,6 +16,7 @@ subscription. Hence:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 
 import strawberry
@@ -24,9 +25,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 from strawberry.extensions import SchemaExtension
+from strawberry.types.graphql import OperationType
 
+from app.db.session import is_mysql
 from app.domain.errors import Unauthenticated
 from app.graphql.loaders import Loaders
+from app.graphql.request_session import RequestSession
 from app.services.auth import Principal, bearer_token, recheck, sign_in
 from app.services.runtime import Runtime
 from app.settings import Settings
@@ -49,6 +53,10 @@ class Context:
         # Over a websocket: closes it (code, reason) without waiting; set by the
         # graphql-transport-ws handler (app.graphql.ws_auth) once the connection is up.
         self.close_websocket: Callable[[int, str], None] | None = None
+        # HTTP on MariaDB/MySQL: one session for the request's reads (app.graphql.request_session).
+        self._shared: RequestSession | None = None
+        if not self.is_websocket and is_mysql(runtime.engine):
+            self._shared = RequestSession(runtime.read_sessionmaker)
 
     @property
     def settings(self) -> Settings:
@@ -58,9 +66,23 @@ class Context:
     def is_websocket(self) -> bool:
         return isinstance(self.request, WebSocket)
 
-    def session(self) -> AsyncSession:
-        """A new short-lived session: one per read, never shared between concurrent resolvers."""
+    def session(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
+        """A session to read with, for one ``async with`` block: the request's shared one
+        (uses take turns), or a new short-lived one (SQLite, websockets)."""
+        if self._shared is not None:
+            return self._shared.use()
         return self.runtime.read_sessionmaker()
+
+    def unshare_session(self) -> None:
+        """From now on every ``session()`` is a short session of its own (see
+        ``FreshLoadersPerOperation``). Called before any resolver has read."""
+        if self._shared is not None and not self._shared.opened:
+            self._shared = None
+
+    async def close(self) -> None:
+        """The request is over: give its session's connection back."""
+        if self._shared is not None:
+            await self._shared.close()
 
     async def principal(self) -> Principal:
         """The caller, or UNAUTHENTICATED. Looked up once, then cached (failures too)."""
@@ -71,7 +93,7 @@ class Context:
         async with self._auth_lock:
             if self._principal is None and self._auth_error is None:
                 try:
-                    self._principal = await sign_in(self.runtime, token=self._token())
+                    self._principal = await sign_in(self.runtime, token=self._token(), sessions=self.session)
                 except Unauthenticated as exc:
                     self._auth_error = exc
         if self._auth_error is not None:
@@ -114,7 +136,7 @@ class Context:
         """The current DataLoaders, bound to the caller's workspace (authenticates first)."""
         principal = await self.principal()
         if self._loaders is None:
-            self._loaders = Loaders(self.runtime.read_sessionmaker, principal.workspace_id)
+            self._loaders = Loaders(self.session, principal.workspace_id)
         return self._loaders
 
     def fresh_loaders(self) -> Loaders:
@@ -124,7 +146,7 @@ class Context:
         """
         if self._principal is None:
             raise RuntimeError("fresh_loaders() needs an authenticated context")
-        self._loaders = Loaders(self.runtime.read_sessionmaker, self._principal.workspace_id)
+        self._loaders = Loaders(self.session, self._principal.workspace_id)
         return self._loaders
 
     def reset_loaders(self) -> None:
@@ -140,12 +162,23 @@ def authorization_param(params: Mapping[str, object] | None) -> str | None:
 
 
 class FreshLoadersPerOperation(SchemaExtension):
-    """Over a websocket many operations share one context: give each its own loader cache."""
+    """Over a websocket many operations share one context: give each its own loader cache.
+
+    Also: only a query reads through the request's shared session. A mutation takes write
+    connections from the same pool, and a request holding one connection while it waits
+    for another could, with enough of them at once, leave the pool with none to give.
+    """
 
     def on_operation(self) -> Iterator[None]:
         context = self.execution_context.context
         if isinstance(context, Context):
             context.reset_loaders()
+        yield
+
+    def on_execute(self) -> Iterator[None]:
+        context = self.execution_context.context
+        if isinstance(context, Context) and self.execution_context.operation_type is not OperationType.QUERY:
+            context.unshare_session()
         yield
 
 

@@ -2,10 +2,10 @@
 however many objects that level holds.
 
 A ``Loaders`` set is bound to one workspace and filters every query by it, so even an id
-that leaked from elsewhere cannot load another tenant's row. Each batch opens its own short
-session: resolvers run concurrently, an ``AsyncSession`` must not be shared between
-concurrent tasks, and a short read keeps SQLite's write lock (every SQLite transaction here
-is ``BEGIN IMMEDIATE``) for as little time as possible.
+that leaked from elsewhere cannot load another tenant's row. Each batch reads in one block
+of ``Context.session()``: the HTTP request's shared session on MariaDB/MySQL (uses take
+turns: an ``AsyncSession`` must not be used by concurrent tasks), else a short session of
+its own (``app.graphql.request_session``).
 
 The cache lives as long as the set: one HTTP request, one GraphQL operation over a
 websocket, or one emitted subscription event (``Context.fresh_loaders``).
@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 from strawberry.dataloader import DataLoader
 
@@ -40,7 +41,9 @@ MemoriesKey = tuple[int, PageRequest, tuple[str | None, tuple[str, ...]]]
 
 
 class Loaders:
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], workspace_id: int) -> None:
+    def __init__(
+        self, sessionmaker: Callable[[], AbstractAsyncContextManager[AsyncSession]], workspace_id: int
+    ) -> None:
         self._sessionmaker = sessionmaker
         self.workspace_id = workspace_id
         self.workspace = self._by_id(orm.Workspace, scoped=False)

@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable
 
 from strawberry.extensions import (
+    AddValidationRules,
     DisableIntrospection,
     MaxAliasesLimiter,
     MaxTokensLimiter,
@@ -25,6 +26,7 @@ from strawberry.extensions import (
 
 from app.graphql.context import FreshLoadersPerOperation
 from app.graphql.cost import QueryCostLimiter
+from app.graphql.documents import DocumentCache
 from app.graphql.errors import EnverifSchema, ErrorPresenter
 from app.graphql.hardening import MaxQueryLength, RequestErrors
 from app.graphql.limits import ArgumentLimiter
@@ -51,18 +53,26 @@ DEFAULT_MAX_QUERY_DEPTH: int = Settings.model_fields["max_query_depth"].default
 def build_schema(
     max_query_depth: int = DEFAULT_MAX_QUERY_DEPTH, *, production: bool = False
 ) -> EnverifSchema:
-    # Factories, not instances: strawberry builds fresh extensions for every operation.
+    # Factories, not instances: strawberry builds fresh extensions for every operation. The
+    # limiters' validation rules are classes built here, once: the document cache's "this
+    # document is valid" holds only for the same rules (app.graphql.documents).
+    documents = DocumentCache()
+    limiter_rules = [
+        *QueryDepthLimiter(max_depth=max_query_depth).validation_rules,
+        *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
+    ]
     extensions: list[Callable[[], SchemaExtension] | type[SchemaExtension]] = [
         # First, so its on_operation exits last and sees every other extension's errors.
         ErrorPresenter,
         FreshLoadersPerOperation,
-        lambda: QueryDepthLimiter(max_depth=max_query_depth),
-        lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+        lambda: AddValidationRules(limiter_rules),
         lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+        # Before the cache: an over-long document is refused before it is looked up.
+        lambda: MaxQueryLength(max_chars=MAX_QUERY_CHARS),
+        documents.extension,
         # Both read their limits from the request's settings at execution start.
         ArgumentLimiter,
         QueryCostLimiter,
-        lambda: MaxQueryLength(max_chars=MAX_QUERY_CHARS),
         lambda: RequestErrors(hide_suggestions=production),
     ]
     if production:

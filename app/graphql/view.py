@@ -49,6 +49,7 @@ REQUEST_ERROR_CODE: Final = ValidationFailed.code
 # Keys on ``request.state``: the view's hooks get the request but not each other's results.
 _MEDIA_TYPE = "graphql_media_type"
 _REQUEST_ERROR = "graphql_request_error"
+_CONTEXT = "graphql_context"
 
 
 def negotiate(accept: str | None) -> str | None:
@@ -131,7 +132,10 @@ class GraphQLView(GraphQL[Context, None]):
     async def get_context(
         self, request: Request | WebSocket, response: Response | WebSocket | None
     ) -> Context:
-        return Context(runtime=request.app.state.runtime, request=request, response=response)
+        context = Context(runtime=request.app.state.runtime, request=request, response=response)
+        if isinstance(request, Request):
+            setattr(request.state, _CONTEXT, context)  # closed by __call__ once answered
+        return context
 
     async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
         # Browsers cannot set headers on a websocket: the token comes in connection_init's
@@ -168,7 +172,13 @@ class GraphQLView(GraphQL[Context, None]):
                 response = error_response(exc.status_code, exc.reason, media_type=media_type or JSON)
             else:
                 self._negotiated(request, response)
-        await response(scope, receive, send)
+        try:
+            await response(scope, receive, send)
+        finally:
+            # After answering: the request's database session goes back to the pool.
+            context: Context | None = getattr(request.state, _CONTEXT, None)
+            if context is not None:
+                await context.close()
 
     def _negotiated(self, request: Request, response: Response) -> None:
         """Give a GraphQL result the negotiated media type (and 400 for a request error)."""

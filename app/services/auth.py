@@ -16,6 +16,9 @@ import hashlib
 import logging
 import re
 import secrets
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -37,6 +40,7 @@ from app.domain.tokens import (
 )
 from app.services.queries import Page, PageRequest, fetch_page
 from app.services.runtime import Runtime
+from app.services.token_cache import CachedToken, publish_revocation
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +229,15 @@ async def revoke_api_token(rt: Runtime, principal: Principal, *, token_id: int) 
     async with rt.sessionmaker() as session, session.begin():
         row = await get_token(session, principal, token_id=token_id)
         _revoke(row)
+    await announce_revocation(rt, token_id)
     return row
+
+
+async def announce_revocation(rt: Runtime, token_id: int) -> None:
+    """After the commit: every API process's token cache forgets the token (this one first)."""
+    if rt.token_cache is not None:
+        rt.token_cache.drop(token_id)
+    await publish_revocation(rt.redis, rt.settings, token_id)
 
 
 async def revoke_token(
@@ -278,18 +290,51 @@ async def authenticate(session: AsyncSession, *, token: str | None, now: datetim
     return _principal(row, now or utcnow())
 
 
-async def sign_in(rt: Runtime, *, token: str | None) -> Principal:
-    """``authenticate`` plus a (throttled) ``lastUsedAt`` record: what every request does."""
+async def sign_in(
+    rt: Runtime,
+    *,
+    token: str | None,
+    sessions: Callable[[], AbstractAsyncContextManager[AsyncSession]] | None = None,
+) -> Principal:
+    """``authenticate`` plus a (throttled) ``lastUsedAt`` record: what every request does.
+
+    A token seen in the last ``token_cache_ttl_s`` comes from the process's token cache
+    (``app.services.token_cache``); otherwise it is read in a session from ``sessions``
+    (the request's), by default a session of its own.
+    """
     now = utcnow()
     if not token:
         raise Unauthenticated("missing bearer token")
-    async with rt.read_sessionmaker() as session:
-        row = await session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
-        if row is None:
-            raise Unauthenticated("invalid token")
-        principal = _principal(row, now)
-    _maybe_record_use(rt, row, now)
+    token_hash = hash_token(token)
+    cache = rt.token_cache
+    cached = cache.get(token_hash) if cache is not None else None
+    if cached is not None:
+        principal = _principal(cached, now)
+        _maybe_record_use(rt, cached, now)
+        return principal
+    generation = cache.generation if cache is not None else 0
+    async with (sessions or rt.read_sessionmaker)() as session:
+        row = await session.scalar(select(ApiToken).where(ApiToken.token_hash == token_hash))
+    if row is None:
+        raise Unauthenticated("invalid token")
+    principal = _principal(row, now)
+    entry = _cached(row)
+    _maybe_record_use(rt, entry, now)
+    if cache is not None:
+        cache.put(token_hash, entry, read_at_generation=generation)
     return principal
+
+
+def _cached(row: ApiToken) -> CachedToken:
+    return CachedToken(
+        id=row.id,
+        workspace_id=row.workspace_id,
+        role=row.role,
+        revoked_at=row.revoked_at,
+        expires_at=row.expires_at,
+        last_used_at=row.last_used_at,
+        fetched_at=time.monotonic(),
+    )
 
 
 async def recheck(rt: Runtime, principal: Principal) -> Principal:
@@ -304,7 +349,7 @@ async def recheck(rt: Runtime, principal: Principal) -> Principal:
     return fresh
 
 
-def _principal(row: ApiToken, now: datetime) -> Principal:
+def _principal(row: ApiToken | CachedToken, now: datetime) -> Principal:
     match token_state(revoked_at=row.revoked_at, expires_at=row.expires_at, now=now):
         case TokenState.REVOKED:
             raise Unauthenticated("this token has been revoked")
@@ -315,9 +360,11 @@ def _principal(row: ApiToken, now: datetime) -> Principal:
     )
 
 
-def _maybe_record_use(rt: Runtime, row: ApiToken, now: datetime) -> None:
+def _maybe_record_use(rt: Runtime, row: ApiToken | CachedToken, now: datetime) -> None:
     # In the background: a read must never wait for a write (on SQLite, for the write lock).
     if use_worth_recording(row.last_used_at, now):
+        if isinstance(row, CachedToken):
+            row.last_used_at = now  # a cached token: this process records it once a minute
         rt.spawn(_record_use(rt, token_id=row.id, now=now), name="enverif-token-used")
 
 

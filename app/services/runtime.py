@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.session import create_engine, create_read_sessionmaker, create_sessionmaker
 from app.embedded import ensure_embedded_redis
+from app.services.token_cache import TokenCache
 from app.settings import Settings
 
 BACKGROUND_GRACE_S = 5.0
@@ -30,6 +31,8 @@ class Runtime:
     # Best-effort writes that must not hold up a request (recording a token's use: on SQLite
     # a write waits for the one write lock). Tracked so close() lets them finish first.
     _background: set[asyncio.Task[None]] = field(default_factory=set)
+    # API processes only (started by the app's lifespan): recently seen tokens.
+    token_cache: TokenCache | None = None
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         task = asyncio.create_task(work, name=name)

@@ -7,6 +7,7 @@ from datetime import datetime
 import strawberry
 
 from app.db import orm
+from app.domain.errors import NotFound
 from app.graphql.ids import to_global_id
 from app.graphql.types.node import Node
 
@@ -24,7 +25,16 @@ class Workspace(Node):
         )
 
 
+async def _viewer_workspace(root: Viewer, info: strawberry.Info) -> Workspace:
+    row = await (await info.context.loaders()).workspace.load(root.workspace_id)
+    if row is None:
+        raise NotFound("this token's workspace is gone")
+    return Workspace.from_row(row)
+
+
 @strawberry.type(name="Viewer", description="The caller: the token's workspace and role.")
 class Viewer:
-    workspace: Workspace
+    # Loaded only when asked for: `viewer { role }` needs no database read.
+    workspace: Workspace = strawberry.field(resolver=_viewer_workspace)
     role: str = strawberry.field(description="viewer, operator or admin.")
+    workspace_id: strawberry.Private[int]
