@@ -36,6 +36,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.unset import UNSET, UnsetType
 
 from app.domain.errors import EnverifError, ValidationFailed
+from app.graphql import graphiql_page
 from app.graphql.context import Context
 from app.graphql.ws_auth import TokenCheckingHandler
 from app.outages import is_outage
@@ -127,6 +128,11 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 class GraphQLView(GraphQL[Context, None]):
     # Re-checks the token of an open websocket: a revoked or expired one closes it (4403).
     graphql_transport_ws_handler_class = TokenCheckingHandler
+
+    @property
+    def graphql_ide_html(self) -> str:
+        # Our own page: its assets come from this server, not a CDN (app.graphql.graphiql_page).
+        return graphiql_page.page_html()
 
     async def get_context(
         self, request: Request | WebSocket, response: Response | WebSocket | None
