@@ -5,6 +5,7 @@
     enverif worker [--burst]                        an arq worker
     enverif worker --check [--this-host]            exit 0 when a worker is alive (supervisors)
     enverif run start --workspace W --agent A [--input JSON] [--json]   start a run (MANUAL)
+    enverif runs watch RUN_ID [--after-seq N] [--json] [--url URL] [--token T]   the live tree
     enverif migrate [--revision REV | --downgrade REV]
     enverif workspace create NAME [--json]          prints the workspace's first admin token
     enverif token create --workspace NAME --role viewer|operator|admin [--name NAME]
@@ -548,6 +549,24 @@ def cmd_dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runs_watch(args: argparse.Namespace) -> int:
+    import os
+
+    from app.runs_watch import WatchError, watch
+
+    token = args.token or os.environ.get("ENVERIF_TOKEN")
+    if not token:
+        raise CliError("no token: pass --token TOKEN or set ENVERIF_TOKEN (a viewer token is enough)")
+    if args.after_seq < 0:
+        raise CliError(f"--after-seq must be 0 or more, not {args.after_seq}")
+    try:
+        return asyncio.run(
+            watch(url=args.url, token=token, run_id=args.run_id, after_seq=args.after_seq, as_json=args.json)
+        )
+    except WatchError as exc:
+        raise CliError(str(exc)) from None
+
+
 def _dev_banner(url: str, seed: Any, settings: Settings) -> str:
     query = json.dumps({"query": "{ agents(first: 10) { edges { node { id name status } } } }"})
     where = "embedded" if settings.uses_embedded_redis else _safe_redis_url(settings.effective_redis_url)
@@ -667,6 +686,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--input", metavar="JSON", help="the run input, as JSON")
     c.add_argument("--json", action="store_true", help='print {"run_id", "status"} as JSON')
     c.set_defaults(handler=cmd_run_start)
+
+    p = commands.add_parser("runs", help="watch runs through the API")
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    c = sub.add_parser("watch", help="draw a run tree live until its root ends (runTree subscription)")
+    c.add_argument("run_id", metavar="RUN_ID", help="any run of the tree: its GraphQL id (or database id)")
+    c.add_argument("--after-seq", type=int, default=0, metavar="N", help="only events after seq N")
+    c.add_argument("--json", action="store_true", help="print each event as one JSON object per line")
+    c.add_argument("--url", default="http://127.0.0.1:8000/graphql", help="the API's /graphql URL")
+    c.add_argument("--token", help="an API token (default: ENVERIF_TOKEN); viewer is enough")
+    c.set_defaults(handler=cmd_runs_watch)
     return parser
 
 
