@@ -1,6 +1,6 @@
 """The ``enverif`` command.
 
-    enverif dev [--host H] [--port P] [--reset]     API + worker + demo workspace, one process
+    enverif dev [--host H] [--port P] [--reset] [--verbose]   API + worker + demo workspace
     enverif serve [--host H] [--port P]             the API (uvicorn)
     enverif worker [--burst]                        an arq worker
     enverif worker --check [--this-host]            exit 0 when a worker is alive (supervisors)
@@ -518,10 +518,19 @@ def _check_workers(settings: Settings, *, this_host: bool) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from app import dev
+    import os
 
-    settings = _settings(dev_mode=True, graphiql=True, http_allow_private_networks=True)
+    from app import dev
+    from app.embedded import embedded_redis_running, stop_embedded_redis
+
+    # Quiet by default: the banner is the last thing printed at start-up and stays on screen
+    # (no access log, no per-job lines); warnings and errors still show. --verbose or
+    # ENVERIF_LOG_LEVEL show everything.
+    quiet = {} if args.verbose or "ENVERIF_LOG_LEVEL" in os.environ else {"log_level": "warning"}
+    settings = _settings(dev_mode=True, graphiql=True, http_allow_private_networks=True, **quiet)
     host, port = _listen_address(args, settings)
+    # The embedded Redis daemonizes; the one this command starts is stopped when it stops.
+    owns_redis = settings.uses_embedded_redis and not embedded_redis_running(settings)
 
     async def run() -> None:
         from workers.main import run_worker
@@ -544,7 +553,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
             on_ready=lambda: print(_dev_banner(url, seed, settings), flush=True),
         )
 
-    _run_stack(run)
+    try:
+        _run_stack(run)
+    finally:
+        if owns_redis:
+            stop_embedded_redis(settings)
     print("Enverif dev stopped.", flush=True)
     return 0
 
@@ -575,7 +588,8 @@ def _dev_banner(url: str, seed: Any, settings: Settings) -> str:
             "",
             "Enverif dev is running: API and worker in this process.",
             "",
-            f"  GraphQL    {url}/graphql   (GraphiQL when opened in a browser)",
+            f"  GraphQL    {url}/graphql   (HTTP, and websockets for subscriptions)",
+            f"  GraphiQL   {url}/graphql#token={seed.token}",
             f"  Workspace  {seed.workspace}   agents: {', '.join(seed.agents)}",
             f"  Token      {seed.token}",
             "             (admin; a fresh one is printed on every start)",
@@ -589,7 +603,12 @@ def _dev_banner(url: str, seed: Any, settings: Settings) -> str:
             "    -H 'Content-Type: application/json' \\",
             f"    -d '{query}'",
             "",
-            "Press Ctrl-C to stop.",
+            "Watch a run's tree live (RUN_ID from startRun):",
+            "",
+            f"  ENVERIF_TOKEN={seed.token} \\",
+            f"    enverif runs watch RUN_ID --url {url}/graphql",
+            "",
+            "Press Ctrl-C to stop (API, worker and the embedded Redis it started). --verbose logs more.",
             "",
         ]
     )
@@ -623,6 +642,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_listen_args(p)
     p.add_argument(
         "--reset", action="store_true", help="delete the demo workspace and everything in it first"
+    )
+    p.add_argument(
+        "--verbose", action="store_true", help="log everything at INFO (requests, jobs); default: warnings"
     )
     p.set_defaults(handler=cmd_dev)
 
