@@ -10,6 +10,8 @@ from rich.live import Live
 from rich.text import Text
 from rich.tree import Tree
 
+from app.graphql.ids import to_global_id
+
 if TYPE_CHECKING:
     from app.runs_watch import RunNode, TreeState
 
@@ -61,28 +63,45 @@ def render(state: TreeState, footer: str) -> Group:
 
 
 class LiveView:
-    """The tree, updated in place on stdout (plain lines when stdout is not a terminal)."""
+    """The tree, redrawn in place on a terminal. When stdout is not a terminal (a pipe, a
+    log file) there is nothing to redraw: one line per event, then the final tree."""
 
     def __init__(self, state: TreeState) -> None:
         self.console = Console()
+        self.plain = not self.console.is_terminal
         self.live = Live(
             render(state, "following..."), console=self.console, auto_refresh=False, transient=False
         )
 
     def __enter__(self) -> LiveView:
-        self.live.__enter__()
+        if not self.plain:
+            self.live.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.live.__exit__(*exc)
+        if not self.plain:
+            self.live.__exit__(*exc)
 
     def event(self, event: dict[str, Any], state: TreeState) -> None:
-        self.live.update(
-            render(state, f"{event['type']} (seq {event['seq']})  Ctrl-C stops watching"), refresh=True
-        )
+        if self.plain:
+            run = state.runs[event["runId"]]
+            kind = event["type"]
+            what = run.step if kind.startswith("STEP") else (event.get("status") or "")
+            if kind.startswith("APPROVAL"):
+                raw = event.get("approvalId") or (event.get("payload") or {}).get("approvalId")
+                what = f"approval {to_global_id('Approval', raw) if isinstance(raw, int) else raw}"
+            line = f"{event['seq']:>5} {kind:<20} {run.agent} {run.id} {what}".rstrip()
+            self.console.print(line, soft_wrap=True, highlight=False)
+            return
+        footer = f"{event['type']} (seq {event['seq']})  Ctrl-C stops watching"
+        self.live.update(render(state, footer), refresh=True)
 
     def note(self, text: str) -> None:
-        self.live.console.print(Text(text, style="yellow"))
+        self.console.print(Text(text, style="yellow"))
 
     def done(self, state: TreeState) -> None:
-        self.live.update(render(state, f"stream complete: root {state.root.status}"), refresh=True)
+        final = render(state, f"stream complete: root {state.root.status}")
+        if self.plain:
+            self.console.print(final)
+        else:
+            self.live.update(final, refresh=True)
