@@ -96,6 +96,18 @@ class Page:
                }""",
             [query, variables],
         )
+        # GraphiQL sends an operation over the websocket when the document it parsed from the
+        # editor (a moment after an edit, as when typing) says it is a subscription: wait for
+        # that parse, as a person's click would come after it.
+        kind = "subscription" if query.lstrip().startswith("subscription") else "query"
+        await self.page.wait_for_function(
+            """([query, kind]) => {
+                 const cm = document.querySelector('.graphiql-query-editor .CodeMirror').CodeMirror;
+                 return cm.getValue() === query && cm.operations && cm.operations.length === 1
+                   && cm.operations[0].operation === kind;
+               }""",
+            arg=[query, kind],
+        )
         await self.page.click(".graphiql-execute-button")
 
     async def response_containing(self, *needles: str) -> str:
