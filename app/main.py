@@ -43,6 +43,9 @@ def create_app(settings: Settings) -> Starlette:
         # Only graphql-transport-ws: the legacy graphql-ws protocol had auth-bypass advisories.
         subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL],
     )
+    # The cap is ENVERIF_MAX_SUBSCRIPTIONS_PER_CONNECTION, enforced with an error code by our
+    # handler (app.graphql.ws_auth); strawberry's own check would answer without one.
+    graphql.max_subscriptions_per_connection = None
     routes: list[BaseRoute] = [
         Route("/graphql", graphql),
         WebSocketRoute("/graphql", graphql),
@@ -67,7 +70,7 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime = await open_runtime(settings)
         try:
-            hub = EventHub(runtime)
+            hub = EventHub(runtime, queue_max=settings.subscription_queue_max)
             await hub.start()
             try:
                 app.state.runtime = runtime

@@ -66,6 +66,12 @@ class Settings(BaseSettings):
     # How often an open websocket re-checks its token against the database; a revoked token's
     # sockets close within about this long (DESIGN §2 promises seconds, so at most 4 s).
     ws_token_recheck_s: float = Field(default=2.0, ge=0.1, le=4.0)
+    # Operations (subscriptions, and queries sent over the socket) running at once on one
+    # websocket; one more is refused with RATE_LIMITED.
+    max_subscriptions_per_connection: int = Field(default=20, ge=1, le=1_000)
+    # Live events one runTree subscription may have waiting to be sent; a subscriber that
+    # falls this far behind has its websocket closed (code 1013) instead of growing memory.
+    subscription_queue_max: int = Field(default=1_000, ge=10, le=1_000_000)
 
     # Worker tuning. The lease must outlive the longest quiet stretch of a working run:
     # it is renewed every lease_s / 3 while a run is being executed.

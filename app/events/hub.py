@@ -6,9 +6,13 @@ no signal from Redis. So after every reconnect the hub tells every local subscri
 re-subscribe FIRST, then signal, so that nothing published between the subscriber's
 database read and its next live message can fall through the crack.
 
-A subscription's queue is bounded: a subscriber too slow to keep up loses its queued
-messages and gets a ``Resync`` instead, so one stuck websocket cannot grow the process's
-memory (the database replays what it missed).
+A subscription's queue is bounded (``ENVERIF_SUBSCRIPTION_QUEUE_MAX``): a subscriber too slow
+to keep up (typically a websocket whose client stopped reading, so its sends block) is
+closed. Its queue is dropped and nothing more is queued for it, ``on_overflow`` is told the
+reason at once (the GraphQL layer closes the websocket, which also frees a send blocked on
+a full socket), and ``get`` raises ``SubscriberTooSlow``. One stuck client therefore never
+grows the process's memory nor holds up the others: dispatching never waits on a consumer.
+The client resumes from its last seq with ``afterSeq``; the database replays what it missed.
 
 Everything here runs on the event loop thread; dispatching a message to the subscriptions is
 synchronous (no ``await`` between looking up the subscribers and queueing), so the
@@ -22,7 +26,7 @@ import collections
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -52,6 +56,14 @@ class HubStopped(Exception):
     """The hub shut down (process exit): no more live events will come."""
 
 
+class SubscriberTooSlow(Exception):
+    """The subscription's queue overflowed: it was closed and gets no more events."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def hub_client_name(prefix: str) -> str:
     return f"{prefix}:event-hub"
 
@@ -70,28 +82,52 @@ class Subscription:
     idle timeout) or ``async for``.
     """
 
-    def __init__(self, hub: EventHub, workspace_id: int, root_run_id: int, queue_max: int) -> None:
+    def __init__(
+        self,
+        hub: EventHub,
+        workspace_id: int,
+        root_run_id: int,
+        queue_max: int,
+        on_overflow: Callable[[str], None] | None = None,
+    ) -> None:
         self.workspace_id = workspace_id
         self.root_run_id = root_run_id
         self._hub = hub
         self._queue_max = queue_max
+        self._on_overflow = on_overflow
         self._queue: collections.deque[EventMessage] = collections.deque()
         self._resync: Resync | None = None
+        self._too_slow: str | None = None
         self._wakeup = asyncio.Event()
         self._stopped = False
         self.closed = False
 
     # -- producer side (the hub's reader task) --------------------------------------------
     def _offer(self, message: EventMessage) -> None:
-        if self._resync is not None:
-            # A database re-read is already due and will cover this message.
+        if self._resync is not None or self.closed:
+            # A database re-read is already due and will cover this message (or nobody
+            # will read it any more).
             return
         if len(self._queue) >= self._queue_max:
-            self._queue.clear()
-            self._resync = Resync("subscriber fell behind; queued events were dropped")
-        else:
-            self._queue.append(message)
+            self._overflow(
+                f"subscriber too slow: more than {self._queue_max} live events waited to be sent; "
+                "resubscribe with afterSeq set to the last seq received"
+            )
+            return
+        self._queue.append(message)
         self._wakeup.set()
+
+    def _overflow(self, reason: str) -> None:
+        self._queue.clear()
+        self._too_slow = reason
+        self._wakeup.set()
+        self.close()
+        if self._on_overflow is not None:
+            try:
+                self._on_overflow(reason)
+            except Exception:
+                # The hub's reader must survive whatever a consumer's callback does.
+                logger.exception("event hub: overflow callback failed")
 
     def _signal_stopped(self) -> None:
         self._stopped = True
@@ -107,9 +143,12 @@ class Subscription:
     async def get(self, timeout_s: float | None = None) -> EventMessage | Resync | None:
         """The next message or ``Resync``; ``None`` when ``timeout_s`` passed in silence.
 
-        Raises ``HubStopped`` once the hub has shut down.
+        Raises ``HubStopped`` once the hub has shut down, ``SubscriberTooSlow`` once the queue
+        overflowed.
         """
         while True:
+            if self._too_slow is not None:
+                raise SubscriberTooSlow(self._too_slow)
             if self._stopped:
                 raise HubStopped("the event hub has stopped")
             if self._resync is not None:
@@ -134,7 +173,7 @@ class Subscription:
         while not self.closed:
             try:
                 item = await self.get()
-            except HubStopped:
+            except (HubStopped, SubscriberTooSlow):
                 return
             if item is not None:
                 yield item
@@ -223,9 +262,15 @@ class EventHub:
             await self._client.aclose()
             self._client = None
 
-    def subscribe(self, workspace_id: int, root_run_id: int) -> Subscription:
-        """Register a local subscription; it receives everything dispatched from now on."""
-        sub = Subscription(self, workspace_id, root_run_id, self._queue_max)
+    def subscribe(
+        self, workspace_id: int, root_run_id: int, *, on_overflow: Callable[[str], None] | None = None
+    ) -> Subscription:
+        """Register a local subscription; it receives everything dispatched from now on.
+
+        ``on_overflow`` is called (synchronously, on the hub's reader) with the reason when
+        the subscription is closed for being too slow; it must not block.
+        """
+        sub = Subscription(self, workspace_id, root_run_id, self._queue_max, on_overflow)
         self._subscriptions.setdefault((workspace_id, root_run_id), set()).add(sub)
         return sub
 

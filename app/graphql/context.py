@@ -16,7 +16,7 @@ subscription. Hence:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import strawberry
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -46,6 +46,9 @@ class Context:
         # Several top-level fields resolve concurrently; one token lookup serves them all.
         self._auth_lock = asyncio.Lock()
         self._loaders: Loaders | None = None
+        # Over a websocket: closes it (code, reason) without waiting; set by the
+        # graphql-transport-ws handler (app.graphql.ws_auth) once the connection is up.
+        self.close_websocket: Callable[[int, str], None] | None = None
 
     @property
     def settings(self) -> Settings:

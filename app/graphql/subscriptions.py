@@ -12,12 +12,14 @@ from collections.abc import AsyncGenerator
 import strawberry
 
 from app.domain.agents import Role
-from app.domain.errors import ValidationFailed
-from app.events.hub import EventHub
+from app.domain.errors import Unavailable, ValidationFailed
+from app.events.hub import EventHub, SubscriberTooSlow
 from app.graphql.context import Context, Info
 from app.graphql.ids import from_global_id
 from app.graphql.types.events import RunEvent
+from app.graphql.ws_auth import CLOSE_TOO_SLOW
 from app.services import events as event_log
+from app.services.event_labels import TreeLabels
 
 
 @strawberry.type(name="Subscription")
@@ -26,7 +28,12 @@ class Subscription:
         description=(
             "Every event of a run tree after afterSeq (all when omitted), then live ones, in seq "
             "order without gaps or repeats. rootRunId may name any run of the tree: the stream is "
-            "always the whole tree's, from its root."
+            "always the whole tree's, from its root. The stream completes (graphql-transport-ws "
+            "`complete`) once every run of the tree is terminal and every event of the tree has "
+            "been sent, events written after the root ended included; subscribing to a finished "
+            "tree replays its log and completes. A subscriber too slow to keep up with the live "
+            "events has its websocket closed (code 1013, with a reason): resubscribe with "
+            "afterSeq set to the last seq received."
         )
     )
     async def run_tree(
@@ -43,8 +50,14 @@ class Subscription:
                 session, workspace_id=principal.workspace_id, run_id=run_id
             )
 
-        with _hub(context).subscribe(principal.workspace_id, root.id) as live:
-            async for message in event_log.tree_events(
+        labels = TreeLabels(context.runtime.read_sessionmaker, workspace_id=principal.workspace_id)
+
+        def too_slow(reason: str) -> None:
+            if context.close_websocket is not None:
+                context.close_websocket(CLOSE_TOO_SLOW, reason)
+
+        with _hub(context).subscribe(principal.workspace_id, root.id, on_overflow=too_slow) as live:
+            events = event_log.tree_events(
                 context.runtime.read_sessionmaker,
                 live,
                 workspace_id=principal.workspace_id,
@@ -52,11 +65,16 @@ class Subscription:
                 after_seq=after_seq or 0,
                 # Read at call time (not bound as a default) so tests can shorten it.
                 idle_poll_s=event_log.IDLE_POLL_S,
-            ):
-                # The websocket's context outlives every event: without a fresh loader cache
-                # `run { status }` would show the run as it was when first loaded (PITFALLS).
-                context.fresh_loaders()
-                yield RunEvent.from_message(message)
+            )
+            try:
+                async for message in events:
+                    # The websocket's context outlives every event: without a fresh loader cache
+                    # `run { status }` would show the run as it was when first loaded (PITFALLS).
+                    context.fresh_loaders()
+                    yield RunEvent.from_message(message, await labels.label(message))
+            except SubscriberTooSlow as exc:
+                # Not a `complete`: that would tell the client the tree is finished.
+                raise Unavailable(exc.reason) from None
 
 
 def _hub(context: Context) -> EventHub:

@@ -11,6 +11,15 @@ graphql-transport-ws handler here checks the token again
 
 Every check reads the token row from the database by id, so it does not matter which API
 process the revocation went through: nothing here is state another process needs.
+
+Two more limits live here because only the connection can enforce them:
+
+* at most ``ENVERIF_MAX_SUBSCRIPTIONS_PER_CONNECTION`` operations run at once on one
+  socket; one more gets an ``error`` message with ``extensions.code`` ``RATE_LIMITED``
+  (the socket stays open);
+* a subscription too slow to keep up (``app.events.hub``) closes its whole socket with
+  ``CLOSE_TOO_SLOW`` and the hub's reason: its sends are what blocks, and they block for
+  every operation on the socket alike.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 
+from graphql import GraphQLError
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     ConnectionInitMessage,
@@ -35,6 +45,9 @@ logger = logging.getLogger(__name__)
 
 # graphql-transport-ws's "Forbidden": what a bad token gets at connection_init too.
 CLOSE_TOKEN_REFUSED = 4403
+# The websocket's "Try Again Later": clients such as graphql-ws retry it (the 44xx codes of
+# graphql-transport-ws are fatal to them), and the reason says to resume with afterSeq.
+CLOSE_TOO_SLOW = 1013
 # Asyncio may wake a timer a hair early; sleeping this much longer means the check at
 # expiresAt finds the token expired instead of spinning through a few zero-length sleeps.
 EXPIRY_SLACK_S = 0.01
@@ -44,8 +57,10 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
     """strawberry's graphql-transport-ws handler, plus the token checks described above."""
 
     _watcher: asyncio.Task[None] | None = None
+    _closer: asyncio.Task[None] | None = None
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        self.context.close_websocket = self._close_soon
         await super().handle_connection_init(message)
         if self.connection_acknowledged and self._watcher is None:
             self._watcher = asyncio.create_task(self._watch_token(), name="enverif-ws-token-watch")
@@ -62,7 +77,21 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
                     raise
                 # The database is away: the operation runs and answers UNAVAILABLE itself
                 # (it authenticates again), so the client knows to retry, socket kept.
+            cap = self.context.settings.max_subscriptions_per_connection
+            if len(self.operations) >= cap and message["id"] not in self.operations:
+                error = GraphQLError(
+                    f"at most {cap} operations may run at once on one connection",
+                    extensions={"code": "RATE_LIMITED"},
+                )
+                await self.send_message({"id": message["id"], "type": "error", "payload": [error.formatted]})
+                return
         await super().handle_subscribe(message)
+
+    def _close_soon(self, code: int, reason: str) -> None:
+        """Close the socket from synchronous code (the event hub's reader): operations first,
+        then the close frame, in a task of its own."""
+        if self._closer is None:
+            self._closer = asyncio.create_task(self._close_for(reason, code=code), name="enverif-ws-close")
 
     async def shutdown(self) -> None:
         watcher, self._watcher = self._watcher, None
@@ -92,7 +121,7 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
                 # the log alike) and ask again next time rather than drop every client at once.
                 logger.warning("websocket token re-check failed; retrying", exc_info=True)
 
-    async def _close_for(self, reason: str) -> None:
+    async def _close_for(self, reason: str, *, code: int = CLOSE_TOKEN_REFUSED) -> None:
         # Operations first: once cancelled, nothing more is sent to a dead token's holder, and
         # no operation task races the close frame with a late send.
         tasks = [op.task for op in self.operations.values() if op.task is not None]
@@ -103,4 +132,4 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
                 await task
         with contextlib.suppress(Exception):
             # A close reason is at most 123 bytes on the wire.
-            await self.websocket.close(code=CLOSE_TOKEN_REFUSED, reason=reason[:120])
+            await self.websocket.close(code=code, reason=reason[:120])

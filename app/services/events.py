@@ -14,6 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import orm
 from app.domain.errors import NotFound
+from app.domain.events import EventType
+from app.domain.runs import TERMINAL_RUN
 from app.events.hub import Subscription
 from app.events.publish import EventMessage, event_to_message
 
@@ -71,6 +73,31 @@ async def _run_in_workspace(session: AsyncSession, *, run_id: int, workspace_id:
     return await session.scalar(query)
 
 
+async def tree_finished(session: AsyncSession, *, workspace_id: int, root_run_id: int) -> bool:
+    """True once every run of the tree is terminal (the root included).
+
+    A root's terminal transition ends its live descendants in the same transaction (the
+    chokepoint's cascade), so after this is true no run of the tree writes events again.
+    """
+    active = await session.scalar(
+        select(orm.Run.id)
+        .where(
+            orm.Run.workspace_id == workspace_id,
+            orm.Run.root_run_id == root_run_id,
+            orm.Run.status.not_in([s.value for s in TERMINAL_RUN]),
+        )
+        .limit(1)
+    )
+    return active is None
+
+
+def ends_a_run(message: EventMessage) -> bool:
+    return message.type == EventType.RUN_STATUS_CHANGED.value and message.status in _TERMINAL_VALUES
+
+
+_TERMINAL_VALUES = frozenset(s.value for s in TERMINAL_RUN)
+
+
 async def tree_events(
     sessionmaker: async_sessionmaker[AsyncSession],
     live: Subscription,
@@ -80,13 +107,19 @@ async def tree_events(
     after_seq: int = 0,
     idle_poll_s: float = IDLE_POLL_S,
 ) -> AsyncIterator[EventMessage]:
-    """Every event of the tree after ``after_seq``, in seq order, without gaps or repeats.
+    """Every event of the tree after ``after_seq``, in seq order, without gaps or repeats;
+    it ends once the tree is finished and every event of it has been yielded.
 
     ``live`` must be subscribed BEFORE this starts reading: anything committed after the
     replay's read then reaches ``live``, so replay + live leaves no hole. Live messages are
     only a fast path; whenever they cannot be trusted to be complete (a seq gap, a hub
     resync, an omitted payload, or a quiet spell in which a message may have been lost
     silently) the database is read from the last delivered seq.
+
+    The end: whether the tree is finished is read BEFORE a database catch-up, never after.
+    A finished tree writes no more events, so the catch-up that follows "finished" holds
+    the rest of the log, late events of the transaction that ended the root included.
+    It is asked at the start and after every delivered event that ends a run.
     """
     last = after_seq
 
@@ -106,17 +139,32 @@ async def tree_events(
             if len(page) < REPLAY_PAGE_SIZE:
                 return
 
+    async def finished() -> bool:
+        async with sessionmaker() as session:
+            return await tree_finished(session, workspace_id=workspace_id, root_run_id=root_run_id)
+
+    done = await finished()
+    check = False
     async for message in catch_up():
+        check = check or ends_a_run(message)
         yield message
-    while True:
+    while not done:
+        if check:
+            done, check = await finished(), False
+            async for message in catch_up():
+                check = check or ends_a_run(message)
+                yield message
+            continue
         item = await live.get(timeout_s=idle_poll_s)
         if isinstance(item, EventMessage):
             if item.seq <= last:
                 continue  # already delivered by a database read
             if item.seq == last + 1 and not item.payload_omitted:
                 last = item.seq
+                check = ends_a_run(item)
                 yield item
                 continue
         # A gap, a resync, an omitted payload, or silence: the database has the truth.
         async for message in catch_up():
+            check = check or ends_a_run(message)
             yield message

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from app.db import orm
 from app.embedded import redis_server_binary
-from app.events.hub import EventHub, HubStopped, Resync, Subscription, hub_client_name
+from app.events.hub import EventHub, HubStopped, Resync, SubscriberTooSlow, Subscription, hub_client_name
 from app.events.publish import EventMessage, decode_message, encode_message, event_to_message, publish_events
 from app.services.runtime import Runtime, open_runtime
 from app.settings import Settings
@@ -122,7 +122,7 @@ async def test_signals_resync_after_losing_the_connection_and_keeps_delivering(
         assert isinstance(again, EventMessage) and again.seq == 2
 
 
-async def test_a_subscriber_that_falls_behind_gets_resync_instead_of_a_growing_queue(
+async def test_a_subscriber_that_falls_behind_is_closed_with_a_reason_instead_of_a_growing_queue(
     runtime: Runtime,
 ) -> None:
     hub = EventHub(runtime, queue_max=5)
@@ -130,7 +130,8 @@ async def test_a_subscriber_that_falls_behind_gets_resync_instead_of_a_growing_q
     try:
         ws, root = fresh_id(), fresh_id()
         prefix = runtime.settings.redis_prefix
-        with hub.subscribe(ws, root) as slow, hub.subscribe(ws, root) as fast:
+        told: list[str] = []
+        with hub.subscribe(ws, root, on_overflow=told.append) as slow, hub.subscribe(ws, root) as fast:
             received: list[int] = []
 
             async def keep_up() -> None:
@@ -146,13 +147,11 @@ async def test_a_subscriber_that_falls_behind_gets_resync_instead_of_a_growing_q
             await asyncio.wait_for(reader, 10)
             assert received == list(range(1, 13))
 
-            got = await drain(slow)
-            assert isinstance(got[0], Resync)
-            assert len(got) == 1  # the dropped backlog is not replayed from memory
-
-            await publish_events(runtime.redis, prefix, [event(ws, root, 13)])
-            after = await slow.get(timeout_s=5)
-            assert isinstance(after, EventMessage) and after.seq == 13
+            # Told once, at the moment of the overflow; unregistered; its backlog dropped.
+            assert len(told) == 1 and "too slow" in told[0] and "afterSeq" in told[0]
+            assert slow.closed and hub.subscription_count == 1
+            with pytest.raises(SubscriberTooSlow, match="too slow"):
+                await slow.get(timeout_s=1)
     finally:
         await hub.stop()
 

@@ -15,24 +15,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from app.clock import utcnow
-from app.db import orm
-from app.domain.agents import AgentStatus
-from app.domain.events import EventType
-from app.domain.runs import RunStatus, RunTrigger
 from app.events.hub import hub_client_name
 from app.events.publish import publish_events
-from app.graphql.ids import to_global_id
 from app.services import auth, runs
 from app.services import events as event_log
 from app.services.runtime import Runtime, open_runtime
-from app.services.transitions import TreeTx
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
+from tests.support.events import append, gid, new_child_run, new_root_run
 from tests.support.servers import serve
 
 RUN_TREE = """
@@ -134,78 +127,6 @@ async def connect_ws(server: str) -> AsyncIterator[Any]:
     yield _connect
     for ws in opened:
         await ws.close()
-
-
-# -- data written like the chokepoint writes it ------------------------------------------
-
-
-async def new_root_run(runtime: Runtime, workspace: WorkspaceFixture) -> orm.Run:
-    """An agent and a QUEUED root run with its RUN_CREATED event (seq 1), published."""
-    now = utcnow()
-    async with runtime.sessionmaker() as session:
-        async with session.begin():
-            agent = orm.Agent(
-                workspace_id=workspace.id,
-                name=f"watcher-{now.timestamp()}",
-                status=AgentStatus.ACTIVE.value,
-                model={"provider": "scripted", "steps": [{"final": "done"}]},
-                tools=[],
-                policy={},
-                memory_max_items=5,
-                memory_max_chars=1_000,
-                created_at=now,
-                updated_at=now,
-            )
-            session.add(agent)
-            await session.flush()
-            run, event = await runs.create_root_run(
-                session, agent=agent, input={"q": 1}, trigger=RunTrigger.API, now=now
-            )
-    await publish_events(runtime.redis, runtime.settings.redis_prefix, [event])
-    return run
-
-
-async def new_child_run(runtime: Runtime, root: orm.Run) -> orm.Run:
-    now = utcnow()
-    async with runtime.sessionmaker() as session:
-        async with session.begin():
-            child = orm.Run(
-                workspace_id=root.workspace_id,
-                agent_id=root.agent_id,
-                status=RunStatus.QUEUED.value,
-                trigger=RunTrigger.DELEGATION.value,
-                parent_run_id=root.id,
-                root_run_id=root.id,
-                depth=1,
-                policy_chain=[],
-                created_at=now,
-                updated_at=now,
-            )
-            session.add(child)
-    return child
-
-
-async def append(
-    runtime: Runtime, root_id: int, run_id: int | None = None, *, publish: bool = True, n: int = 1
-) -> list[orm.RunEvent]:
-    """Append ``n`` events under the root's lock (TreeTx.emit) and, unless told not to,
-    publish them after commit: a ``publish=False`` event is a lost pub/sub message."""
-    async with runtime.sessionmaker() as session:
-        async with session.begin():
-            root = await session.scalar(select(orm.Run).where(orm.Run.id == root_id).with_for_update())
-            assert root is not None
-            tx = TreeTx(session, root, utcnow())
-            run = root if run_id is None else await tx.run(run_id)
-            for i in range(n):
-                tx.emit(run, EventType.MEMORY_WRITTEN, payload={"i": i})
-            await tx.write_events()
-    if publish:
-        await publish_events(runtime.redis, runtime.settings.redis_prefix, tx.events)
-    return tx.events
-
-
-def gid(run: orm.Run | int) -> str:
-    return to_global_id("Run", run if isinstance(run, int) else run.id)
 
 
 # -- tests -----------------------------------------------------------------------------

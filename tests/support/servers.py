@@ -20,12 +20,15 @@ from starlette.routing import Route
 
 
 @asynccontextmanager
-async def serve(app: Any, *, lifespan: str = "off", start_timeout_s: float = 15) -> AsyncIterator[str]:
+async def serve(
+    app: Any, *, lifespan: str = "off", start_timeout_s: float = 15, sock: socket.socket | None = None
+) -> AsyncIterator[str]:
     """Run ``app`` with a real uvicorn on a free port, in this event loop; yields its base
-    URL (``http://127.0.0.1:PORT``)."""
+    URL (``http://127.0.0.1:PORT``). ``sock``: a bound loopback socket to listen on instead
+    (its options, say a small send buffer, pass to the connections it accepts)."""
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan)
     server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=None if sock is None else [sock]))
     deadline = time.monotonic() + start_timeout_s
     while not server.started:
         if task.done():

@@ -9,16 +9,18 @@ import strawberry
 from strawberry.scalars import JSON
 
 from app.domain.events import EventType
+from app.domain.policy import Decision
 from app.domain.runs import RunStatus, StepStatus
 from app.events.publish import EventMessage
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
+from app.services.event_labels import EventLabels
 
 if TYPE_CHECKING:
     from app.graphql.types.runs import Run
 
-E = TypeVar("E", RunStatus, StepStatus)
+E = TypeVar("E", RunStatus, StepStatus, Decision)
 
 # The log's ``status`` column holds whatever the event is about (a run's, a step's or an
 # approval's status); the contract's ``status`` is a RunStatus, so it is only filled for run
@@ -47,10 +49,21 @@ class RunEvent:
     )
     at: datetime
     payload: JSON | None
+    agent_name: str | None = strawberry.field(
+        description="The name of the run's agent (as it was when the run was created)."
+    )
+    step_tool: str | None = strawberry.field(description="For a step or approval event: the step's tool.")
+    step_decision: Decision | None = strawberry.field(
+        description="For a step or approval event: the policy's decision on the step's call."
+    )
+    approval_id: strawberry.ID | None = strawberry.field(
+        description="For a step or approval event: the step's approval, once one was requested."
+    )
     message: strawberry.Private[EventMessage]
 
     @classmethod
-    def from_message(cls, message: EventMessage) -> RunEvent:
+    def from_message(cls, message: EventMessage, labels: EventLabels | None = None) -> RunEvent:
+        step = None if labels is None else labels.step
         return cls(
             seq=message.seq,
             type=message.type,
@@ -62,6 +75,10 @@ class RunEvent:
             step_status=_enum_or_none(StepStatus, message.status) if message.type in _STEP_EVENTS else None,
             at=message.at,
             payload=message.payload,
+            agent_name=None if labels is None else labels.agent_name,
+            step_tool=None if step is None else step.tool,
+            step_decision=None if step is None else _enum_or_none(Decision, step.decision),
+            approval_id=None if step is None else _optional_id("Approval", step.approval_id),
             message=message,
         )
 

@@ -98,18 +98,20 @@ class StepWrites:
 
     def step_finished(self, run: Run, step: RunStep, *, final: bool = False) -> None:
         payload: dict[str, Any] = {"seq": step.seq, "tool": step.tool, "status": step.status}
+        payload["decision"] = step.decision
+        if step.approval_id is not None:
+            payload["approvalId"] = step.approval_id
         if final:
             payload["final"] = True
         self.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload=payload)
 
     def step_started(self, run: Run, step: RunStep) -> None:
-        self.emit(
-            run,
-            EventType.STEP_STARTED,
-            status=step.status,
-            step_id=step.id,
-            payload={"seq": step.seq, "tool": step.tool, "decision": step.decision},
-        )
+        # Tool, decision and approval id ride along so a live view can draw the step from its
+        # events alone (DESIGN §6), without querying the step.
+        payload: dict[str, Any] = {"seq": step.seq, "tool": step.tool, "decision": step.decision}
+        if step.approval_id is not None:
+            payload["approvalId"] = step.approval_id
+        self.emit(run, EventType.STEP_STARTED, status=step.status, step_id=step.id, payload=payload)
 
     # -- the executing worker's steps (``step`` is its detached copy, kept in step) -------
 
