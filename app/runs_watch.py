@@ -48,6 +48,7 @@ SUBSCRIPTION = """
 subscription Watch($root: ID!, $after: Int) {
   runTree(rootRunId: $root, afterSeq: $after) {
     seq type at runId rootRunId parentRunId status stepId stepStatus payload
+    agentName stepTool stepDecision approvalId
   }
 }
 """
@@ -87,20 +88,21 @@ class TreeState:
         self.last_seq = max(self.last_seq, int(event["seq"]))
         run = self.node(event["runId"], event.get("parentRunId"))
         payload = event.get("payload") or {}
+        run.agent = event.get("agentName") or payload.get("agent") or run.agent
         kind = event["type"]
         if kind in ("RUN_CREATED", "RUN_STATUS_CHANGED"):
             run.status = event.get("status") or run.status
-            run.agent = payload.get("agent") or event.get("agentName") or run.agent
             if run.status in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 run.step = ""
         elif kind in ("STEP_STARTED", "STEP_FINISHED"):
-            tool = payload.get("tool") or event.get("stepTool") or "answer"
-            decision = payload.get("decision") or event.get("stepDecision")
+            tool = event.get("stepTool") or payload.get("tool") or "answer"
+            decision = event.get("stepDecision") or payload.get("decision")
             status = event.get("stepStatus") or payload.get("status") or ""
             note = f", {decision}" if decision and kind == "STEP_STARTED" else ""
             run.step = f"step {payload.get('seq', '?')} {tool} ({status}{note})"
         elif kind == "APPROVAL_REQUESTED":
-            self.approvals[_approval_id(event, payload)] = (run.id, payload.get("tool") or "?")
+            tool = event.get("stepTool") or payload.get("tool") or "?"
+            self.approvals[_approval_id(event, payload)] = (run.id, tool)
         elif kind == "APPROVAL_DECIDED":
             self.approvals.pop(_approval_id(event, payload), None)
 
