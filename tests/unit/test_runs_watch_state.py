@@ -83,3 +83,18 @@ def test_run_ids_and_urls() -> None:
     assert endpoints("wss://127.0.0.1/graphql")[0] == "https://127.0.0.1/graphql"
     with pytest.raises(WatchError, match="--url"):
         endpoints("127.0.0.1:8000")
+
+
+def test_the_events_own_fields_win_over_the_payload() -> None:
+    """What runTree carries for a live view (agentName, stepTool, approvalId as global ids)."""
+    approval = to_global_id("Approval", 4)
+    state = TreeState(root_id=ROOT)
+    state.apply(ev(1, "RUN_CREATED", ROOT, status="QUEUED", agentName="lead", payload={}))
+    state.apply(ev(2, "STEP_STARTED", ROOT, stepStatus="WAITING_APPROVAL", stepTool="webhook.post",
+                   stepDecision="REQUIRE_APPROVAL", payload={"seq": 1}))  # fmt: skip
+    state.apply(ev(3, "APPROVAL_REQUESTED", ROOT, stepTool="webhook.post", approvalId=approval, payload={}))
+    assert state.root.agent == "lead"
+    assert state.root.step == "step 1 webhook.post (WAITING_APPROVAL, REQUIRE_APPROVAL)"
+    assert state.approvals == {approval: (ROOT, "webhook.post")}
+    state.apply(ev(4, "APPROVAL_DECIDED", ROOT, approvalId=approval, payload={"approvalId": 4}))
+    assert state.approvals == {}
