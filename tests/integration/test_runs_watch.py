@@ -29,10 +29,10 @@ from tests.support.workers import ENVERIF, spawn_worker, worker_env
 TIMEOUT_S = 60
 
 
-def spawn_api(settings: Settings) -> tuple[subprocess.Popen[bytes], str]:
-    """An ``enverif serve`` process on a free port; returns it and its /graphql URL."""
+def spawn_api(settings: Settings, port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+    """An ``enverif serve`` process (on a free port by default); returns it and its /graphql URL."""
     server = subprocess.Popen(
-        [ENVERIF, "serve", "--host", "127.0.0.1", "--port", "0"],
+        [ENVERIF, "serve", "--host", "127.0.0.1", "--port", str(port)],
         env=worker_env(settings),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -70,6 +70,17 @@ def watch(*args: str, token: str | None) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
+    )
+
+
+def spawn_watch(*args: str, token: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [ENVERIF, "runs", "watch", *args],
+        env=_watch_env(token),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -182,3 +193,40 @@ async def test_watch_refuses_with_one_clear_line(api, gql, workspace, make_works
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert needle in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.timeout(300)  # three processes start, one twice
+async def test_watch_resumes_after_the_server_restarts_without_missing_or_repeating(
+    settings, processes, gql, workspace
+) -> None:
+    server, url = spawn_api(settings, port=_closed_port())
+    processes.extend([server, spawn_worker(settings)])
+    _names, run_id = await three_level_tree(gql, workspace)
+    watcher = spawn_watch(run_id, "--url", url, "--json", token=workspace.viewer)
+    processes.append(watcher)  # type: ignore[arg-type]
+    assert watcher.stdout is not None and watcher.stderr is not None
+    events = []
+    while not any(e["type"] == "APPROVAL_REQUESTED" for e in events):
+        line = await asyncio.wait_for(asyncio.to_thread(watcher.stdout.readline), TIMEOUT_S)
+        assert line, f"watch ended early: {watcher.stderr.read()}"
+        events.append(json.loads(line))
+
+    # The API goes away mid-run (a crash: no close frame) and comes back on the same port;
+    # meanwhile the tree moves on.
+    server.kill()
+    await asyncio.to_thread(server.wait)
+    await gql.ok(
+        DECIDE, {"id": await pending_approval(gql, workspace), "approve": True}, token=workspace.operator
+    )
+    restarted, _ = spawn_api(settings, port=int(url.rsplit(":", 1)[1].split("/")[0]))
+    processes.append(restarted)
+
+    # Read on through the same buffered pipe (communicate() would skip what it holds).
+    while line := await asyncio.wait_for(asyncio.to_thread(watcher.stdout.readline), TIMEOUT_S):
+        events.append(json.loads(line))
+    await asyncio.wait_for(asyncio.to_thread(watcher.wait), TIMEOUT_S)
+    stderr = watcher.stderr.read()
+    assert watcher.returncode == 0, stderr
+    assert "connection lost; resuming after seq" in stderr
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events[-1]["runId"] == run_id and events[-1]["status"] == "SUCCEEDED"
