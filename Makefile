@@ -90,6 +90,7 @@ bench: setup
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/delegation.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/events.py
 
 chaos: setup
 	@if [ -d tests/chaos ]; then ENVERIF_TEST_DB=$${ENVERIF_TEST_DB:-mysql} $(PYTEST) -m chaos tests/chaos $(PYTEST_ARGS); \

@@ -24,6 +24,7 @@ from app.events.hub import EventHub
 from app.graphql import graphiql_page
 from app.graphql.schema import build_schema
 from app.graphql.view import GraphQLView
+from app.graphql.ws_auth import TokenChecks
 from app.http_limits import BodySizeLimit
 from app.services.runtime import open_runtime
 from app.settings import Settings
@@ -75,6 +76,7 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
             try:
                 app.state.runtime = runtime
                 app.state.event_hub = hub
+                app.state.token_checks = TokenChecks()
                 yield
             finally:
                 await hub.stop()

@@ -26,10 +26,11 @@ import collections
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 DEFAULT_QUEUE_MAX = 1_000
 # get_message blocks at most this long, so health-check PINGs go out during silence
 # (get_message's default timeout of 0 would spin the CPU: redis-py #3108).
@@ -50,6 +53,9 @@ HEALTH_CHECK_INTERVAL_S = 15
 CONNECT_TIMEOUT_S = 5.0
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 5.0
+# How long one read of a tree's newest seq serves the process's other subscriptions to that
+# tree (their idle polls): a thousand quiet subscribers cost one query, not a thousand.
+HEAD_SHARE_S = 0.5
 
 
 class HubStopped(Exception):
@@ -178,6 +184,12 @@ class Subscription:
             if item is not None:
                 yield item
 
+    async def shared_read(self, read: Callable[[], Awaitable[T]], *key: object) -> T:
+        """``read()``, shared for ``HEAD_SHARE_S`` with the process's other subscriptions to
+        the same tree that ask for the same ``key`` (the tree's newest seq, a run's labels):
+        a thousand subscribers on one tree then cost one query, not a thousand."""
+        return await self._hub._shared_read((self.workspace_id, self.root_run_id, *key), read)
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -213,6 +225,7 @@ class EventHub:
         # Set while the hub holds a live subscription on the channel.
         self._connected = asyncio.Event()
         self._client: aioredis.Redis | None = None
+        self._reads: dict[tuple[object, ...], tuple[float, asyncio.Future[Any]]] = {}
 
     @property
     def connected(self) -> bool:
@@ -281,6 +294,18 @@ class EventHub:
             subs.discard(sub)
             if not subs:
                 del self._subscriptions[key]
+
+    async def _shared_read(self, key: tuple[object, ...], read: Callable[[], Awaitable[T]]) -> T:
+        now = time.monotonic()
+        entry = self._reads.get(key)
+        if entry is None or now - entry[0] > HEAD_SHARE_S:
+            if len(self._reads) > 10_000:
+                self._reads = {k: v for k, v in self._reads.items() if now - v[0] <= HEAD_SHARE_S}
+            entry = (now, asyncio.ensure_future(read()))
+            self._reads[key] = entry
+        # Shielded: one subscriber going away must not cancel the read the others await.
+        result: T = await asyncio.shield(entry[1])
+        return result
 
     @property
     def subscription_count(self) -> int:

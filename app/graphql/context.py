@@ -91,8 +91,13 @@ class Context:
         operation that slips in while the socket is being closed cannot run.
         """
         principal = await self.principal()
+        # One process-wide reader for every socket holding this token (app.graphql.ws_auth).
+        checks = getattr(self.request.app.state, "token_checks", None)
         try:
-            fresh = await recheck(self.runtime, principal)
+            if checks is not None:
+                fresh = await checks.recheck(self.runtime, principal)
+            else:
+                fresh = await recheck(self.runtime, principal)
         except Unauthenticated as exc:
             self._auth_error = exc
             raise

@@ -50,13 +50,14 @@ class Subscription:
                 session, workspace_id=principal.workspace_id, run_id=run_id
             )
 
-        labels = TreeLabels(context.runtime.read_sessionmaker, workspace_id=principal.workspace_id)
-
         def too_slow(reason: str) -> None:
             if context.close_websocket is not None:
                 context.close_websocket(CLOSE_TOO_SLOW, reason)
 
         with _hub(context).subscribe(principal.workspace_id, root.id, on_overflow=too_slow) as live:
+            labels = TreeLabels(
+                context.runtime.read_sessionmaker, workspace_id=principal.workspace_id, shared=live
+            )
             events = event_log.tree_events(
                 context.runtime.read_sessionmaker,
                 live,

@@ -10,7 +10,10 @@ graphql-transport-ws handler here checks the token again
   first (so no further event goes out), then the socket is closed with 4403.
 
 Every check reads the token row from the database by id, so it does not matter which API
-process the revocation went through: nothing here is state another process needs.
+process the revocation went through: nothing here is state another process needs. The
+sockets of one process that hold the same token share their reads (``TokenChecks``): a
+thousand dashboards on one token cost one query per ``TOKEN_CHECK_SHARE_S``, not a thousand
+queries per interval, and a revocation is still seen within the promised seconds.
 
 Two more limits live here because only the connection can enforce them:
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from graphql import GraphQLError
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
@@ -40,6 +44,8 @@ from app.domain.errors import Unauthenticated
 from app.domain.tokens import seconds_until_next_check
 from app.graphql.context import Context
 from app.outages import is_outage
+from app.services.auth import Principal, recheck
+from app.services.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +57,33 @@ CLOSE_TOO_SLOW = 1013
 # Asyncio may wake a timer a hair early; sleeping this much longer means the check at
 # expiresAt finds the token expired instead of spinning through a few zero-length sleeps.
 EXPIRY_SLACK_S = 0.01
+
+
+# How long one token check's answer serves the other sockets of the process holding the
+# same token: adds at most this much to the time a revoked token's sockets stay open.
+TOKEN_CHECK_SHARE_S = 0.5
+
+
+class TokenChecks:
+    """Token re-checks shared by every websocket of one API process (see the module docstring)."""
+
+    def __init__(self, share_s: float = TOKEN_CHECK_SHARE_S) -> None:
+        self._share_s = share_s
+        self._recent: dict[int, tuple[float, asyncio.Future[Principal]]] = {}
+
+    async def recheck(self, runtime: Runtime, principal: Principal) -> Principal:
+        if principal.expires_at is not None and utcnow() >= principal.expires_at:
+            # Due to expire now: an answer from a moment ago could still say it is alive.
+            return await recheck(runtime, principal)
+        now = time.monotonic()
+        entry = self._recent.get(principal.token_id)
+        if entry is None or now - entry[0] > self._share_s:
+            if len(self._recent) > 10_000:  # forget tokens nobody asked about lately
+                self._recent = {k: v for k, v in self._recent.items() if now - v[0] <= self._share_s}
+            entry = (now, asyncio.ensure_future(recheck(runtime, principal)))
+            self._recent[principal.token_id] = entry
+        # Shielded: one socket closing mid-check must not cancel the read the others await.
+        return await asyncio.shield(entry[1])
 
 
 class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):

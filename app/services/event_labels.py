@@ -12,15 +12,19 @@ before these fields were published) is read from the database, once per run or s
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import orm
 from app.domain.events import EventType
+from app.events.hub import Subscription
 from app.events.publish import EventMessage
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +44,18 @@ class TreeLabels:
     """Agent names and step labels of one tree, for one subscription (not shared: a cache
     that lives as long as the subscription and holds only its tree)."""
 
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], *, workspace_id: int) -> None:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        *,
+        workspace_id: int,
+        shared: Subscription | None = None,
+    ) -> None:
         self._sessionmaker = sessionmaker
         self._workspace_id = workspace_id
+        # Misses are read once for all of the process's subscribers to the tree (a thousand
+        # joining mid-run would otherwise each read the same run at the same moment).
+        self._shared = shared
         self._agents: dict[int, str | None] = {}
         self._steps: dict[int, StepLabel] = {}
 
@@ -51,7 +64,7 @@ class TreeLabels:
         if message.type == EventType.RUN_CREATED.value and isinstance(payload.get("agent"), str):
             self._agents[message.run_id] = payload["agent"]
         if message.run_id not in self._agents:
-            self._agents[message.run_id] = await self._load_agent_name(message.run_id)
+            self._agents[message.run_id] = await self._read(self._load_agent_name, "agent", message.run_id)
         step = None
         if message.step_id is not None:
             step = await self._step(message.step_id, payload)
@@ -61,7 +74,7 @@ class TreeLabels:
         known = self._steps.get(step_id)
         # A final answer is a step without a tool (``"tool": null``): nothing to look up.
         if known is None and "tool" not in payload:
-            known = await self._load_step(step_id)
+            known = await self._read(self._load_step, "step", step_id)
         label = known or StepLabel()
         # A step's tool and decision never change; its approval id is set once, when the
         # approval is requested. So whatever an event adds only fills gaps.
@@ -73,6 +86,11 @@ class TreeLabels:
         )
         self._steps[step_id] = label
         return label
+
+    async def _read(self, load: Callable[[int], Awaitable[T]], kind: str, pk: int) -> T:
+        if self._shared is None:
+            return await load(pk)
+        return await self._shared.shared_read(lambda: load(pk), kind, pk)
 
     async def _load_agent_name(self, run_id: int) -> str | None:
         async with self._sessionmaker() as session:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import orm
@@ -46,6 +46,16 @@ async def events_after(
         .limit(limit)
     )
     return list(rows)
+
+
+async def latest_seq(session: AsyncSession, *, workspace_id: int, root_run_id: int) -> int:
+    """The newest seq of a tree's log (0 when empty): one probe of the (root, seq) index."""
+    newest = await session.scalar(
+        select(func.max(orm.RunEvent.seq)).where(
+            orm.RunEvent.workspace_id == workspace_id, orm.RunEvent.root_run_id == root_run_id
+        )
+    )
+    return int(newest or 0)
 
 
 async def root_run_for_subscription(session: AsyncSession, *, workspace_id: int, run_id: int) -> orm.Run:
@@ -139,6 +149,10 @@ async def tree_events(
             if len(page) < REPLAY_PAGE_SIZE:
                 return
 
+    async def newest() -> int:
+        async with sessionmaker() as session:
+            return await latest_seq(session, workspace_id=workspace_id, root_run_id=root_run_id)
+
     async def finished() -> bool:
         async with sessionmaker() as session:
             return await tree_finished(session, workspace_id=workspace_id, root_run_id=root_run_id)
@@ -164,7 +178,11 @@ async def tree_events(
                 check = ends_a_run(item)
                 yield item
                 continue
-        # A gap, a resync, an omitted payload, or silence: the database has the truth.
+        elif item is None and await live.shared_read(newest, "newest-seq") <= last:
+            # Silence, and the log has nothing newer: no message was lost. The newest seq is
+            # read once for all of this process's subscribers to the tree.
+            continue
+        # A gap, a resync, an omitted payload, or a lost message: the database has the truth.
         async for message in catch_up():
             check = check or ends_a_run(message)
             yield message
