@@ -1,10 +1,11 @@
 """The ``enverif`` command.
 
-    enverif dev [--host H] [--port P] [--reset]     API + worker + demo workspace, one process
+    enverif dev [--host H] [--port P] [--reset] [--verbose]   API + worker + demo workspace
     enverif serve [--host H] [--port P]             the API (uvicorn)
     enverif worker [--burst]                        an arq worker
     enverif worker --check [--this-host]            exit 0 when a worker is alive (supervisors)
     enverif run start --workspace W --agent A [--input JSON] [--json]   start a run (MANUAL)
+    enverif runs watch RUN_ID [--after-seq N] [--json] [--url URL] [--token T]   the live tree
     enverif migrate [--revision REV | --downgrade REV]
     enverif workspace create NAME [--json]          prints the workspace's first admin token
     enverif token create --workspace NAME --role viewer|operator|admin [--name NAME]
@@ -533,10 +534,19 @@ def _check_workers(settings: Settings, *, this_host: bool) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from app import dev
+    import os
 
-    settings = _settings(dev_mode=True, graphiql=True, http_allow_private_networks=True)
+    from app import dev
+    from app.embedded import embedded_redis_running, stop_embedded_redis
+
+    # Quiet by default: the banner is the last thing printed at start-up and stays on screen
+    # (no access log, no per-job lines); warnings and errors still show. --verbose or
+    # ENVERIF_LOG_LEVEL show everything.
+    quiet = {} if args.verbose or "ENVERIF_LOG_LEVEL" in os.environ else {"log_level": "warning"}
+    settings = _settings(dev_mode=True, graphiql=True, http_allow_private_networks=True, **quiet)
     host, port = _listen_address(args, settings)
+    # The embedded Redis daemonizes; the one this command starts is stopped when it stops.
+    owns_redis = settings.uses_embedded_redis and not embedded_redis_running(settings)
 
     async def run() -> None:
         from workers.main import run_worker
@@ -559,9 +569,31 @@ def cmd_dev(args: argparse.Namespace) -> int:
             on_ready=lambda: print(_dev_banner(url, seed, settings), flush=True),
         )
 
-    _run_stack(run)
+    try:
+        _run_stack(run)
+    finally:
+        if owns_redis:
+            stop_embedded_redis(settings)
     print("Enverif dev stopped.", flush=True)
     return 0
+
+
+def cmd_runs_watch(args: argparse.Namespace) -> int:
+    import os
+
+    from app.runs_watch import WatchError, watch
+
+    token = args.token or os.environ.get("ENVERIF_TOKEN")
+    if not token:
+        raise CliError("no token: pass --token TOKEN or set ENVERIF_TOKEN (a viewer token is enough)")
+    if args.after_seq < 0:
+        raise CliError(f"--after-seq must be 0 or more, not {args.after_seq}")
+    try:
+        return asyncio.run(
+            watch(url=args.url, token=token, run_id=args.run_id, after_seq=args.after_seq, as_json=args.json)
+        )
+    except WatchError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _dev_banner(url: str, seed: Any, settings: Settings) -> str:
@@ -572,7 +604,8 @@ def _dev_banner(url: str, seed: Any, settings: Settings) -> str:
             "",
             "Enverif dev is running: API and worker in this process.",
             "",
-            f"  GraphQL    {url}/graphql   (GraphiQL when opened in a browser)",
+            f"  GraphQL    {url}/graphql   (HTTP, and websockets for subscriptions)",
+            f"  GraphiQL   {url}/graphql#token={seed.token}",
             f"  Console    {url}/console   (sign in with the token below)",
             f"  Workspace  {seed.workspace}   agents: {', '.join(seed.agents)}",
             f"  Token      {seed.token}",
@@ -587,7 +620,12 @@ def _dev_banner(url: str, seed: Any, settings: Settings) -> str:
             "    -H 'Content-Type: application/json' \\",
             f"    -d '{query}'",
             "",
-            "Press Ctrl-C to stop.",
+            "Watch a run's tree live (RUN_ID from startRun):",
+            "",
+            f"  ENVERIF_TOKEN={seed.token} \\",
+            f"    enverif runs watch RUN_ID --url {url}/graphql",
+            "",
+            "Press Ctrl-C to stop (API, worker and the embedded Redis it started). --verbose logs more.",
             "",
         ]
     )
@@ -632,6 +670,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_listen_args(p)
     p.add_argument(
         "--reset", action="store_true", help="delete the demo workspace and everything in it first"
+    )
+    p.add_argument(
+        "--verbose", action="store_true", help="log everything at INFO (requests, jobs); default: warnings"
     )
     p.set_defaults(handler=cmd_dev)
 
@@ -699,6 +740,16 @@ def build_parser() -> argparse.ArgumentParser:
     from app import cli_schedules
 
     cli_schedules.add_parser(commands)
+
+    p = commands.add_parser("runs", help="watch runs through the API")
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    c = sub.add_parser("watch", help="draw a run tree live until its root ends (runTree subscription)")
+    c.add_argument("run_id", metavar="RUN_ID", help="any run of the tree: its GraphQL id (or database id)")
+    c.add_argument("--after-seq", type=int, default=0, metavar="N", help="only events after seq N")
+    c.add_argument("--json", action="store_true", help="print each event as one JSON object per line")
+    c.add_argument("--url", default="http://127.0.0.1:8000/graphql", help="the API's /graphql URL")
+    c.add_argument("--token", help="an API token (default: ENVERIF_TOKEN); viewer is enough")
+    c.set_defaults(handler=cmd_runs_watch)
     return parser
 
 

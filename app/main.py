@@ -22,6 +22,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app import console, health
 from app.events.hub import EventHub
+from app.graphql import graphiql_page
 from app.graphql.schema import build_schema
 from app.graphql.view import GraphQLView
 from app.graphql.ws_auth import TokenChecks
@@ -36,10 +37,11 @@ HEALTH_TIMEOUT_S = 2.0
 
 
 def create_app(settings: Settings) -> Starlette:
+    # Settings refuse GraphiQL and dev mode in production.
+    with_graphiql = settings.graphiql or settings.dev_mode
     graphql = GraphQLView(
         build_schema(settings.max_query_depth, production=settings.is_production),
-        # Settings refuse GraphiQL and dev mode in production.
-        graphql_ide="graphiql" if settings.graphiql or settings.dev_mode else None,
+        graphql_ide="graphiql" if with_graphiql else None,
         allow_queries_via_get=False,
         # Only graphql-transport-ws: the legacy graphql-ws protocol had auth-bypass advisories.
         subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL],
@@ -53,6 +55,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         *console.routes,
     ]
+    if with_graphiql:
+        routes.extend(graphiql_page.routes())  # the page's scripts and styles, vendored
     if settings.dev_mode:
         # Only the dev stack serves these (in-memory webhook sink, demo page).
         from app.dev_routes import routes as dev_routes

@@ -24,18 +24,21 @@ import logging
 import re
 from typing import Any, Final
 
-from cross_web import HTTPException, StarletteRequestAdapter
+from cross_web import AsyncHTTPRequestAdapter, HTTPException, StarletteRequestAdapter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
-from strawberry.exceptions import ConnectionRejectionError
-from strawberry.http import GraphQLHTTPResponse
+from strawberry.exceptions import ConnectionRejectionError, MissingQueryError
+from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.types import ExecutionResult
+from strawberry.types.graphql import OperationType
 from strawberry.types.unset import UNSET, UnsetType
 
 from app.domain.errors import EnverifError, ValidationFailed
+from app.graphql import graphiql_page
 from app.graphql.context import Context
 from app.graphql.ws_auth import TokenCheckingHandler
 from app.outages import is_outage
@@ -129,6 +132,11 @@ class GraphQLView(GraphQL[Context, None]):
     # Re-checks the token of an open websocket: a revoked or expired one closes it (4403).
     graphql_transport_ws_handler_class = TokenCheckingHandler
 
+    @property
+    def graphql_ide_html(self) -> str:
+        # Our own page: its assets come from this server, not a CDN (app.graphql.graphiql_page).
+        return graphiql_page.page_html()
+
     async def get_context(
         self, request: Request | WebSocket, response: Response | WebSocket | None
     ) -> Context:
@@ -188,6 +196,41 @@ class GraphQLView(GraphQL[Context, None]):
         response.headers["content-type"] = f"{media_type}; charset=utf-8"
         if media_type == GRAPHQL_RESPONSE and getattr(request.state, _REQUEST_ERROR):
             response.status_code = 400
+
+    async def execute_single(
+        self,
+        request: Request,
+        request_adapter: AsyncHTTPRequestAdapter,
+        sub_response: Response,
+        context: Context,
+        root_value: None,
+        request_data: GraphQLRequestData,
+    ) -> ExecutionResult:
+        """strawberry's, minus subscriptions: it lets them through POST for a multipart
+        transport we do not serve, and one executed as a query ends in an INTERNAL error.
+        Over HTTP a subscription is a request error; it is served on the websocket."""
+        allowed = OperationType.from_http(request_adapter.method) - {OperationType.SUBSCRIPTION}
+        if not self.allow_queries_via_get and request_adapter.method == "GET":
+            allowed -= {OperationType.QUERY}
+        try:
+            return await self.schema.execute(
+                request_data.query,
+                root_value=root_value,
+                variable_values=request_data.variables,
+                context_value=context,
+                operation_name=request_data.operation_name,
+                allowed_operation_types=allowed,
+                operation_extensions=request_data.extensions,
+            )
+        except CannotGetOperationTypeError as exc:
+            raise HTTPException(400, exc.as_http_error_reason()) from None
+        except InvalidOperationTypeError as exc:
+            reason = exc.as_http_error_reason(request_adapter.method)
+            if exc.operation_type == OperationType.SUBSCRIPTION:
+                reason = "Subscriptions are served over the websocket (graphql-transport-ws), not HTTP"
+            raise HTTPException(400, reason) from None
+        except MissingQueryError:
+            raise HTTPException(400, "No GraphQL query found in the request") from None
 
     def decode_json(self, data: str | bytes) -> object:
         """Strict JSON, for HTTP bodies and websocket messages alike: an object, nothing else

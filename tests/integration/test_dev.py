@@ -281,3 +281,40 @@ def test_dev_scout_demo_remembers_between_runs(dev_home: Path) -> None:
         assert stack.stop(signal.SIGTERM) == 0, stack.output()
     finally:
         stack.kill()
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an exited daemon nobody reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_dev_is_quiet_its_banner_stays_last_and_ctrl_c_leaves_no_process(dev_home: Path) -> None:
+    stack = DevStack(dev_home).start()
+    try:
+        redis_pid = int((dev_home / "redis.pid").read_text())
+        assert _alive(redis_pid)
+        # Requests, a run's jobs and the idle worker's sweeps print nothing by default.
+        agents = stack.agent_ids()
+        run = stack.gql(START_RUN, {"agent": agents["greeter"], "input": {"name": "Ada"}})["startRun"]
+        assert stack.wait_run(run["id"], "SUCCEEDED", "FAILED")["status"] == "SUCCEEDED"
+        assert stack.output().rstrip().endswith("--verbose logs more."), stack.output()
+        assert stack.stop(signal.SIGINT) == 0, stack.output()
+    finally:
+        stack.kill()
+    # The embedded Redis this `dev` started went with it.
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _alive(redis_pid):
+        assert time.monotonic() < deadline, f"redis-server {redis_pid} outlived enverif dev"
+        time.sleep(0.1)
+
+    verbose = DevStack(dev_home).start("--verbose")
+    try:
+        verbose.agent_ids()
+        assert re.search(r'"POST /graphql HTTP/1.1" 200', verbose.output()), verbose.output()
+        assert verbose.stop(signal.SIGTERM) == 0, verbose.output()
+    finally:
+        verbose.kill()

@@ -130,6 +130,15 @@ async def test_no_mutations_over_get(client: httpx.AsyncClient, gql: Any, worksp
     assert name not in [edge["node"]["name"] for edge in data["agents"]["edges"]]
 
 
+async def test_subscriptions_over_http_are_a_request_error(client: httpx.AsyncClient, workspace: Any) -> None:
+    # Served on the websocket only; over POST strawberry would run one as a query (INTERNAL).
+    subscription = 'subscription { runTree(rootRunId: "UnVuOjE") { seq } }'
+    response = await client.post("/graphql", json={"query": subscription}, headers=auth(workspace.viewer))
+    assert "websocket" in assert_request_error(response, 400)
+    response = await client.get("/graphql", params={"query": subscription}, headers=auth(workspace.viewer))
+    assert response.status_code == 400
+
+
 async def test_other_methods_are_refused(client: httpx.AsyncClient) -> None:
     response = await client.put("/graphql", json={"query": "{ __typename }"})
     assert response.status_code == 405

@@ -1,0 +1,107 @@
+"""The terminal view of ``enverif runs watch``: the run tree drawn with ``rich``, redrawn in
+place on every event (one live region at the bottom of the terminal, nothing scrolls)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+from rich.tree import Tree
+
+from app.graphql.ids import to_global_id
+
+if TYPE_CHECKING:
+    from app.runs_watch import RunNode, TreeState
+
+STATUS_STYLES = {
+    "QUEUED": "dim",
+    "RUNNING": "bold blue",
+    "WAITING_APPROVAL": "bold yellow",
+    "WAITING_CHILD": "cyan",
+    "SUCCEEDED": "bold green",
+    "FAILED": "bold red",
+    "CANCELLED": "magenta",
+}
+
+
+def _label(run: RunNode) -> Text:
+    text = Text.assemble((run.agent, "bold"), " ", (run.id, "dim"), " ")
+    text.append(run.status, style=STATUS_STYLES.get(run.status, ""))
+    if run.step:
+        text.append(f"  {run.step}", style="italic")
+    return text
+
+
+def render(state: TreeState, footer: str) -> Group:
+    children: dict[str | None, list[RunNode]] = {}
+    for run in state.runs.values():
+        parent = run.parent_id if run.parent_id in state.runs else None
+        if run.id != state.root_id:
+            children.setdefault(parent or state.root_id, []).append(run)
+    pending: dict[str, list[tuple[str, str]]] = {}
+    for approval_id, (run_id, tool) in state.approvals.items():
+        pending.setdefault(run_id, []).append((approval_id, tool))
+
+    def grow(branch: Tree, run: RunNode) -> None:
+        for approval_id, tool in pending.get(run.id, []):
+            branch.add(Text.assemble(("approval pending ", "bold yellow"), f"{tool}  ", (approval_id, "dim")))
+        for child in children.get(run.id, []):
+            grow(branch.add(_label(child)), child)
+
+    tree = Tree(_label(state.root))
+    grow(tree, state.root)
+    waiting = len(state.approvals)
+    header = Text.assemble(
+        ("Run tree ", "bold"), (state.root_id, "dim"),
+        f"  {len(state.runs)} run{'s' if len(state.runs) != 1 else ''}",
+        f"  {waiting} approval{'s' if waiting != 1 else ''} pending",
+        f"  seq {state.last_seq}",
+    )  # fmt: skip
+    return Group(header, tree, Text(footer, style="dim"))
+
+
+class LiveView:
+    """The tree, redrawn in place on a terminal. When stdout is not a terminal (a pipe, a
+    log file) there is nothing to redraw: one line per event, then the final tree."""
+
+    def __init__(self, state: TreeState) -> None:
+        self.console = Console()
+        self.plain = not self.console.is_terminal
+        self.live = Live(
+            render(state, "following..."), console=self.console, auto_refresh=False, transient=False
+        )
+
+    def __enter__(self) -> LiveView:
+        if not self.plain:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.plain:
+            self.live.__exit__(*exc)
+
+    def event(self, event: dict[str, Any], state: TreeState) -> None:
+        if self.plain:
+            run = state.runs[event["runId"]]
+            kind = event["type"]
+            what = run.step if kind.startswith("STEP") else (event.get("status") or "")
+            if kind.startswith("APPROVAL"):
+                raw = event.get("approvalId") or (event.get("payload") or {}).get("approvalId")
+                what = f"approval {to_global_id('Approval', raw) if isinstance(raw, int) else raw}"
+            line = f"{event['seq']:>5} {kind:<20} {run.agent} {run.id} {what}".rstrip()
+            self.console.print(line, soft_wrap=True, highlight=False)
+            return
+        footer = f"{event['type']} (seq {event['seq']})  Ctrl-C stops watching"
+        self.live.update(render(state, footer), refresh=True)
+
+    def note(self, text: str) -> None:
+        self.console.print(Text(text, style="yellow"))
+
+    def done(self, state: TreeState) -> None:
+        final = render(state, f"stream complete: root {state.root.status}")
+        if self.plain:
+            self.console.print(final)
+        else:
+            self.live.update(final, refresh=True)

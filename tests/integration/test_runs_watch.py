@@ -1,0 +1,232 @@
+"""``enverif runs watch``: the live tree in a terminal, as an operator runs it (issue 11).
+
+Everything is real and out of process: ``enverif serve`` (uvicorn) and ``enverif worker`` as
+subprocesses on the test's database and Redis, and the watch command itself in a
+pseudo-terminal (pexpect), talking to the API over HTTP and graphql-transport-ws.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pexpect
+import pytest
+
+from app.graphql.ids import to_global_id
+from app.settings import Settings
+from tests.integration.test_delegation import agents, delegate, root_id_of
+from tests.support.runs import DECIDE, PENDING_APPROVALS, start_run, wait_run
+from tests.support.workers import ENVERIF, spawn_worker, worker_env
+
+TIMEOUT_S = 60
+
+
+def spawn_api(settings: Settings, port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+    """An ``enverif serve`` process (on a free port by default); returns it and its /graphql URL."""
+    server = subprocess.Popen(
+        [ENVERIF, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=worker_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert server.stdout is not None
+    line = server.stdout.readline().decode()
+    found = re.search(r"(http://\S+/graphql)", line)
+    if not found:
+        server.kill()
+        raise AssertionError(f"enverif serve printed {line!r}")
+    return server, found.group(1)
+
+
+@pytest.fixture
+async def api(settings: Settings, processes: list[subprocess.Popen[bytes]]) -> AsyncIterator[str]:
+    """``enverif serve`` and ``enverif worker`` processes; yields the API's /graphql URL."""
+    server, url = spawn_api(settings)
+    processes.append(server)
+    processes.append(spawn_worker(settings))
+    yield url
+
+
+def _watch_env(token: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVERIF_")}
+    if token is not None:
+        env["ENVERIF_TOKEN"] = token
+    return env
+
+
+def watch(*args: str, token: str | None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ENVERIF, "runs", "watch", *args],
+        env=_watch_env(token),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def spawn_watch(*args: str, token: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [ENVERIF, "runs", "watch", *args],
+        env=_watch_env(token),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def three_level_tree(gql: Any, workspace: Any) -> tuple[dict[str, str], str]:
+    """root -> mid -> leaf, the leaf waiting for an approval of its http.get."""
+    names = await agents(
+        gql,
+        workspace.admin,
+        {
+            "leaf": {
+                "steps": [{"call": "http.get", "args": {"url": "http://127.0.0.1:9/x"}}, {"final": "leaf"}],
+                "policy": {"rules": [{"tool": "http.get", "decision": "REQUIRE_APPROVAL"}]},
+            }
+        },
+    )
+    names |= await agents(
+        gql, workspace.admin, {"mid": {"steps": [delegate(names["leaf"], "deep"), {"final": "mid"}]}}
+    )
+    names |= await agents(
+        gql, workspace.admin, {"root": {"steps": [delegate(names["mid"], "top"), {"final": "root"}]}}
+    )
+    run_id = await start_run(gql, workspace.operator, await root_id_of(gql, workspace.admin, names["root"]))
+    return names, run_id
+
+
+async def pending_approval(gql: Any, workspace: Any) -> str:
+    """The tree's one pending approval, once the leaf has asked for it."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        data = await gql.ok(PENDING_APPROVALS, token=workspace.viewer)
+        edges = data["approvals"]["edges"]
+        if edges:
+            return str(edges[0]["node"]["id"])
+        assert time.monotonic() < deadline, "no approval was requested"
+        await asyncio.sleep(0.1)
+
+
+async def test_watch_draws_a_live_three_level_tree_in_a_terminal_and_exits_when_it_completes(
+    api, gql, workspace
+) -> None:
+    names, run_id = await three_level_tree(gql, workspace)
+    term = pexpect.spawn(
+        ENVERIF,
+        ["runs", "watch", run_id, "--url", api],
+        env=_watch_env(workspace.viewer),
+        dimensions=(40, 160),
+        encoding="utf-8",
+        codec_errors="replace",
+        timeout=TIMEOUT_S,
+    )
+    try:
+        # The tree grows to three levels and stops at the leaf's approval, drawn in place.
+        await term.expect("approval pending", async_=True)
+        approval = await pending_approval(gql, workspace)
+        screen = term.before or ""
+        await gql.ok(DECIDE, {"id": approval, "approve": False, "reason": "no"}, token=workspace.operator)
+        await term.expect("stream complete: root SUCCEEDED", async_=True)
+        screen += term.before or ""
+        await term.expect(pexpect.EOF, async_=True)
+    finally:
+        term.close(force=True)
+    assert term.exitstatus == 0, screen
+    for name in names.values():
+        assert name in screen, f"{name} not drawn:\n{screen}"
+    assert "WAITING_APPROVAL" in screen
+    assert "\x1b[2K" in screen or "\x1b[1A" in screen, "the tree was not redrawn in place"
+    done = await wait_run(gql, workspace.viewer, run_id)
+    assert done["status"] == "SUCCEEDED"
+
+
+async def test_watch_json_prints_the_whole_ordered_log_then_exits(api, gql, workspace) -> None:
+    _names, run_id = await three_level_tree(gql, workspace)
+    await gql.ok(
+        DECIDE, {"id": await pending_approval(gql, workspace), "approve": True}, token=workspace.operator
+    )
+    await wait_run(gql, workspace.viewer, run_id, timeout_s=TIMEOUT_S)
+    proc = watch(run_id, "--url", api, "--json", token=workspace.viewer)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert {e["type"] for e in events} >= {"RUN_CREATED", "STEP_STARTED", "APPROVAL_REQUESTED"}
+    assert len({e["runId"] for e in events}) == 3
+    assert events[-1]["runId"] == run_id and events[-1]["status"] == "SUCCEEDED"
+
+    # --after-seq: exactly the rest of the log.
+    after = watch(run_id, "--url", api, "--json", "--after-seq", "5", token=workspace.viewer)
+    assert after.returncode == 0, after.stderr
+    assert [json.loads(line) for line in after.stdout.splitlines()] == events[5:]
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_watch_refuses_with_one_clear_line(api, gql, workspace, make_workspace) -> None:
+    other = await make_workspace()
+    _names, run_id = await three_level_tree(gql, workspace)
+    cases = [
+        ((run_id, "--url", api), "evf_not_a_real_token", "UNAUTHENTICATED"),
+        ((run_id, "--url", api), None, "ENVERIF_TOKEN"),
+        ((run_id, "--url", api), other.viewer, "NOT_FOUND"),
+        ((to_global_id("Run", 10**9), "--url", api), workspace.viewer, "NOT_FOUND"),
+        (("not-an-id", "--url", api), workspace.viewer, "is not a run id"),
+        ((run_id, "--url", f"http://127.0.0.1:{_closed_port()}/graphql"), workspace.viewer, "cannot reach"),
+    ]
+    for args, token, needle in cases:
+        proc = watch(*args, token=token)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert needle in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.timeout(300)  # three processes start, one twice
+async def test_watch_resumes_after_the_server_restarts_without_missing_or_repeating(
+    settings, processes, gql, workspace
+) -> None:
+    server, url = spawn_api(settings, port=_closed_port())
+    processes.extend([server, spawn_worker(settings)])
+    _names, run_id = await three_level_tree(gql, workspace)
+    watcher = spawn_watch(run_id, "--url", url, "--json", token=workspace.viewer)
+    processes.append(watcher)  # type: ignore[arg-type]
+    assert watcher.stdout is not None and watcher.stderr is not None
+    events = []
+    while not any(e["type"] == "APPROVAL_REQUESTED" for e in events):
+        line = await asyncio.wait_for(asyncio.to_thread(watcher.stdout.readline), TIMEOUT_S)
+        assert line, f"watch ended early: {watcher.stderr.read()}"
+        events.append(json.loads(line))
+
+    # The API goes away mid-run (a crash: no close frame) and comes back on the same port;
+    # meanwhile the tree moves on.
+    server.kill()
+    await asyncio.to_thread(server.wait)
+    await gql.ok(
+        DECIDE, {"id": await pending_approval(gql, workspace), "approve": True}, token=workspace.operator
+    )
+    restarted, _ = spawn_api(settings, port=int(url.rsplit(":", 1)[1].split("/")[0]))
+    processes.append(restarted)
+
+    # Read on through the same buffered pipe (communicate() would skip what it holds).
+    while line := await asyncio.wait_for(asyncio.to_thread(watcher.stdout.readline), TIMEOUT_S):
+        events.append(json.loads(line))
+    await asyncio.wait_for(asyncio.to_thread(watcher.wait), TIMEOUT_S)
+    stderr = watcher.stderr.read()
+    assert watcher.returncode == 0, stderr
+    assert "connection lost; resuming after seq" in stderr
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events[-1]["runId"] == run_id and events[-1]["status"] == "SUCCEEDED"
