@@ -281,13 +281,16 @@ async def end_to_end(rt: Any, agent_id: int, token: str, n: int, port: int) -> f
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
                                      headers={"Authorization": f"Bearer {token}"}) as client:  # fmt: skip
-            for _ in range(100):
+            # Start-up (imports) can take many seconds on a busy machine.
+            for _ in range(1200):
                 try:
                     if (await client.get("/healthz")).status_code == 200:
                         break
                 except httpx.TransportError:
                     pass
                 await asyncio.sleep(0.1)
+            else:
+                raise RuntimeError("enverif serve did not answer /healthz within 120 s")
             await asyncio.sleep(3.0)  # the worker's start-up
             ids: set[int] = set()
             pending = asyncio.Queue[int]()

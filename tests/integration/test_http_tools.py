@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from app.domain.policy import RiskClass
-from app.engine import net
+from app.engine import guarded_session
 from app.engine.base import ToolContext, ToolError
 from app.engine.tools import registry as registry_module
 from app.engine.tools.http import HttpGetTool, URLRefused, WebhookPostTool, resolve_public
@@ -421,7 +421,7 @@ def test_guarded_socket_factory_refuses_non_public_addresses(answer: list[str]) 
     """The tools' last check, on the address a socket is about to connect to (what catches IP
     literals, which aiohttp never hands to the resolver). Called directly: no socket opens."""
     with pytest.raises(URLRefused, match=re.escape(answer[0])):
-        net._public_socket(_addrinfo(answer[0], 80))
+        guarded_session._public_socket(_addrinfo(answer[0], 80))
 
 
 async def test_resolve_public_refuses_if_any_answer_is_not_public(

@@ -25,13 +25,8 @@ from app.engine.base import ToolContext, ToolError, ToolKind
 
 # The address policy and the guarded clients live in app.engine.net (shared with the model
 # providers); re-exported here for the callers and tests that know them by this module.
-from app.engine.net import (
-    URLRefused,
-    guarded_session,
-    is_public_address,
-    read_capped_stream,
-    resolve_public,
-)
+from app.engine.guarded_session import guarded_session, read_capped_stream
+from app.engine.net import URLRefused, is_public_address, resolve_public
 from app.settings import Settings
 
 MAX_URL_CHARS = 2_048
