@@ -8,7 +8,7 @@ with asyncmy and no ORM, no SQLAlchemy, no state machine, no planner:
     read      SELECT the run's first-start check and its agent's memory budget; ROLLBACK
     claim     SELECT the run FOR UPDATE with NOW(6); SELECT the agent; INSERT 1 event;
               UPDATE the run; COMMIT; publish 1 event
-    3 GETs    on one pooled aiohttp session (the tools' client)
+    3 GETs    on one pooled httpx client (the tools' client library, without the guard)
     finish    SELECT the run FOR UPDATE with NOW(6); INSERT 4 steps; INSERT 8 events;
               UPDATE the run; COMMIT; publish 8 events (one pipeline)
 
@@ -23,8 +23,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiohttp
 import asyncmy
+import httpx
 from arq import Worker
 from arq.connections import create_pool
 from arq.worker import func
@@ -71,7 +71,7 @@ def _values(columns: str, rows: int) -> str:
 
 
 class RawRuns:
-    """What the ceiling's jobs share: an asyncmy pool, an aiohttp session, a Redis client."""
+    """What the ceiling's jobs share: an asyncmy pool, an httpx client, a Redis client."""
 
     def __init__(self, settings: Settings, page_url: str) -> None:
         self.settings = settings
@@ -85,11 +85,11 @@ class RawRuns:
             db=url.database, maxsize=self.settings.worker_max_jobs + 4, autocommit=False, charset="utf8mb4",
             init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
         )  # fmt: skip
-        self.http = aiohttp.ClientSession(auto_decompress=False)
+        self.http = httpx.AsyncClient(timeout=10, trust_env=False)
         self.redis = await create_pool(redis_settings(self.settings))
 
     async def close(self) -> None:
-        await self.http.close()
+        await self.http.aclose()
         self.pool.close()
         await self.pool.wait_closed()
         await self.redis.aclose()
@@ -117,9 +117,10 @@ class RawRuns:
         reads = []
         for _ in range(3):
             started = datetime.now(UTC)
-            async with self.http.get(self.page_url) as response:
-                body = await response.text()
-            reads.append(({"status": response.status, "body": body, "truncated": False}, started))
+            response = await self.http.get(self.page_url)
+            reads.append(
+                ({"status": response.status_code, "body": response.text, "truncated": False}, started)
+            )
         async with self.pool.acquire() as conn:
             await self._finish(conn, run_id, workspace_id, attempt, seq, reads)
 

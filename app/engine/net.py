@@ -8,11 +8,6 @@ would be bypassed by a redirect to ``http://127.0.0.1/`` or by DNS that answers 
 the second time (rebinding). The connection then goes to the very address that was checked,
 while TLS still verifies the original host name.
 
-Two clients share the policy: ``guarded_client`` here (httpx, a guarded httpcore network
-backend) for the model providers, and ``app.engine.guarded_session`` (aiohttp, a guarding
-resolver and socket factory) for the HTTP tools, where aiohttp costs about a quarter of
-httpx's CPU per request on the worker's hot path (and is imported only where tools run).
-
 Errors::
 
     URLRefused          the target is not reachable under the policy (never retried)

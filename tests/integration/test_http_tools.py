@@ -7,7 +7,6 @@ import ipaddress
 import logging
 import re
 import socket
-from asyncio.selector_events import BaseSelectorEventLoop
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
@@ -21,7 +20,6 @@ from starlette.responses import JSONResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from app.domain.policy import RiskClass
-from app.engine import guarded_session
 from app.engine.base import ToolContext, ToolError
 from app.engine.tools import registry as registry_module
 from app.engine.tools.http import HttpGetTool, URLRefused, WebhookPostTool, resolve_public
@@ -380,17 +378,8 @@ def stub_resolver(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str] | OSEr
         assert ipaddress.ip_address(host).is_loopback, f"a test tried to connect to {host}"
         return await real_connect(self, host, port, *args, **kwargs)
 
-    # The tools' aiohttp connections open through the loop's sock_connect.
-    real_sock_connect = BaseSelectorEventLoop.sock_connect
-
-    async def sock_connect(self: BaseSelectorEventLoop, sock: socket.socket, address: Any) -> Any:
-        host = str(address[0]).split("%", 1)[0]
-        assert ipaddress.ip_address(host).is_loopback, f"a test tried to connect to {host}"
-        return await real_sock_connect(self, sock, address)
-
     monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", getaddrinfo)
     monkeypatch.setattr(httpcore.AnyIOBackend, "connect_tcp", connect_tcp)
-    monkeypatch.setattr(BaseSelectorEventLoop, "sock_connect", sock_connect)
     return answers
 
 
@@ -414,14 +403,6 @@ async def test_names_resolving_to_non_public_addresses_are_refused(
             await tool.run(CTX, args)
         assert info.value.code == "URL_REFUSED", info.value.message
         assert answer[0] in info.value.message
-
-
-@pytest.mark.parametrize("answer", STUB_ANSWERS, ids=lambda a: ",".join(a))
-def test_guarded_socket_factory_refuses_non_public_addresses(answer: list[str]) -> None:
-    """The tools' last check, on the address a socket is about to connect to (what catches IP
-    literals, which aiohttp never hands to the resolver). Called directly: no socket opens."""
-    with pytest.raises(URLRefused, match=re.escape(answer[0])):
-        guarded_session._public_socket(_addrinfo(answer[0], 80))
 
 
 async def test_resolve_public_refuses_if_any_answer_is_not_public(

@@ -16,17 +16,14 @@ import codecs
 import json
 from typing import Any
 
-import aiohttp
 import httpx
-from yarl import URL
 
 from app.domain.policy import RiskClass
 from app.engine.base import ToolContext, ToolError, ToolKind
 
-# The address policy and the guarded clients live in app.engine.net (shared with the model
+# The address policy and the guarded client live in app.engine.net (shared with the model
 # providers); re-exported here for the callers and tests that know them by this module.
-from app.engine.guarded_session import guarded_session, read_capped_stream
-from app.engine.net import URLRefused, is_public_address, resolve_public
+from app.engine.net import URLRefused, guarded_client, is_public_address, read_capped, resolve_public
 from app.settings import Settings
 
 MAX_URL_CHARS = 2_048
@@ -34,8 +31,13 @@ MAX_REDIRECTS = 5
 __all__ = ["HttpGetTool", "URLRefused", "WebhookPostTool", "is_public_address", "resolve_public"]
 
 
-def _build_session(settings: Settings) -> aiohttp.ClientSession:
-    return guarded_session(settings, timeout_s=settings.http_timeout_s, user_agent="enverif-tools/0.1")
+def _build_client(settings: Settings) -> httpx.AsyncClient:
+    return guarded_client(
+        settings,
+        timeout_s=settings.http_timeout_s,
+        user_agent="enverif-tools/0.1",
+        max_redirects=MAX_REDIRECTS,
+    )
 
 
 def _check_args(args: object, required: set[str]) -> dict[str, Any]:
@@ -67,20 +69,17 @@ def _check_url(raw: object) -> httpx.URL:
 
 
 class _HttpTool:
-    """Shared plumbing: one session per tool instance, made on first use (it belongs to the
-    event loop that runs the tool) and closed by ``aclose``."""
+    """Shared plumbing: one client per tool instance, closed by ``aclose``."""
 
     kind = ToolKind.IO
     timeout_s: float | None = None  # ENVERIF_TOOL_TIMEOUT_S; requests have their own timeout too
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._session: aiohttp.ClientSession | None = None
+        self._client = _build_client(settings)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._client.aclose()
 
     async def _request(
         self, method: str, url: httpx.URL, *, follow_redirects: bool, **kwargs: Any
@@ -91,32 +90,22 @@ class _HttpTool:
             # One deadline for the whole exchange: per-read timeouts alone would let a server
             # dripping a byte every few seconds hold a worker for a very long time.
             async with asyncio.timeout(self._settings.http_timeout_s):
-                if self._session is None:
-                    self._session = _build_session(self._settings)
-                # ``url`` is httpx's normalised, percent-encoded form: passed on as is.
-                async with self._session.request(
-                    method,
-                    URL(str(url), encoded=True),
-                    allow_redirects=follow_redirects,
-                    max_redirects=MAX_REDIRECTS,
-                    **kwargs,
-                ) as response:
-                    data, truncated = await read_capped_stream(response.content, cap)
-                    status, charset = response.status, response.charset
-                    # Not read to the end: the connection cannot be reused; drop it now.
-                    if truncated:
-                        response.close()
+                request = self._client.build_request(method, url, **kwargs)
+                response = await self._client.send(request, stream=True, follow_redirects=follow_redirects)
+                try:
+                    data, truncated = await read_capped(response, cap)
+                finally:
+                    await response.aclose()
         except URLRefused as exc:
             raise ToolError("URL_REFUSED", f"{exc} (private networks are not allowed)") from exc
         except TimeoutError as exc:
             limit = self._settings.http_timeout_s
             raise ToolError("HTTP_ERROR", f"{method} {url} timed out after {limit}s") from exc
-        except aiohttp.TooManyRedirects as exc:
+        except httpx.TooManyRedirects as exc:
             raise ToolError("HTTP_ERROR", f"{method} {url}: more than {MAX_REDIRECTS} redirects") from exc
-        except (aiohttp.ClientError, ValueError) as exc:
-            # ValueError: aiohttp refuses some header or URL values that way.
+        except httpx.HTTPError as exc:
             raise ToolError("HTTP_ERROR", f"{method} {url} failed: {type(exc).__name__}: {exc}") from exc
-        return status, _decode(data, charset, final=not truncated), truncated
+        return response.status_code, _decode(data, response.charset_encoding, final=not truncated), truncated
 
 
 def _decode(data: bytes, charset: str | None, *, final: bool) -> str:
@@ -178,8 +167,8 @@ class WebhookPostTool(_HttpTool):
             "POST",
             url,
             follow_redirects=False,
-            # Serialised here: a JSON null is a payload too, not "no body".
-            data=json.dumps(checked["payload"], separators=(",", ":"), ensure_ascii=False).encode(),
+            # Serialised here: httpx treats json=None as "no body", but null is a payload too.
+            content=json.dumps(checked["payload"], separators=(",", ":"), ensure_ascii=False).encode(),
             headers={"Content-Type": "application/json", "Idempotency-Key": str(ctx.step_id)},
         )
         return {"status": status, "body": body}
