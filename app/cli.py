@@ -450,7 +450,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             await _preflight_when_reachable(settings)
         await dev.run_stack(settings, None, worker=lambda: run_worker(settings, burst=args.burst))
 
-    _run_stack(run)
+    _run_stack(run, fast_loop=True)
     return 0
 
 
@@ -637,23 +637,25 @@ async def _preflight(settings: Settings) -> None:
 
 
 def _run_stack(run: Callable[[], Any], *, fast_loop: bool = False) -> None:
-    """``fast_loop``: on uvloop where it is installed (a pinned dependency on Linux and
-    macOS): the API's request path spends a good part of its CPU in the event loop."""
+    """``fast_loop``: run on uvloop where it is installed (the API's request path and a
+    worker's hot path spend a measurable share of their CPU in the event loop); the
+    standard loop otherwise."""
     from app.dev import StackError
 
-    loop_factory = None
-    if fast_loop:
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            loop_factory = uvloop.new_event_loop
     try:
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
+        with asyncio.Runner(loop_factory=_fast_loop_factory() if fast_loop else None) as runner:
             runner.run(run())
     except StackError as exc:
         raise CliError(str(exc)) from None
+
+
+def _fast_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:  # not built for this platform (Windows): the standard loop does
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 # -- argument parsing ----------------------------------------------------------------------

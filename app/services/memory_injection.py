@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Agent, Memory, Run
@@ -39,20 +39,30 @@ async def candidates(rt: Runtime, run_id: int) -> list[MemoryCandidate] | None:
     """The injection candidates for the run's first start; None when the run has started
     before (its memories were chosen then) or is gone."""
     async with rt.read_sessionmaker() as session:
-        found = (
-            await session.execute(
-                select(Run.injected_memory_ids, Run.agent_id, Agent.memory_max_items, Agent.memory_max_chars)
-                .join(Agent, Agent.id == Run.agent_id)
-                .where(Run.id == run_id)
-            )
-        ).first()
+        found = (await session.execute(_FIRST_START, {"b_run": run_id})).first()
         # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
         if found is None or found[0] is not None:
             return None
-        _, agent_id, max_items, max_chars = found
-        if max_items <= 0 or max_chars <= 0:
+        _, agent_id, max_items, max_chars, has_memories = found
+        # Most agents have no memories: one statement decides it (an index probe), not three.
+        if max_items <= 0 or max_chars <= 0 or not has_memories:
             return []
         return await _bounded_candidates(session, agent_id=agent_id, max_items=max_items, max_chars=max_chars)
+
+
+# Built once (compiled once, cached): the run's first-start check, its agent's budget, and
+# whether the agent has any memory at all.
+_FIRST_START = (
+    select(
+        Run.injected_memory_ids,
+        Run.agent_id,
+        Agent.memory_max_items,
+        Agent.memory_max_chars,
+        exists().where(Memory.agent_id == Run.agent_id),
+    )
+    .join(Agent, Agent.id == Run.agent_id)
+    .where(Run.id == bindparam("b_run"))
+)
 
 
 async def _bounded_candidates(
