@@ -24,7 +24,9 @@ def cmd_tick(args: argparse.Namespace) -> int:
 
     async def run() -> schedule_firing.TickReport:
         await cli._preflight(settings)
-        rt = await open_runtime(settings)
+        # The workers' cron job, run by hand: on the workers' terms, so the API's cap on one
+        # statement does not abort a tick waiting on another tick's row lock.
+        rt = await open_runtime(settings, worker=True)
         try:
             with cli._database_errors(settings.effective_database_url):
                 return await schedule_firing.tick(rt)

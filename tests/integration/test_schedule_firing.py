@@ -92,10 +92,11 @@ async def _until_waiting_for_locks(session: Any, n: int, timeout_s: float = 60) 
     deadline = asyncio.get_running_loop().time() + timeout_s
     query = text("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
     async with session.bind.connect() as probe:
-        # The server offers no event to wait on.
+        # The server offers no event to wait on. InnoDB refreshes INNODB_TRX only when it was
+        # not read for 100 ms: polled faster, the view never changes.
         while (waiting := await probe.scalar(query)) < n:
             assert asyncio.get_running_loop().time() < deadline, f"only {waiting} ticks reached the row lock"
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.25)
 
 
 async def test_three_processes_ticking_at_once_fire_each_schedule_once(
@@ -142,7 +143,10 @@ async def test_ticks_racing_in_one_process_on_separate_connections_fire_once(
     finally:
         for rt in runtimes:
             await rt.close()
-    assert sum(r.fired for r in reports) == len(schedules)
+    # Only these schedules: a tick fires whatever else is due in the database too.
+    ours = {pk(s["id"]) for s in schedules}
+    fired = [f.schedule_id for r in reports for f in r.firings if f.schedule_id in ours]
+    assert sorted(fired) == sorted(ours)
     async with sessionmaker() as session:
         for schedule in schedules:
             runs = await session.scalar(select(func.count()).where(Run.schedule_id == pk(schedule["id"])))
