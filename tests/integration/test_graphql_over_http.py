@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,30 +18,15 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
+from tests.support.js import ensure_js_packages
 from tests.support.servers import serve
 
-JS_DIR = Path(__file__).resolve().parents[1] / "js"
 AUDIT_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="session")
 def audit_script() -> Path:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.fail(
-            "node and npm are needed for the GraphQL-over-HTTP audit (tests/js); install Node.js >= 18"
-        )
-    if not (JS_DIR / "node_modules" / "graphql-http").is_dir():
-        result = subprocess.run(
-            [npm, "ci", "--prefix", str(JS_DIR), "--no-audit", "--no-fund"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if result.returncode != 0:
-            pytest.fail(f"npm ci --prefix {JS_DIR} failed:\n{result.stdout}\n{result.stderr}")
-    return JS_DIR / "audit.mjs"
+    return ensure_js_packages() / "audit.mjs"
 
 
 async def run_audits(script: Path, url: str, token: str) -> list[dict[str, Any]]:
