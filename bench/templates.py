@@ -26,14 +26,14 @@ CTX = TurnContext(
     run_id=1,
     depth=0,
     instructions="",
-    input={"url": "https://example.com/a", "n": 2, "tags": ["x", "y"]},
+    input={"url": "http://127.0.0.1:8080/site/a", "n": 2, "tags": ["x", "y"]},
     memories=[{"key": "tz", "value": "Europe/Paris", "tags": []}],
     tools=[],
     history=HISTORY,
     turn=0,
 )
 TURNS: dict[str, dict[str, Any]] = {
-    "plain data": {"call": "http.get", "args": {"url": "https://example.com/a"}},
+    "plain data": {"call": "http.get", "args": {"url": "http://127.0.0.1:8080/site/a"}},
     "linear": {
         "call": "http.get",
         "args": {"url": "{{ input.url }}?n={{ input.n + 1 }}", "s": "{{ results[-1].status }}"},

@@ -136,7 +136,7 @@ class Rows:
                 root_run_id=run.root_run_id or run.id,
                 step_id=step.id,
                 tool=step.tool or "webhook.post",
-                arguments={"url": "http://example.test"},
+                arguments={"url": "http://127.0.0.1:9/hook"},
                 status=status,
                 requested_at=self._now(),
             )

@@ -143,7 +143,7 @@ def ctx(history: list[HistoryItem] | None = None, tools: list[ToolSpec] | None =
         run_id=9,
         depth=0,
         instructions="You check websites.",
-        input={"site": "https://example.com"},
+        input={"site": "http://127.0.0.1:8080/site"},
         memories=[{"key": "owner", "value": "Ada", "tags": ["people"]}],
         tools=TOOLS if tools is None else tools,
         history=history or [],
@@ -180,17 +180,20 @@ def final_reply(content: str | None) -> Reply:
 async def test_tool_call_turn_and_the_request_it_sends(server: Server, key_env: str) -> None:
     server.api.replies.append(
         tool_call_reply(
-            ("http__get", '{"url": "https://example.com"}'), ("webhook__post", '{"url": "u", "payload": [1]}')
+            ("http__get", '{"url": "http://127.0.0.1:8080/site"}'),
+            ("webhook__post", '{"url": "u", "payload": [1]}'),
         )
     )
     history = [
-        HistoryItem("http.get", {"url": "https://a.example"}, "SUCCEEDED", {"status": 200, "body": "ok"})
+        HistoryItem(
+            "http.get", {"url": "http://127.0.0.1:8080/a"}, "SUCCEEDED", {"status": 200, "body": "ok"}
+        )
     ]
     turn = await provider(server, key_env, temperature=0.1, max_tokens=50).next_turn(ctx(history))
 
     assert turn == ToolCalls(
         [
-            ToolCall("http.get", {"url": "https://example.com"}),
+            ToolCall("http.get", {"url": "http://127.0.0.1:8080/site"}),
             ToolCall("webhook.post", {"url": "u", "payload": [1]}),
         ]
     )
@@ -221,11 +224,11 @@ async def test_tool_call_turn_and_the_request_it_sends(server: Server, key_env: 
     assert system["role"] == "system"
     assert "You check websites." in system["content"]
     assert "- owner: Ada [tags: people]" in system["content"]
-    assert user == {"role": "user", "content": '{"site": "https://example.com"}'}
+    assert user == {"role": "user", "content": '{"site": "http://127.0.0.1:8080/site"}'}
     assert assistant["role"] == "assistant"
     (call,) = assistant["tool_calls"]
     assert call["function"]["name"] == "http__get"
-    assert json.loads(call["function"]["arguments"]) == {"url": "https://a.example"}
+    assert json.loads(call["function"]["arguments"]) == {"url": "http://127.0.0.1:8080/a"}
     assert tool == {"role": "tool", "tool_call_id": call["id"], "content": '{"status": 200, "body": "ok"}'}
 
 
@@ -420,11 +423,14 @@ async def test_key_is_read_at_call_time(server: Server, monkeypatch: pytest.Monk
 
 
 async def test_providers_share_one_client_across_turns(server: Server, key_env: str) -> None:
-    server.api.replies += [tool_call_reply(("http__get", '{"url": "https://x.example"}')), final_reply("ok")]
+    server.api.replies += [
+        tool_call_reply(("http__get", '{"url": "http://127.0.0.1:8080/x"}')),
+        final_reply("ok"),
+    ]
     config = {"provider": "openai", "model": "m", "base_url": server.base_url, "api_key_env": key_env}
     async with Providers(settings(key_env=key_env)) as providers:
         turn = await providers.for_model(config).next_turn(ctx())
-        assert turn == ToolCalls([ToolCall("http.get", {"url": "https://x.example"})])
+        assert turn == ToolCalls([ToolCall("http.get", {"url": "http://127.0.0.1:8080/x"})])
         assert await providers.for_model(config).next_turn(ctx()) == FinalAnswer("ok")
         assert not providers.http.is_closed
     assert providers.http.is_closed

@@ -49,13 +49,15 @@ async def _pools() -> AsyncIterator[None]:
         await pool.aclose()
 
 
-RUN_INPUT = {"url": "https://example.com/a", "n": 2, "tags": ["x", "y"], "who": {"name": "Ada"}}
+RUN_INPUT = {"url": "http://127.0.0.1:8080/site/a", "n": 2, "tags": ["x", "y"], "who": {"name": "Ada"}}
 MEMORIES = [
     {"key": "tz", "value": "Europe/Paris", "tags": ["prefs"]},
     {"key": "lang", "value": "fr", "tags": []},
 ]
 HISTORY = [
-    HistoryItem("http.get", {"url": "https://example.com/a"}, "SUCCEEDED", {"status": 200, "body": "hello"}),
+    HistoryItem(
+        "http.get", {"url": "http://127.0.0.1:8080/site/a"}, "SUCCEEDED", {"status": 200, "body": "hello"}
+    ),
     HistoryItem(
         "webhook.post", {"url": "u", "payload": {}}, "DENIED", {"error": {"code": "DENIED", "message": "-"}}
     ),
@@ -165,11 +167,14 @@ async def test_final_templates(template: Any, expected: Any, pool: str) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ({"url": "{{ input.url }}"}, {"url": "https://example.com/a"}),
-        ({"url": "{{ input.url }}?n={{ input.n }}"}, {"url": "https://example.com/a?n=2"}),
+        ({"url": "{{ input.url }}"}, {"url": "http://127.0.0.1:8080/site/a"}),
+        ({"url": "{{ input.url }}?n={{ input.n }}"}, {"url": "http://127.0.0.1:8080/site/a?n=2"}),
         (
-            {"url": "https://h.example/x", "payload": {"last": "{{ results[-1] }}", "run": "{{ run.id }}"}},
-            {"url": "https://h.example/x", "payload": {"last": HISTORY[-1].result, "run": 41}},
+            {
+                "url": "http://127.0.0.1:8080/hook",
+                "payload": {"last": "{{ results[-1] }}", "run": "{{ run.id }}"},
+            },
+            {"url": "http://127.0.0.1:8080/hook", "payload": {"last": HISTORY[-1].result, "run": 41}},
         ),
         ({"items": ["{{ input.tags[0] }}", ["{{ input.tags[1] }}"]]}, {"items": ["x", ["y"]]}),
         (
@@ -253,7 +258,7 @@ STEPS: list[Any] = [
 @pytest.mark.parametrize(
     ("turn", "expected"),
     [
-        (0, ToolCalls([ToolCall("http.get", {"url": "https://example.com/a"})])),
+        (0, ToolCalls([ToolCall("http.get", {"url": "http://127.0.0.1:8080/site/a"})])),
         (1, ToolCalls([ToolCall("memory.search", {"query": "tz"}), ToolCall("agents.list", {})])),
         (2, FinalAnswer({"ok": True, "status": 200})),
         # past the end: the last result
