@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -14,7 +15,12 @@ from tests.support.runs import create_agent, wait_run
 
 @pytest.fixture
 def run_start(settings, tmp_path: Path):  # type: ignore[no-untyped-def]
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
+    # Off the event loop: the in-process worker must keep running (on SQLite a worker frozen
+    # inside its write transaction would hold the lock the command needs).
+    async def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(_run, *args)
+
+    def _run(*args: str) -> subprocess.CompletedProcess[str]:
         env = {
             "ENVERIF_DATABASE_URL": settings.effective_database_url,
             "ENVERIF_REDIS_URL": settings.effective_redis_url,
@@ -39,7 +45,7 @@ async def test_run_start_queues_a_manual_run_that_a_worker_executes(
     agent = await create_agent(
         gql, workspace.admin, steps=[{"final": "hi {{ input.who }}"}], name="cli-greeter"
     )
-    proc = run_start(
+    proc = await run_start(
         "--workspace", workspace.name, "--agent", "cli-greeter", "--input", '{"who": "ops"}', "--json"
     )
     assert proc.returncode == 0, proc.stderr
@@ -58,7 +64,7 @@ async def test_run_start_queues_a_manual_run_that_a_worker_executes(
     ],
 )
 async def test_run_start_refuses_with_one_line(workspace, run_start, args: list[str], needle: str) -> None:
-    proc = run_start("--workspace", workspace.name, *args)
+    proc = await run_start("--workspace", workspace.name, *args)
     assert proc.returncode == 2
     assert needle in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
