@@ -393,6 +393,7 @@ async def run_stack(
                 log_level=settings.log_level,
                 lifespan="on",
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                ws_per_message_deflate=settings.ws_per_message_deflate,
             )
         )
     stop = asyncio.Event()

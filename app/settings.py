@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     # Live events one runTree subscription may have waiting to be sent; a subscriber that
     # falls this far behind has its websocket closed (code 1013) instead of growing memory.
     subscription_queue_max: int = Field(default=1_000, ge=10, le=1_000_000)
+    # Compress websocket messages (permessage-deflate) when the client offers it. Off by
+    # default, as in node's `ws`: live events are small JSON messages, and compressing each
+    # one for each subscriber costs more CPU than sending it (and a zlib context per socket).
+    ws_per_message_deflate: bool = False
     # How long an API process may trust a token it looked up, without asking the database
     # again (app.services.token_cache). Revocation drops it at once in every process (Redis
     # pub/sub); expiry is checked on every request. 0 turns the cache off.

@@ -1,7 +1,7 @@
 """Live-event latency: commit -> websocket client receipt, beside raw Redis pub/sub -> websocket.
 
     .venv/bin/python bench/events.py [--events 200] [--fanout 1000] [--fanout-events 30]
-                                     [--server mysql+asyncmy://root@127.0.0.1:3306/test]
+                                     [--server mysql+asyncmy://root@127.0.0.1:3306/test] [--profile FILE]
 
 Two servers run as their own processes on loopback, measured in the same run:
 
@@ -91,7 +91,14 @@ def relay_app(redis_url: str, channel: str) -> Any:
 def run_relay(port: int, redis_url: str, channel: str) -> None:
     import uvicorn
 
-    uvicorn.run(relay_app(redis_url, channel), host="127.0.0.1", port=port, log_level="info")
+    # Configured as `enverif serve` is by default (ENVERIF_WS_PER_MESSAGE_DEFLATE).
+    uvicorn.run(
+        relay_app(redis_url, channel),
+        host="127.0.0.1",
+        port=port,
+        log_level="info",
+        ws_per_message_deflate=False,
+    )
 
 
 # -- clients -------------------------------------------------------------------------------
@@ -184,10 +191,22 @@ def percentiles(samples_s: list[float]) -> dict[str, float]:
             "samples": len(ordered)}  # fmt: skip
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(
-    clients: list[Receiver], emit: Callable[[], Awaitable[tuple[int, float]]], count: int, gap_s: float
+    clients: list[Receiver],
+    emit: Callable[[], Awaitable[tuple[int, float]]],
+    count: int,
+    gap_s: float,
+    server_pid: int,
 ) -> dict[str, Any]:
-    """Emit ``count`` events; with ``gap_s`` 0 each is awaited by every client first."""
+    """Emit ``count`` events; with ``gap_s`` 0 each is awaited by every client first. Also
+    the server process's CPU per delivered event (one event to one subscriber)."""
+    cpu_before = cpu_seconds(server_pid)
     sent: dict[int, float] = {}
     for _ in range(count):
         seq, at = await emit()
@@ -198,10 +217,12 @@ async def measure(
             await asyncio.gather(*(r.until(seq) for r in clients))
     last = max(sent)
     await asyncio.gather(*(r.until(last, timeout_s=60) for r in clients), return_exceptions=True)
+    cpu_s = cpu_seconds(server_pid) - cpu_before
     samples = [r.arrived[s] - t for r in clients for s, t in sent.items() if s in r.arrived]
     complete = sum(all(s in r.arrived for s in sent) for r in clients)
     return {**percentiles(samples), "subscribers": len(clients), "events": count,
-            "subscribers_with_every_event": complete}  # fmt: skip
+            "subscribers_with_every_event": complete,
+            "server_cpu_us_per_delivery": round(cpu_s * 1e6 / max(len(samples), 1), 1)}  # fmt: skip
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -231,6 +252,13 @@ def start_server(
     return proc, found.group(1) if found.groups() else found.group(0)
 
 
+def _api_command(profile: str | None) -> list[str]:
+    serve = ["serve", "--port", "0"]
+    if profile:
+        return [sys.executable, "-m", "cProfile", "-o", profile, "-m", "app.cli", *serve]
+    return [ENVERIF, *serve]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=200)
@@ -238,6 +266,7 @@ async def main() -> None:
     parser.add_argument("--fanout-events", type=int, default=30)
     parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--profile", help="write a cProfile of the API process to this file")
     args = parser.parse_args()
 
     from sqlalchemy import select, text
@@ -315,7 +344,7 @@ async def main() -> None:
         env = {**os.environ, "ENVERIF_DATABASE_URL": url, "ENVERIF_REDIS_URL": args.redis_url,
                "ENVERIF_REDIS_PREFIX": prefix, "ENVERIF_LOG_LEVEL": "warning"}  # fmt: skip
         api, base = await asyncio.to_thread(
-            start_server, [ENVERIF, "serve", "--port", "0"], env, Path(f"/tmp/{prefix}-api.log"),
+            start_server, _api_command(args.profile), env, Path(f"/tmp/{prefix}-api.log"),
             r"Enverif API at (http://\S+)/graphql",
         )  # fmt: skip
         procs.append(api)
@@ -345,13 +374,15 @@ async def main() -> None:
         await clients[0].until(seq)
         for _ in range(20):  # warm up
             await clients[0].until((await commit_event())[0])
-        report["one_subscriber"] = await measure(clients, commit_event, args.events, 0)
+        report["one_subscriber"] = await measure(clients, commit_event, args.events, 0, api.pid)
         print(json.dumps({"one_subscriber": report["one_subscriber"]}), file=sys.stderr, flush=True)
         await close_all(clients)
         clients = [await relay_client(relay_url)]
         for _ in range(20):
             await clients[0].until((await publish_raw())[0])
-        report["one_subscriber_baseline_raw_pubsub"] = await measure(clients, publish_raw, args.events, 0)
+        report["one_subscriber_baseline_raw_pubsub"] = await measure(
+            clients, publish_raw, args.events, 0, relay.pid
+        )
         print(
             json.dumps({"one_subscriber_baseline_raw_pubsub": report["one_subscriber_baseline_raw_pubsub"]}),
             file=sys.stderr,
@@ -364,11 +395,13 @@ async def main() -> None:
         clients = await connect_many(args.fanout, lambda: enverif_client(ws_url, token, root_gid, current))
         warm = (await commit_event())[0]
         await asyncio.gather(*(r.until(warm, timeout_s=120) for r in clients))
-        report["fanout"] = await measure(clients, commit_event, args.fanout_events, 0.1)
+        report["fanout"] = await measure(clients, commit_event, args.fanout_events, 0.1, api.pid)
         print(json.dumps({"fanout": report["fanout"]}), file=sys.stderr, flush=True)
         await close_all(clients)
         clients = await connect_many(args.fanout, lambda: relay_client(relay_url))
-        report["fanout_baseline_raw_pubsub"] = await measure(clients, publish_raw, args.fanout_events, 0.1)
+        report["fanout_baseline_raw_pubsub"] = await measure(
+            clients, publish_raw, args.fanout_events, 0.1, relay.pid
+        )
         print(
             json.dumps({"fanout_baseline_raw_pubsub": report["fanout_baseline_raw_pubsub"]}),
             file=sys.stderr,

@@ -105,6 +105,9 @@ class Subscription:
         self._resync: Resync | None = None
         self._too_slow: str | None = None
         self._wakeup = asyncio.Event()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_deadline: float | None = None
+        self._timed_out = False
         self._stopped = False
         self.closed = False
 
@@ -163,14 +166,44 @@ class Subscription:
             if self._queue:
                 return self._queue.popleft()
             self._wakeup.clear()
-            if timeout_s is None:
+            if timeout_s is not None:
+                self._arm_idle_timer(timeout_s)
+            try:
                 await self._wakeup.wait()
-            else:
-                try:
-                    async with asyncio.timeout(timeout_s):
-                        await self._wakeup.wait()
-                except TimeoutError:
+            finally:
+                self._idle_deadline = None
+            if self._timed_out:
+                self._timed_out = False
+                if not self._queue and self._resync is None and not self._stopped and self._too_slow is None:
                     return None
+
+    # The idle timeout of ``get`` is one timer per subscription that outlives many waits: an
+    # event arriving before the deadline leaves it armed (it re-arms itself for the next
+    # deadline when it fires early), instead of creating and cancelling a timer per event.
+    # With a thousand subscribers to a busy tree that is a thousand fewer timer operations
+    # per event.
+    def _arm_idle_timer(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        self._idle_deadline = deadline
+        timer = self._idle_timer
+        if timer is not None and timer.when() > deadline:
+            timer.cancel()
+            timer = None
+        if timer is None:
+            self._idle_timer = loop.call_at(deadline, self._on_idle_timer)
+
+    def _on_idle_timer(self) -> None:
+        self._idle_timer = None
+        deadline = self._idle_deadline
+        if deadline is None:
+            return  # nobody is waiting now; the next wait arms a new timer
+        loop = asyncio.get_running_loop()
+        if loop.time() >= deadline:
+            self._timed_out = True
+            self._wakeup.set()
+        else:
+            self._idle_timer = loop.call_at(deadline, self._on_idle_timer)
 
     def __aiter__(self) -> AsyncIterator[EventMessage | Resync]:
         return self._iterate()
@@ -194,6 +227,9 @@ class Subscription:
         if not self.closed:
             self.closed = True
             self._hub._remove(self)
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
 
     # Registering and unregistering never wait, so both context manager flavours work.
     def __enter__(self) -> Subscription:

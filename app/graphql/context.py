@@ -139,15 +139,10 @@ class Context:
             self._loaders = Loaders(self.session, principal.workspace_id)
         return self._loaders
 
-    def fresh_loaders(self) -> Loaders:
-        """Start a new cache generation: call before emitting each subscription event.
-
-        Needs an authenticated context (websockets authenticate in ``on_ws_connect``).
-        """
-        if self._principal is None:
-            raise RuntimeError("fresh_loaders() needs an authenticated context")
-        self._loaders = Loaders(self.session, self._principal.workspace_id)
-        return self._loaders
+    def fresh_loaders(self) -> None:
+        """Start a new cache generation: call before emitting each subscription event. The
+        loaders are built when a resolver first asks (most events select no loaded field)."""
+        self._loaders = None
 
     def reset_loaders(self) -> None:
         self._loaders = None

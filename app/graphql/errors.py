@@ -19,16 +19,20 @@ extensions run) and does the logging; ``ErrorPresenter`` rewrites what the clien
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 from graphql import ExecutionResult as GraphQLExecutionResult
 from graphql.error import GraphQLError
 from starlette.responses import Response
 from strawberry import Schema
 from strawberry.extensions import SchemaExtension
+from strawberry.extensions.runner import SchemaExtensionsRunner
 from strawberry.types import ExecutionContext
 from strawberry.types.execution import ExecutionResult, StreamExecutionResult
+from strawberry.utils.await_maybe import await_maybe
 
 from app.domain.errors import EnverifError, Unavailable
 from app.outages import is_outage
@@ -101,6 +105,40 @@ class ErrorPresenter(SchemaExtension):
         yield None
 
 
+# Extensions whose ``on_stream_result`` only touches a result's errors.
+_ERRORS_ONLY_STREAM_HOOKS: tuple[type[SchemaExtension], ...] = (ErrorPresenter,)
+_NO_HOOKS = contextlib.nullcontext()
+
+
+class StreamResultsRunner(SchemaExtensionsRunner):
+    """strawberry's runner, made cheap for the many results of a subscription (a live event
+    can go out to a thousand subscribers): a result without errors skips the stream-result
+    hooks when they only rewrite errors, and only extensions that have results are asked."""
+
+    def __init__(self, execution_context: ExecutionContext, extensions: list[SchemaExtension] | None = None):
+        super().__init__(execution_context, extensions)
+        self._errors_only = all(
+            isinstance(e, _ERRORS_ONLY_STREAM_HOOKS)
+            or type(e).on_stream_result is SchemaExtension.on_stream_result
+            for e in self.extensions
+        )
+        self._with_results = [
+            e for e in self.extensions if type(e).get_results is not SchemaExtension.get_results
+        ]
+
+    def on_stream_result(self, result: StreamExecutionResult) -> Any:
+        if self._errors_only and not getattr(result, "errors", None):
+            return _NO_HOOKS
+        return super().on_stream_result(result)
+
+    async def get_extensions_results(self, ctx: ExecutionContext) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for extension in self._with_results:
+            data.update(await await_maybe(extension.get_results()))
+        data.update(ctx.extensions_results)
+        return data
+
+
 def _unavailable_retry_after(result: GraphQLExecutionResult | ExecutionResult) -> int | None:
     """Retry-After for a request that could not run at all because of an outage: every root
     field failed or is empty, and an outage is among the errors. A partial answer stays 200."""
@@ -129,6 +167,11 @@ def _rewrite(result: object) -> None:
 
 
 class EnverifSchema(Schema):
+    def create_extensions_runner(
+        self, execution_context: ExecutionContext, extensions: list[SchemaExtension]
+    ) -> SchemaExtensionsRunner:
+        return StreamResultsRunner(execution_context=execution_context, extensions=extensions)
+
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
     ) -> None:

@@ -32,6 +32,7 @@ from app.graphql.hardening import MaxQueryLength, RequestErrors
 from app.graphql.limits import ArgumentLimiter
 from app.graphql.mutations import Mutation
 from app.graphql.queries import Query
+from app.graphql.shared_events import SharedEventExecutor
 from app.graphql.subscriptions import Subscription
 from app.graphql.types.agents import Agent
 from app.graphql.types.approvals import Approval
@@ -85,6 +86,8 @@ def build_schema(
         extensions=extensions,
         # Reachable only through node(id:) for some clients: list every Node explicitly.
         types=[Workspace, Agent, Run, RunStep, Memory, Approval, Schedule, ApiToken],
+        # A live runTree event is executed once for every subscription alike, not once each.
+        execution_context_class=SharedEventExecutor,
     )
 
 

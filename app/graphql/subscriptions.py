@@ -16,6 +16,7 @@ from app.domain.errors import Unavailable, ValidationFailed
 from app.events.hub import EventHub, SubscriberTooSlow
 from app.graphql.context import Context, Info
 from app.graphql.ids import from_global_id
+from app.graphql.shared_events import run_event
 from app.graphql.types.events import RunEvent
 from app.graphql.ws_auth import CLOSE_TOO_SLOW
 from app.services import events as event_log
@@ -72,7 +73,7 @@ class Subscription:
                     # The websocket's context outlives every event: without a fresh loader cache
                     # `run { status }` would show the run as it was when first loaded (PITFALLS).
                     context.fresh_loaders()
-                    yield RunEvent.from_message(message, await labels.label(message))
+                    yield await run_event(message, labels.label)
             except SubscriberTooSlow as exc:
                 # Not a `complete`: that would tell the client the tree is finished.
                 raise Unavailable(exc.reason) from None

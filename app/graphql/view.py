@@ -40,6 +40,7 @@ from strawberry.types.unset import UNSET, UnsetType
 from app.domain.errors import EnverifError, ValidationFailed
 from app.graphql import graphiql_page
 from app.graphql.context import Context
+from app.graphql.shared_events import encode_next
 from app.graphql.ws_auth import TokenCheckingHandler
 from app.outages import is_outage
 
@@ -131,6 +132,10 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 class GraphQLView(GraphQL[Context, None]):
     # Re-checks the token of an open websocket: a revoked or expired one closes it (4403).
     graphql_transport_ws_handler_class = TokenCheckingHandler
+
+    def encode_json(self, data: object) -> str | bytes:
+        # A live event shared by many subscriptions is serialized once (app.graphql.shared_events).
+        return encode_next(data) or super().encode_json(data)
 
     @property
     def graphql_ide_html(self) -> str:

@@ -246,3 +246,21 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+async def test_a_shorter_idle_timeout_after_a_longer_one_is_kept(hub: EventHub) -> None:
+    """``get``'s idle timer outlives a wait (it is not re-created per event): a wait with a
+    shorter timeout than the armed timer's must still end on time."""
+    root = fresh_id()
+    with hub.subscribe(1, root) as sub:
+        waiting = asyncio.create_task(sub.get(timeout_s=60))
+        await asyncio.sleep(0.05)
+        sub._offer(event_to_message(event(1, root, 1)))
+        assert isinstance(await asyncio.wait_for(waiting, 5), EventMessage)
+        assert await asyncio.wait_for(sub.get(timeout_s=0.2), 5) is None
+        # A message arriving during a wait ends it at once, whatever timer is armed.
+        waiting = asyncio.create_task(sub.get(timeout_s=60))
+        await asyncio.sleep(0.05)
+        sub._offer(event_to_message(event(1, root, 2)))
+        got = await asyncio.wait_for(waiting, 5)
+        assert isinstance(got, EventMessage) and got.seq == 2
