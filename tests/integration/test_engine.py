@@ -221,19 +221,19 @@ async def test_finishing_never_cancels_its_own_after_commit_work(
 ) -> None:
     """The renewer sees the run ended while the worker still publishes its end: the publish
     must complete (it used to be cancelled, and subscribers never heard the run ended)."""
-    from app.events import publish
+    from app.services.transitions import outbox
     from workers.main import build_worker
 
-    real = publish.publish_events
+    real = outbox.send
     succeeded_published = asyncio.Event()
 
-    async def slow_publish(redis: Any, prefix: str, events: list[RunEvent]) -> None:
+    async def slow_send(rt: Any, messages: list[str], wakeups: list[outbox.WakeUp]) -> None:
         await asyncio.sleep(1.0)  # longer than a renewal interval (lease 1.2 s / 3)
-        await real(redis, prefix, events)
-        if any(e.type == "RUN_STATUS_CHANGED" and e.status == "SUCCEEDED" for e in events):
+        await real(rt, messages, wakeups)
+        if any('"status":"SUCCEEDED"' in m and "RUN_STATUS_CHANGED" in m for m in messages):
             succeeded_published.set()
 
-    monkeypatch.setattr(publish, "publish_events", slow_publish)
+    monkeypatch.setattr(outbox, "send", slow_send)
     agent = await create_agent(gql, workspace.admin, steps=[{"final": "x"}])
     w = build_worker(settings.model_copy(update={"lease_s": 1.2}), handle_signals=False)
     task = asyncio.create_task(w.main())
