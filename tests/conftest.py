@@ -26,6 +26,7 @@ from app.db import migrate
 from app.db.session import create_engine, create_sessionmaker
 from app.domain.agents import Role
 from app.services import auth
+from app.services.runtime import Runtime, open_runtime
 from app.settings import Settings
 
 # Real worker processes (the ``processes`` fixture) for fault and engine tests.
@@ -106,6 +107,14 @@ async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
     eng = create_engine(settings.effective_database_url)
     yield eng
     await eng.dispose()
+
+
+@pytest.fixture
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    """A process runtime (database engines, the arq pool) on the test's database and Redis."""
+    rt = await open_runtime(settings)
+    yield rt
+    await rt.close()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from app.db import orm
 from app.embedded import redis_server_binary
 from app.events.hub import EventHub, HubStopped, Resync, SubscriberTooSlow, Subscription, hub_client_name
 from app.events.publish import EventMessage, decode_message, encode_message, event_to_message, publish_events
-from app.services.runtime import Runtime, open_runtime
+from app.services.runtime import Runtime
 from app.settings import Settings
 
 # Ids far from anything the database hands out, and distinct per test, so concurrent tests
@@ -45,13 +45,6 @@ def event(workspace_id: int, root_run_id: int, seq: int, **extra: Any) -> orm.Ru
         payload=extra.get("payload", {"n": seq}),
         at=datetime.now(UTC),
     )
-
-
-@pytest.fixture
-async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    rt = await open_runtime(settings)
-    yield rt
-    await rt.close()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from websockets.asyncio.client import connect
 
 from app.main import create_app
 from app.services import events as event_log
-from app.services.runtime import Runtime, open_runtime
+from app.services.runtime import Runtime
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
 from tests.support.events import append, gid, new_root_run
@@ -31,13 +31,6 @@ subscription Watch($root: ID!, $after: Int, $full: Boolean!) {
   runTree(rootRunId: $root, afterSeq: $after) { seq payload @include(if: $full) }
 }
 """
-
-
-@pytest.fixture
-async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    rt = await open_runtime(settings)
-    yield rt
-    await rt.close()
 
 
 @pytest.fixture

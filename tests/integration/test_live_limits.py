@@ -18,7 +18,7 @@ from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from app.main import create_app
-from app.services.runtime import Runtime, open_runtime
+from app.services.runtime import Runtime
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
 from tests.support.events import append, gid, new_root_run
@@ -31,13 +31,6 @@ CAP = 3
 # Small socket buffers (the server's send buffer, the slow client's receive buffer), so once
 # a client stops reading the server's sends block after a few events, not megabytes.
 BUFFER_BYTES = 4_096
-
-
-@pytest.fixture
-async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    rt = await open_runtime(settings)
-    yield rt
-    await rt.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
 
 import pytest
 from arq.connections import ArqRedis
@@ -15,17 +14,9 @@ from arq.jobs import Job, JobStatus
 
 from app import keys
 from app.events.publish import decode_message
-from app.services.runtime import Runtime, open_runtime
+from app.services.runtime import Runtime
 from app.services.transitions.outbox import WakeUp, after_commit, enqueue_run
-from app.settings import Settings
 from tests.integration.test_event_hub import event, fresh_id
-
-
-@pytest.fixture
-async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    rt = await open_runtime(settings)
-    yield rt
-    await rt.close()
 
 
 def job(rt: Runtime, run_id: int, wake: int) -> Job:

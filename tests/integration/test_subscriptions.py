@@ -22,7 +22,7 @@ from app.events.hub import hub_client_name
 from app.events.publish import publish_events
 from app.services import auth, runs
 from app.services import events as event_log
-from app.services.runtime import Runtime, open_runtime
+from app.services.runtime import Runtime
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
 from tests.support.events import append, gid, new_child_run, new_root_run
@@ -39,13 +39,6 @@ subscription Watch($root: ID!, $after: Int) {
 # Generous for a loaded CI box, yet well below IDLE_POLL_S in the tests that must prove an
 # event came through live delivery, a gap re-read or a resync rather than the idle poll.
 FAST_S = 3.0
-
-
-@pytest.fixture
-async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    rt = await open_runtime(settings)
-    yield rt
-    await rt.close()
 
 
 @pytest.fixture

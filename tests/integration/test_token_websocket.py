@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed
 
 from app.clock import utcnow
 from app.services import events as event_log
-from app.services.runtime import Runtime, open_runtime
+from app.services.runtime import Runtime
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
 from tests.integration.test_graphql_tokens import REVOKE, create
@@ -34,13 +34,6 @@ PROTOCOL = "graphql-transport-ws"
 CLOSE_WITHIN_S = 5.0
 
 Server = Callable[..., AbstractAsyncContextManager[tuple[Starlette, str]]]
-
-
-@pytest.fixture
-async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    rt = await open_runtime(settings)
-    yield rt
-    await rt.close()
 
 
 @pytest.fixture
