@@ -338,7 +338,10 @@ async def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--port", type=int, default=0, help="page server port (default: a free one)")
     parser.add_argument("--api-port", type=int, default=0, help="API port (default: a free one)")
-    parser.add_argument("--profile", help="write a cProfile of the throughput phase to this file")
+    parser.add_argument(
+        "--profile",
+        help="write a cProfile of the in-process READ scenario to this file (and the write one to FILE.write)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the database for a post-mortem")
     args = parser.parse_args()
     args.port = args.port or _free_port()
@@ -392,7 +395,9 @@ async def main() -> None:
             f"3 READ calls (http.get): {read_rate:.1f} runs/s, {read_cpu:.1f} ms worker CPU per run",
             flush=True,
         )
-        write_rate, write_cpu = await throughput(rt, principal, writes, args.runs, worker)
+        write_rate, write_cpu = await throughput(
+            rt, principal, writes, args.runs, worker, profile=args.profile and f"{args.profile}.write"
+        )
         print(
             f"3 side-effecting calls (webhook.post): {write_rate:.1f} runs/s, {write_cpu:.1f} ms CPU/run",
             flush=True,

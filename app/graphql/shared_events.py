@@ -36,10 +36,11 @@ from app.events.publish import EventMessage
 from app.graphql.types.events import RunEvent
 from app.services.event_labels import EventLabels
 
-# How long one execution of an event serves the other subscriptions of the process.
+# How long one execution of an event serves the other subscriptions of the process. Every
+# cache here forgets entries older than this (and holds at most MAX_SHARED), so what it keeps
+# is the events of the last second, not a growing pile of payloads.
 SHARE_S = 1.0
 MAX_SHARED = 4_096
-MAX_ENCODED = 1_024
 
 _Key = tuple[object, ...]
 
@@ -59,8 +60,7 @@ class _SharedResults:
     def put(self, key: _Key, now: float, future: asyncio.Future[ExecutionResult]) -> None:
         self._entries[key] = (now, future)
         self._entries.move_to_end(key)
-        while len(self._entries) > MAX_SHARED:
-            self._entries.popitem(last=False)
+        _forget_old(self._entries, now)
 
     def forget(self, key: _Key, future: asyncio.Future[ExecutionResult]) -> None:
         entry = self._entries.get(key)
@@ -85,8 +85,7 @@ async def run_event(
     event = RunEvent.from_message(message, await labels(message))
     _events[key] = (now, event)
     _events.move_to_end(key)
-    while len(_events) > MAX_SHARED:
-        _events.popitem(last=False)
+    _forget_old(_events, now)
     return event
 
 
@@ -176,6 +175,15 @@ class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
         )
 
 
+def _forget_old(entries: OrderedDict[Any, tuple[float, Any]], now: float) -> None:
+    """Drop the oldest entries (insertion order) while too many or older than SHARE_S."""
+    while entries:
+        at = next(iter(entries.values()))[0]
+        if len(entries) <= MAX_SHARED and now - at <= SHARE_S:
+            return
+        entries.popitem(last=False)
+
+
 class _Executed:
     """Stands in for a per-event executor whose result another subscription computed."""
 
@@ -239,22 +247,23 @@ class _EncodedResults:
     """The JSON text of shared results, by the identity of their data, encoded at first send."""
 
     def __init__(self) -> None:
-        self._texts: OrderedDict[int, tuple[object, str | None]] = OrderedDict()
+        self._texts: OrderedDict[int, tuple[float, tuple[object, str | None]]] = OrderedDict()
 
     def share(self, data: object) -> None:
         if id(data) not in self._texts:
-            self._texts[id(data)] = (data, None)
-            while len(self._texts) > MAX_ENCODED:
-                self._texts.popitem(last=False)
+            now = time.monotonic()
+            self._texts[id(data)] = (now, (data, None))
+            _forget_old(self._texts, now)
 
     def payload_text(self, data: object) -> str | None:
         entry = self._texts.get(id(data))
-        if entry is None or entry[0] is not data:
+        if entry is None or entry[1][0] is not data:
             return None
-        if entry[1] is None:
-            entry = (data, json.dumps({"data": data}, separators=(",", ":")))
-            self._texts[id(data)] = entry
-        return entry[1]
+        at, (_, text) = entry
+        if text is None:
+            text = json.dumps({"data": data}, separators=(",", ":"))
+            self._texts[id(data)] = (at, (data, text))
+        return text
 
 
 _encoded = _EncodedResults()

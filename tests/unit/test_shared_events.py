@@ -55,3 +55,16 @@ def test_only_shared_data_only_next_messages_are_encoded_ahead() -> None:
     assert encode_next({"id": "1", "type": "next", "payload": {"data": {"a": 1}}}) is None  # not shared
     assert encode_next({"type": "connection_ack"}) is None
     assert encode_next({"data": {"runTree": None}}) is None  # an HTTP response body
+
+
+def test_shared_entries_are_forgotten_by_age_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collections import OrderedDict
+
+    from app.graphql import shared_events
+
+    monkeypatch.setattr(shared_events, "MAX_SHARED", 3)
+    entries: OrderedDict[int, tuple[float, str]] = OrderedDict((i, (float(i), "x")) for i in range(5))
+    shared_events._forget_old(entries, now=4.0)
+    assert list(entries) == [3, 4]  # 0 and 1: too many; 2: older than SHARE_S (1 s)
+    shared_events._forget_old(entries, now=10.0)
+    assert list(entries) == []
