@@ -25,13 +25,16 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    delete,
     event,
+    inspect,
+    insert,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from app.domain.memory import injection_rank, search_document
+from app.domain.memory import injection_rank, memory_terms, search_document, write_rank
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -169,6 +172,59 @@ def _keep_derived_columns(_mapper: Any, _connection: Any, memory: Memory) -> Non
     this and must set them themselves (see ``services.memory_search.record_use``)."""
     memory.search_text = search_document(memory.agent_id, memory.key, memory.value, memory.tags or [])
     memory.injection_rank = injection_rank(memory.importance, memory.updated_at, memory.last_used_at)
+
+
+# A term: a folded word (up to 64 characters) or a tag's digest; exact and code-point ordered on
+# both databases, so a prefix is one range of the index.
+MemoryTermText = String(80).with_variant(mysql.VARCHAR(80, collation="utf8mb4_bin"), "mysql", "mariadb")
+
+
+class MemoryTerm(Base):
+    """The search index the application keeps (``domain.memory.memory_terms``): one row per
+    memory and term, written with the memory. A term's postings are read best first by
+    (agent_id, term, write_rank), so a common word costs a LIMIT (services.memory_search)."""
+
+    __tablename__ = "memory_terms"
+    __table_args__ = (
+        Index("ix_memory_terms_agent_id_term_write_rank", "agent_id", "term", "write_rank", "memory_id"),
+    )
+
+    memory_id: Mapped[int] = mapped_column(ForeignKey("memories.id", ondelete="CASCADE"), primary_key=True)
+    term: Mapped[str] = mapped_column(MemoryTermText, primary_key=True)
+    agent_id: Mapped[int] = mapped_column(Id)
+    # ``domain.memory.write_rank``: importance x recency as of the memory's last write.
+    write_rank: Mapped[float] = mapped_column(Double)
+    frequency: Mapped[int] = mapped_column(Integer)
+
+
+# What a memory's terms are derived from: a write that changes none of them keeps its rows.
+_TERM_SOURCES = ("agent_id", "key", "value", "tags", "importance", "updated_at")
+
+
+def memory_term_rows(memory_id: int, agent_id: int, key: str, value: str, tags: Any,
+                     importance: float, updated_at: datetime) -> list[dict[str, Any]]:  # fmt: skip
+    """The ``memory_terms`` rows of one memory (also for bulk loads that bypass the ORM)."""
+    rank = write_rank(importance, updated_at)
+    return [
+        {"memory_id": memory_id, "term": term, "agent_id": agent_id, "write_rank": rank, "frequency": n}
+        for term, n in memory_terms(key, value, tags or []).items()
+    ]
+
+
+@event.listens_for(Memory, "after_insert")
+@event.listens_for(Memory, "after_update")
+def _keep_terms(_mapper: Any, connection: Any, memory: Memory) -> None:
+    """Every ORM write of a memory rewrites its terms in the same transaction (a delete needs
+    nothing: the foreign key cascades). Bulk statements bypass this: ``record_use`` changes
+    only ``last_used_at``, which no term depends on."""
+    state = inspect(memory)
+    if not any(state.attrs[name].history.has_changes() for name in _TERM_SOURCES):
+        return
+    connection.execute(delete(MemoryTerm.__table__).where(MemoryTerm.__table__.c.memory_id == memory.id))
+    rows = memory_term_rows(memory.id, memory.agent_id, memory.key, memory.value, memory.tags,
+                            memory.importance, memory.updated_at)  # fmt: skip
+    if rows:
+        connection.execute(insert(MemoryTerm.__table__), rows)
 
 
 # Search objects the migration creates outside this metadata (dialect-specific), which a

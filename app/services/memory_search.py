@@ -1,64 +1,103 @@
-"""Memory search: full-text on the database, ranking in ``app.domain.memory``.
+"""Memory search: the application's term index on the database, ranking in ``app.domain.memory``.
 
 One function, ``search``, serves the ``memory.search`` tool and the GraphQL
-``memories(agentId, query, tags)`` query. The database finds a bounded set of candidates
-(matching the words, carrying every given tag, best text match first); the pure ranking then
-blends relevance with importance x recency and cuts to the limit.
+``memories(agentId, query, tags)`` query. The database hands over a bounded set of candidates
+(matching the words, carrying every given tag); the pure ranking then blends text relevance
+(``app.domain.memory.text_relevance``) with importance x recency and cuts to the limit.
 
-- The document is the agent's own tokens (``app.domain.memory.search_document``): the match
-  reads only that agent's postings, whatever the size of the workspace, and a tag filter is a
-  required term of it. The engine returns its best ``MAX_CANDIDATES`` by text relevance (a
-  LIMIT inside a subquery), only then are whole rows joined, checked in SQL (workspace,
-  agent, every tag exactly) and ranked in Python.
-- Memories holding every word are asked for first: the engines evaluate such a match from
-  the rarest word's postings, and return fewer rows. When fewer than ``limit`` hold every
-  word, a second query takes any word (so a near miss is still found).
-- MariaDB/MySQL: ``MATCH(search_text) AGAINST(... IN BOOLEAN MODE)`` on the FULLTEXT index.
-- SQLite: the FTS5 table ``memories_fts`` (kept in step by triggers), ranked by ``bm25``.
+The index is ``memory_terms`` (``app.domain.memory.memory_terms``; kept in step by the ORM on
+every write, see ``app.db.orm``): one row per memory and term, read through (agent_id, term,
+write_rank). The same rows on MariaDB and SQLite, so both match the same memories, and a
+search reads only its agent's rows whatever the size of the workspace. Its cost is bounded
+whatever a word's frequency, in a fixed number of statements:
 
-Both engines see the same tokens, so they agree on what matches: a word matches as a prefix
-(``berlin`` finds ``Berliner``), every word first and any word failing that, case and
-diacritics are ignored (``cafe`` finds ``Café``), ``_`` and punctuation split words, and
-there are no stopwords or minimum word length. Query text never reaches the engines'
-operator syntax (``app.domain.memory.search_terms``).
+1. How many of the agent's postings each word (a prefix range of terms) and each tag (one
+   term) has, each counted up to ``DF_CAP`` (an index range read with a LIMIT).
+2. The driver: the rarest requirement (every word and every tag when all words are asked
+   for; with any word, the words together or the rarest tag). A term with at most
+   ``MAX_CANDIDATES`` postings is read whole; a more common one gives its best
+   ``MAX_CANDIDATES`` by write rank (importance x recency as of the last write) from each of
+   its first ``MAX_FORMS`` forms (``berlin``, ``berliner``, ...; one index seek each) - an
+   ordered index read with a LIMIT, never a sort of all of its matches. At most
+   ``MAX_CANDIDATES`` memory ids in all, the rarest words' first.
+3. Those memories' postings of the query's terms (primary-key reads): which words and tags
+   each holds and how often, hence the match and the relevance.
+4. The matching rows themselves, checked in SQL (workspace, agent, every tag exactly).
 
-Without words, the candidates are the agent's head by importance x recency (the
-``injection_rank`` index) carrying the tags.
+So a word in half of an agent's memories reads a few hundred index entries, not all its
+matches; the price is that among more than ``MAX_CANDIDATES`` matches of a common word the
+candidates are the most valuable ones, not the ones holding it most often.
+
+Memories holding every word are asked for first. When fewer than ``limit`` hold every word,
+a second pass takes any word (so a near miss is still found).
+
+What matches: a word matches as a prefix (``berlin`` finds ``Berliner``), every word first and
+any word failing that, case and diacritics are ignored (``cafe`` finds ``Café``), ``_`` and
+punctuation split words, and there are no stopwords or minimum word length. Query text is
+only ever bound as values, never parsed by an engine (``app.domain.memory.search_terms``).
+
+Without words or tags, the candidates are the agent's head by importance x recency (the
+``injection_rank`` index).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, column, literal, literal_column, select, table, update
-from sqlalchemy.dialects.mysql import match
+from sqlalchemy import and_, case, func, literal, or_, select, text, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
-from sqlalchemy.sql.elements import ColumnClause
 
 from app.db import orm
 from app.domain.memory import (
+    DF_CAP,
     MemoryCandidate,
     SearchHit,
     injection_rank,
+    prefix_range,
     rank_search_hits,
     search_terms,
-    tag_token,
-    word_token,
+    tag_term,
+    text_relevance,
 )
 from app.services.queries import memory_has_tag
 
 DEFAULT_SEARCH_LIMIT = 10
 MAX_SEARCH_LIMIT = 50
-# Candidates the database hands to the ranking: enough that a very important or recent
-# memory with a slightly weaker text match still competes, bounded so one search never
-# loads an agent's whole memory.
+# Candidates the index hands to the ranking: enough that a very important or recent memory
+# with a slightly weaker text match still competes, bounded so one search never loads an
+# agent's whole memory.
 MAX_CANDIDATES = 200
+# Forms of a common word (the terms it is a prefix of) whose best postings are read.
+MAX_FORMS = 8
 
-_FTS = table("memories_fts", column("rowid"), column("rank"))
-_FTS_TABLE: ColumnClause[Any] = literal_column("memories_fts")
+_TERMS = orm.MemoryTerm.__table__.c
+
+# The first MAX_FORMS terms of a prefix range, one index seek each (a loose index scan
+# written out: neither engine does one for DISTINCT).
+_FORMS = text(
+    "WITH RECURSIVE forms(n, term) AS ("
+    " SELECT 1, (SELECT MIN(term) FROM memory_terms"
+    "  WHERE agent_id = :agent AND term >= :low AND term < :high)"
+    " UNION ALL"
+    " SELECT forms.n + 1, (SELECT MIN(t.term) FROM memory_terms t"
+    "  WHERE t.agent_id = :agent AND t.term > forms.term AND t.term < :high)"
+    " FROM forms WHERE forms.term IS NOT NULL AND forms.n < :forms"
+    ") SELECT term FROM forms WHERE term IS NOT NULL"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Term:
+    """A requirement of the match: a query word (every term it is a prefix of) or a tag (its
+    one term), as the range [low, high) of terms."""
+
+    low: str
+    high: str
+    is_word: bool
 
 
 async def search(
@@ -76,15 +115,23 @@ async def search(
     most ``limit`` (callers bound it by MAX_SEARCH_LIMIT). Without a query: the most important,
     most recently touched ones. With ``mark_used`` their ``lastUsedAt`` becomes ``now`` (a run
     read them); the caller commits."""
-    terms = search_terms(query or "")
-    if query and query.strip() and not terms:
+    words = search_terms(query or "")
+    if query and query.strip() and not words:
         return []  # only punctuation: nothing can match
     tags = list(dict.fromkeys(tags or ()))
-    # Every word first: far fewer rows to read than any word when a word is common. Fewer
-    # than `limit` such memories (or one word): any word, as ranked before.
-    candidates = await _candidates(session, workspace_id, agent_id, terms, tags, every_word=len(terms) > 1)
-    if len(terms) > 1 and len(candidates) < limit:
-        candidates = await _candidates(session, workspace_id, agent_id, terms, tags, every_word=False)
+    if not words and not tags:
+        candidates = await _best_by_value(session, workspace_id, agent_id)
+    else:
+        required = [_Term(*prefix_range(w), is_word=True) for w in words]
+        required += [_Term(*prefix_range(tag_term(t)), is_word=False) for t in tags]
+        counts = await _counts(session, agent_id, required)
+        # Every word first: the rarest word bounds the candidates. Fewer than `limit` such
+        # memories (or one word): any word, as ranked before.
+        candidates = await _matching(session, workspace_id, agent_id, required, counts, tags, every_word=True)
+        if len(words) > 1 and len(candidates) < limit:
+            candidates = await _matching(
+                session, workspace_id, agent_id, required, counts, tags, every_word=False
+            )
     rows = {memory.id: memory for memory, _ in candidates}
     hits = [
         SearchHit(
@@ -125,64 +172,124 @@ async def record_use(
             set_committed_value(memory, "injection_rank", ranks[memory.id])
 
 
-async def _candidates(
+
+
+async def _best_by_value(
+    session: AsyncSession, workspace_id: int, agent_id: int
+) -> list[tuple[orm.Memory, float]]:
+    """The agent's best MAX_CANDIDATES by importance x recency: the head of its index."""
+    stmt = (
+        select(orm.Memory)
+        .where(orm.Memory.workspace_id == workspace_id, orm.Memory.agent_id == agent_id)
+        .order_by(orm.Memory.injection_rank.desc(), orm.Memory.id.desc())
+        .limit(MAX_CANDIDATES)
+    )
+    return [(memory, 0.0) for memory in await session.scalars(stmt)]
+
+
+def _in_range(term: _Term) -> Any:
+    return and_(_TERMS.term >= term.low, _TERMS.term < term.high)
+
+
+async def _counts(session: AsyncSession, agent_id: int, required: list[_Term]) -> list[int]:
+    """Each requirement's postings among the agent's, counted up to DF_CAP."""
+    counts = [
+        select(literal(i).label("i"), func.count().label("n")).select_from(
+            select(_TERMS.memory_id)
+            .where(_TERMS.agent_id == agent_id, _in_range(term))
+            .limit(DF_CAP)
+            .subquery()
+        )
+        for i, term in enumerate(required)
+    ]
+    found = dict((await session.execute(union_all(*counts))).all())
+    return [int(found.get(i, 0)) for i in range(len(required))]
+
+
+async def _matching(
     session: AsyncSession,
     workspace_id: int,
     agent_id: int,
-    terms: list[str],
+    required: list[_Term],
+    counts: list[int],
     tags: list[str],
     *,
     every_word: bool,
 ) -> list[tuple[orm.Memory, float]]:
-    """At most MAX_CANDIDATES of the agent's memories carrying all ``tags`` with their text
-    relevance: the best text matches, or without ``terms`` the best by importance x recency."""
-    if terms:
-        found = _text_candidates(session, agent_id, terms, tags, every_word=every_word)
-        stmt = select(orm.Memory, found.c.relevance).join(found, found.c.id == orm.Memory.id)
+    """The agent's memories holding every word (or any word) and every tag, among at most
+    MAX_CANDIDATES read from the rarest requirement's postings, with their text relevance."""
+    words = [(t, n) for t, n in zip(required, counts, strict=True) if t.is_word]
+    tag_terms = [(t, n) for t, n in zip(required, counts, strict=True) if not t.is_word]
+    if every_word or len(words) <= 1:
+        options = [[pair] for pair in [*words, *tag_terms]]
     else:
-        stmt = (
-            select(orm.Memory, literal(0.0))
-            .order_by(orm.Memory.injection_rank.desc(), orm.Memory.id.desc())
-            .limit(MAX_CANDIDATES)
+        options = [sorted(words, key=lambda pair: pair[1]), *([pair] for pair in tag_terms)]
+    # The driver: the option with the fewest postings (a word group: all of its words').
+    driver = min(options, key=lambda group: sum(n for _, n in group))
+    if sum(n for _, n in driver) == 0:
+        return []
+    ids = await _driver_ids(session, agent_id, driver)
+    if not ids:
+        return []
+    # Which of the query's terms each candidate holds, and how often.
+    held = await session.execute(
+        select(_TERMS.memory_id, _TERMS.term, _TERMS.frequency).where(
+            _TERMS.memory_id.in_(ids), or_(*(_in_range(t) for t in required))
         )
-    stmt = stmt.where(orm.Memory.workspace_id == workspace_id, orm.Memory.agent_id == agent_id)
-    for tag in tags:
-        stmt = stmt.where(memory_has_tag(session, tag))
-    return [(memory, float(relevance)) for memory, relevance in (await session.execute(stmt)).all()]
-
-
-def _text_candidates(
-    session: AsyncSession, agent_id: int, terms: list[str], tags: list[str], *, every_word: bool
-) -> Any:
-    """(id, relevance) of the agent's best ``MAX_CANDIDATES`` text matches of every word, or
-    of any word, carrying the tags' tokens; relevance larger is better."""
-    words = [word_token(agent_id, t) for t in terms]
-    required = [tag_token(agent_id, t) for t in tags]
-    if session.get_bind().dialect.name in ("mysql", "mariadb"):
-        # Boolean mode, each word a prefix: `+w*` required, `w*` optional (one must match).
-        if every_word:
-            against = " ".join(f"+{w}*" for w in words)
-        else:
-            against = " ".join(f"{w}*" for w in words)
-            if required:
-                against = f"+({against})"
-        against = " ".join([against, *(f"+{t}" for t in required)])
-        score = match(orm.Memory.__table__.c.search_text, against=against).in_boolean_mode()
-        relevance = score.label("relevance")
-        return (
-            select(orm.Memory.id.label("id"), relevance)
-            .where(score)
-            .order_by(relevance.desc())
-            .limit(MAX_CANDIDATES)
-            .subquery("found")
-        )
-    # FTS5: each word a quoted prefix phrase (quotes keep AND/OR/NOT/NEAR literal words).
-    expression = "(" + (" AND " if every_word else " OR ").join(f'"{w}"*' for w in words) + ")"
-    expression = " AND ".join([expression, *(f'"{t}"' for t in required)])
-    return (
-        select(_FTS.c.rowid.label("id"), (-_FTS.c.rank).label("relevance"))  # rank: bm25, smaller is better
-        .where(_FTS_TABLE.op("MATCH")(expression))
-        .order_by(_FTS.c.rank)
-        .limit(MAX_CANDIDATES)
-        .subquery("found")
     )
+    frequencies: dict[int, list[int]] = {i: [0] * len(required) for i in ids}
+    for memory_id, term, frequency in held:
+        for n, requirement in enumerate(required):
+            if requirement.low <= term < requirement.high:
+                frequencies[memory_id][n] += frequency
+    relevance: dict[int, float] = {}
+    word_counts = [n for t, n in zip(required, counts, strict=True) if t.is_word]
+    for memory_id, found in frequencies.items():
+        word_tf = [f for t, f in zip(required, found, strict=True) if t.is_word]
+        tags_held = all(f > 0 for t, f in zip(required, found, strict=True) if not t.is_word)
+        words_held = all(word_tf) if every_word else (not word_tf or any(word_tf))
+        if tags_held and words_held:
+            relevance[memory_id] = text_relevance(word_tf, word_counts)
+    if not relevance:
+        return []
+    stmt = select(orm.Memory).where(
+        orm.Memory.id.in_(list(relevance)),
+        orm.Memory.workspace_id == workspace_id,
+        orm.Memory.agent_id == agent_id,
+    )
+    for tag in tags:  # exactly (a tag term is a digest)
+        stmt = stmt.where(memory_has_tag(session, tag))
+    return [(memory, relevance[memory.id]) for memory in await session.scalars(stmt)]
+
+
+async def _driver_ids(session: AsyncSession, agent_id: int, driver: list[tuple[_Term, int]]) -> list[int]:
+    """At most MAX_CANDIDATES memory ids from the driver's postings, its rarest term's first:
+    a term with at most MAX_CANDIDATES postings whole, a more common one's best by write rank
+    (from each of its first MAX_FORMS forms, an ordered index read with a LIMIT)."""
+    reads = []
+    for i, (term, n) in enumerate(sorted(driver, key=lambda pair: pair[1])):
+        index = literal(i).label("i")
+        in_agent = _TERMS.agent_id == agent_id
+        if n <= MAX_CANDIDATES:
+            reads.append(select(index, _TERMS.memory_id, _TERMS.write_rank).where(in_agent, _in_range(term)))
+            continue
+        params = {"agent": agent_id, "low": term.low, "high": term.high, "forms": MAX_FORMS}
+        for form in (await session.execute(_FORMS, params)).scalars():
+            best = (
+                select(_TERMS.memory_id, _TERMS.write_rank)
+                .where(in_agent, _TERMS.term == form)
+                .order_by(_TERMS.write_rank.desc(), _TERMS.memory_id.desc())
+                .limit(MAX_CANDIDATES)
+                .subquery()
+            )
+            reads.append(select(index, best.c.memory_id, best.c.write_rank))
+    per_term: dict[int, list[tuple[int, float]]] = {}
+    for i, memory_id, rank in await session.execute(union_all(*reads)):
+        per_term.setdefault(int(i), []).append((memory_id, rank))
+    ids: dict[int, None] = {}
+    for i in sorted(per_term):
+        for memory_id, _ in sorted(per_term[i], key=lambda r: (-r[1], -r[0])):
+            if len(ids) >= MAX_CANDIDATES:
+                return list(ids)
+            ids.setdefault(memory_id, None)
+    return list(ids)
