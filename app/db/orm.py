@@ -27,8 +27,8 @@ from sqlalchemy import (
     UniqueConstraint,
     delete,
     event,
-    inspect,
     insert,
+    inspect,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship

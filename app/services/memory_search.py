@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, func, literal, or_, select, text, union_all, update
+from sqlalchemy import and_, case, func, literal, or_, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -63,7 +63,6 @@ from app.domain.memory import (
     tag_term,
     text_relevance,
 )
-from app.services.queries import memory_has_tag
 
 DEFAULT_SEARCH_LIMIT = 10
 MAX_SEARCH_LIMIT = 50
@@ -75,19 +74,6 @@ MAX_CANDIDATES = 200
 MAX_FORMS = 8
 
 _TERMS = orm.MemoryTerm.__table__.c
-
-# The first MAX_FORMS terms of a prefix range, one index seek each (a loose index scan
-# written out: neither engine does one for DISTINCT).
-_FORMS = text(
-    "WITH RECURSIVE forms(n, term) AS ("
-    " SELECT 1, (SELECT MIN(term) FROM memory_terms"
-    "  WHERE agent_id = :agent AND term >= :low AND term < :high)"
-    " UNION ALL"
-    " SELECT forms.n + 1, (SELECT MIN(t.term) FROM memory_terms t"
-    "  WHERE t.agent_id = :agent AND t.term > forms.term AND t.term < :high)"
-    " FROM forms WHERE forms.term IS NOT NULL AND forms.n < :forms"
-    ") SELECT term FROM forms WHERE term IS NOT NULL"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,30 +106,22 @@ async def search(
         return []  # only punctuation: nothing can match
     tags = list(dict.fromkeys(tags or ()))
     if not words and not tags:
-        candidates = await _best_by_value(session, workspace_id, agent_id)
+        hits = await _best_by_value(session, workspace_id, agent_id)
     else:
         required = [_Term(*prefix_range(w), is_word=True) for w in words]
         required += [_Term(*prefix_range(tag_term(t)), is_word=False) for t in tags]
         counts = await _counts(session, agent_id, required)
         # Every word first: the rarest word bounds the candidates. Fewer than `limit` such
         # memories (or one word): any word, as ranked before.
-        candidates = await _matching(session, workspace_id, agent_id, required, counts, tags, every_word=True)
-        if len(words) > 1 and len(candidates) < limit:
-            candidates = await _matching(
-                session, workspace_id, agent_id, required, counts, tags, every_word=False
-            )
-    rows = {memory.id: memory for memory, _ in candidates}
-    hits = [
-        SearchHit(
-            id=memory.id,
-            relevance=relevance,
-            importance=memory.importance,
-            updated_at=memory.updated_at,
-            last_used_at=memory.last_used_at,
-        )
-        for memory, relevance in candidates
-    ]
-    chosen = [rows[h.id] for h in rank_search_hits(hits, now=now, limit=limit)]
+        hits = await _matching(session, workspace_id, agent_id, required, counts, tags, every_word=True)
+        if len(words) > 1 and len(hits) < limit:
+            hits = await _matching(session, workspace_id, agent_id, required, counts, tags, every_word=False)
+    ranked = [h.id for h in rank_search_hits(hits, now=now, limit=limit)]
+    if not ranked:
+        return []
+    # Whole rows for the chosen few only.
+    rows = {m.id: m for m in await session.scalars(select(orm.Memory).where(orm.Memory.id.in_(ranked)))}
+    chosen = [rows[i] for i in ranked if i in rows]
     if mark_used and chosen:
         await record_use(session, chosen, now=now)
     return chosen
@@ -172,19 +150,22 @@ async def record_use(
             set_committed_value(memory, "injection_rank", ranks[memory.id])
 
 
+# What the ranking needs of a candidate: not the whole row.
+_HIT_COLUMNS = (orm.Memory.id, orm.Memory.importance, orm.Memory.updated_at, orm.Memory.last_used_at)
 
 
-async def _best_by_value(
-    session: AsyncSession, workspace_id: int, agent_id: int
-) -> list[tuple[orm.Memory, float]]:
+async def _best_by_value(session: AsyncSession, workspace_id: int, agent_id: int) -> list[SearchHit]:
     """The agent's best MAX_CANDIDATES by importance x recency: the head of its index."""
     stmt = (
-        select(orm.Memory)
+        select(*_HIT_COLUMNS)
         .where(orm.Memory.workspace_id == workspace_id, orm.Memory.agent_id == agent_id)
         .order_by(orm.Memory.injection_rank.desc(), orm.Memory.id.desc())
         .limit(MAX_CANDIDATES)
     )
-    return [(memory, 0.0) for memory in await session.scalars(stmt)]
+    return [
+        SearchHit(id, 0.0, importance, updated, used)
+        for id, importance, updated, used in await session.execute(stmt)
+    ]
 
 
 def _in_range(term: _Term) -> Any:
@@ -215,7 +196,7 @@ async def _matching(
     tags: list[str],
     *,
     every_word: bool,
-) -> list[tuple[orm.Memory, float]]:
+) -> list[SearchHit]:
     """The agent's memories holding every word (or any word) and every tag, among at most
     MAX_CANDIDATES read from the rarest requirement's postings, with their text relevance."""
     words = [(t, n) for t, n in zip(required, counts, strict=True) if t.is_word]
@@ -231,35 +212,43 @@ async def _matching(
     ids = await _driver_ids(session, agent_id, driver)
     if not ids:
         return []
-    # Which of the query's terms each candidate holds, and how often.
+    # Which of the query's terms each candidate holds and how often, with what the ranking
+    # needs of the memory (primary-key reads of both tables).
+    columns = [*_HIT_COLUMNS, orm.Memory.tags] if tags else list(_HIT_COLUMNS)
     held = await session.execute(
-        select(_TERMS.memory_id, _TERMS.term, _TERMS.frequency).where(
-            _TERMS.memory_id.in_(ids), or_(*(_in_range(t) for t in required))
+        select(_TERMS.term, _TERMS.frequency, *columns)
+        .join(orm.Memory, orm.Memory.id == _TERMS.memory_id)
+        .where(
+            _TERMS.memory_id.in_(ids),
+            or_(*(_in_range(t) for t in required)),
+            orm.Memory.workspace_id == workspace_id,
+            orm.Memory.agent_id == agent_id,
         )
     )
-    frequencies: dict[int, list[int]] = {i: [0] * len(required) for i in ids}
-    for memory_id, term, frequency in held:
+    frequencies: dict[int, list[int]] = {}
+    memories: dict[int, Any] = {}
+    for term, frequency, *memory in held:
+        found = frequencies.setdefault(memory[0], [0] * len(required))
+        memories[memory[0]] = memory
         for n, requirement in enumerate(required):
             if requirement.low <= term < requirement.high:
-                frequencies[memory_id][n] += frequency
-    relevance: dict[int, float] = {}
+                found[n] += frequency
     word_counts = [n for t, n in zip(required, counts, strict=True) if t.is_word]
+    hits = []
     for memory_id, found in frequencies.items():
         word_tf = [f for t, f in zip(required, found, strict=True) if t.is_word]
         tags_held = all(f > 0 for t, f in zip(required, found, strict=True) if not t.is_word)
         words_held = all(word_tf) if every_word else (not word_tf or any(word_tf))
-        if tags_held and words_held:
-            relevance[memory_id] = text_relevance(word_tf, word_counts)
-    if not relevance:
-        return []
-    stmt = select(orm.Memory).where(
-        orm.Memory.id.in_(list(relevance)),
-        orm.Memory.workspace_id == workspace_id,
-        orm.Memory.agent_id == agent_id,
-    )
-    for tag in tags:  # exactly (a tag term is a digest)
-        stmt = stmt.where(memory_has_tag(session, tag))
-    return [(memory, relevance[memory.id]) for memory in await session.scalars(stmt)]
+        # Every tag exactly (a tag term is a digest: a collision is dropped here).
+        if (
+            tags_held
+            and words_held
+            and (not tags or set(tags) <= set(map(str, memories[memory_id][4] or [])))
+        ):
+            _, importance, updated_at, last_used_at, *_ = memories[memory_id]
+            relevance = text_relevance(word_tf, word_counts)
+            hits.append(SearchHit(memory_id, relevance, importance, updated_at, last_used_at))
+    return hits
 
 
 async def _driver_ids(session: AsyncSession, agent_id: int, driver: list[tuple[_Term, int]]) -> list[int]:
@@ -273,8 +262,7 @@ async def _driver_ids(session: AsyncSession, agent_id: int, driver: list[tuple[_
         if n <= MAX_CANDIDATES:
             reads.append(select(index, _TERMS.memory_id, _TERMS.write_rank).where(in_agent, _in_range(term)))
             continue
-        params = {"agent": agent_id, "low": term.low, "high": term.high, "forms": MAX_FORMS}
-        for form in (await session.execute(_FORMS, params)).scalars():
+        for form in await _forms(session, agent_id, term):
             best = (
                 select(_TERMS.memory_id, _TERMS.write_rank)
                 .where(in_agent, _TERMS.term == form)
@@ -293,3 +281,23 @@ async def _driver_ids(session: AsyncSession, agent_id: int, driver: list[tuple[_
                 return list(ids)
             ids.setdefault(memory_id, None)
     return list(ids)
+
+
+async def _forms(session: AsyncSession, agent_id: int, term: _Term) -> list[str]:
+    """The first MAX_FORMS terms of the word's range, one index seek each: a loose index scan
+    written out (neither engine does one for a DISTINCT, and MariaDB plans a recursive CTE's
+    correlated MIN as a scan of the range)."""
+    forms: list[str] = []
+    after = None
+    while len(forms) < MAX_FORMS:
+        bound = _TERMS.term >= term.low if after is None else _TERMS.term > after
+        after = await session.scalar(
+            select(_TERMS.term)
+            .where(_TERMS.agent_id == agent_id, bound, _TERMS.term < term.high)
+            .order_by(_TERMS.term)
+            .limit(1)
+        )
+        if after is None:
+            break
+        forms.append(after)
+    return forms

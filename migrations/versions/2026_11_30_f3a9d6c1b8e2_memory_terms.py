@@ -94,7 +94,10 @@ def upgrade() -> None:
         sa.Column("write_rank", sa.Double(), nullable=False),
         sa.Column("frequency", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(
-            ["memory_id"], ["memories.id"], name=op.f("fk_memory_terms_memory_id_memories"), ondelete="CASCADE"
+            ["memory_id"],
+            ["memories.id"],
+            name=op.f("fk_memory_terms_memory_id_memories"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("memory_id", "term"),
     )
@@ -108,8 +111,13 @@ def upgrade() -> None:
         if not rows:
             break
         postings = [
-            {"memory_id": r.id, "term": term, "agent_id": r.agent_id,
-             "write_rank": _write_rank(r.importance, r.updated_at), "frequency": n}  # fmt: skip
+            {
+                "memory_id": r.id,
+                "term": term,
+                "agent_id": r.agent_id,
+                "write_rank": _write_rank(r.importance, r.updated_at),
+                "frequency": n,
+            }  # fmt: skip
             for r in rows
             for term, n in _terms(r.key, r.value, r.tags or []).items()
         ]
