@@ -158,7 +158,8 @@ async def _load(engine: AsyncEngine, agent_memories: int, workspace_memories: in
                 n += 1
                 rows.append(_memory_row(rng, workspace_id=workspace.id, agent_id=agent_id, n=n, now=now))
             terms = [t for r in rows for t in memory_term_rows(
-                r["id"], r["agent_id"], r["key"], r["value"], r["tags"], r["importance"], r["updated_at"])]  # type: ignore[arg-type]  # fmt: skip
+                r["id"], r["agent_id"], r["key"], r["value"], r["tags"], r["importance"], r["updated_at"],
+                r["injection_rank"])]  # type: ignore[arg-type]  # fmt: skip
             async with engine.begin() as conn:
                 await conn.execute(insert(Memory), rows)
                 for chunk in range(0, len(terms), 20_000):

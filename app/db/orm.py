@@ -181,32 +181,42 @@ MemoryTermText = String(80).with_variant(mysql.VARCHAR(80, collation="utf8mb4_bi
 
 class MemoryTerm(Base):
     """The search index the application keeps (``domain.memory.memory_terms``): one row per
-    memory and term, written with the memory. A term's postings are read best first by
-    (agent_id, term, write_rank), so a common word costs a LIMIT (services.memory_search)."""
+    memory and term, written with the memory. Clustered in search order (the primary key;
+    WITHOUT ROWID on SQLite): a term's postings best first by write rank, so a common word
+    costs a LIMIT and the best postings of every term stay together (services.memory_search).
+    ``value_rank`` copies the memory's ``injection_rank`` so ranking needs no memory row."""
 
     __tablename__ = "memory_terms"
-    __table_args__ = (
-        Index("ix_memory_terms_agent_id_term_write_rank", "agent_id", "term", "write_rank", "memory_id"),
-    )
+    __table_args__ = (Index("ix_memory_terms_memory_id", "memory_id"), {"sqlite_with_rowid": False})
 
-    memory_id: Mapped[int] = mapped_column(ForeignKey("memories.id", ondelete="CASCADE"), primary_key=True)
+    agent_id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=False)
     term: Mapped[str] = mapped_column(MemoryTermText, primary_key=True)
-    agent_id: Mapped[int] = mapped_column(Id)
     # ``domain.memory.write_rank``: importance x recency as of the memory's last write.
-    write_rank: Mapped[float] = mapped_column(Double)
+    write_rank: Mapped[float] = mapped_column(Double, primary_key=True)
+    memory_id: Mapped[int] = mapped_column(
+        ForeignKey("memories.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
     frequency: Mapped[int] = mapped_column(Integer)
+    value_rank: Mapped[float] = mapped_column(Double)
 
 
 # What a memory's terms are derived from: a write that changes none of them keeps its rows.
-_TERM_SOURCES = ("agent_id", "key", "value", "tags", "importance", "updated_at")
+_TERM_SOURCES = ("agent_id", "key", "value", "tags", "importance", "updated_at", "last_used_at")
 
 
 def memory_term_rows(memory_id: int, agent_id: int, key: str, value: str, tags: Any,
-                     importance: float, updated_at: datetime) -> list[dict[str, Any]]:  # fmt: skip
+                     importance: float, updated_at: datetime, value_rank: float) -> list[dict[str, Any]]:  # fmt: skip
     """The ``memory_terms`` rows of one memory (also for bulk loads that bypass the ORM)."""
     rank = write_rank(importance, updated_at)
     return [
-        {"memory_id": memory_id, "term": term, "agent_id": agent_id, "write_rank": rank, "frequency": n}
+        {
+            "agent_id": agent_id,
+            "term": term,
+            "write_rank": rank,
+            "memory_id": memory_id,
+            "frequency": n,
+            "value_rank": value_rank,
+        }  # fmt: skip
         for term, n in memory_terms(key, value, tags or []).items()
     ]
 
@@ -215,14 +225,14 @@ def memory_term_rows(memory_id: int, agent_id: int, key: str, value: str, tags: 
 @event.listens_for(Memory, "after_update")
 def _keep_terms(_mapper: Any, connection: Any, memory: Memory) -> None:
     """Every ORM write of a memory rewrites its terms in the same transaction (a delete needs
-    nothing: the foreign key cascades). Bulk statements bypass this: ``record_use`` changes
-    only ``last_used_at``, which no term depends on."""
+    nothing: the foreign key cascades). Bulk statements bypass this and keep the rows
+    themselves (``services.memory_search.record_use`` copies the new injection rank)."""
     state = inspect(memory)
     if not any(state.attrs[name].history.has_changes() for name in _TERM_SOURCES):
         return
     connection.execute(delete(MemoryTerm.__table__).where(MemoryTerm.__table__.c.memory_id == memory.id))
     rows = memory_term_rows(memory.id, memory.agent_id, memory.key, memory.value, memory.tags,
-                            memory.importance, memory.updated_at)  # fmt: skip
+                            memory.importance, memory.updated_at, memory.injection_rank)  # fmt: skip
     if rows:
         connection.execute(insert(MemoryTerm.__table__), rows)
 

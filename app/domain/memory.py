@@ -96,10 +96,21 @@ _WORD = re.compile(r"[^\W_]+")
 @dataclass(frozen=True, slots=True)
 class SearchHit:
     id: int
-    relevance: float  # the database's full-text score, larger is better; 0 without a query
-    importance: float
-    updated_at: datetime
-    last_used_at: datetime | None
+    relevance: float  # ``text_relevance``, larger is better; 0 without a query
+    value_rank: float  # the memory's ``injection_rank``: importance x recency as a key
+
+
+def value_from_rank(rank: float, now: datetime) -> float:
+    """``value_score`` from a memory's ``injection_rank`` alone: the rank is
+    log2(importance) + touched/H (in days), so the value is 2^(rank - now/H). A memory touched
+    in the future (clock skew) is clamped at 1, the largest importance, where ``value_score``
+    clamps at its own importance."""
+    if rank <= NO_VALUE_RANK:
+        return 0.0
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    exponent = rank - now.timestamp() / 86_400 / RECENCY_HALF_LIFE_DAYS
+    return float(2.0 ** min(exponent, 0.0))
 
 
 def rank_search_hits(hits: list[SearchHit], *, now: datetime, limit: int) -> list[SearchHit]:
@@ -109,7 +120,7 @@ def rank_search_hits(hits: list[SearchHit], *, now: datetime, limit: int) -> lis
     best = max((h.relevance for h in hits), default=0.0)
 
     def score(hit: SearchHit) -> float:
-        value = _importance_x_recency(hit.importance, hit.updated_at, hit.last_used_at, now)
+        value = value_from_rank(hit.value_rank, now)
         if best <= 0:
             return value
         return RELEVANCE_WEIGHT * (hit.relevance / best) + (1 - RELEVANCE_WEIGHT) * value

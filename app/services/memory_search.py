@@ -43,11 +43,11 @@ Without words or tags, the candidates are the agent's head by importance x recen
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, func, literal, or_, select, union_all, update
+from sqlalchemy import and_, case, func, literal, select, tuple_, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -111,16 +111,25 @@ async def search(
         required = [_Term(*prefix_range(w), is_word=True) for w in words]
         required += [_Term(*prefix_range(tag_term(t)), is_word=False) for t in tags]
         counts = await _counts(session, agent_id, required)
+        postings = _Postings(session, agent_id, required, counts)
         # Every word first: the rarest word bounds the candidates. Fewer than `limit` such
         # memories (or one word): any word, as ranked before.
-        hits = await _matching(session, workspace_id, agent_id, required, counts, tags, every_word=True)
+        hits = await _matching(postings, every_word=True)
         if len(words) > 1 and len(hits) < limit:
-            hits = await _matching(session, workspace_id, agent_id, required, counts, tags, every_word=False)
+            hits = await _matching(postings, every_word=False)
     ranked = [h.id for h in rank_search_hits(hits, now=now, limit=limit)]
     if not ranked:
         return []
-    # Whole rows for the chosen few only.
-    rows = {m.id: m for m in await session.scalars(select(orm.Memory).where(orm.Memory.id.in_(ranked)))}
+    # Whole rows for the chosen few only, checked: the workspace, and every tag exactly (a
+    # tag term is a digest).
+    found = await session.scalars(
+        select(orm.Memory).where(
+            orm.Memory.id.in_(ranked),
+            orm.Memory.workspace_id == workspace_id,
+            orm.Memory.agent_id == agent_id,
+        )
+    )
+    rows = {m.id: m for m in found if set(tags) <= set(map(str, m.tags or []))}
     chosen = [rows[i] for i in ranked if i in rows]
     if mark_used and chosen:
         await record_use(session, chosen, now=now)
@@ -144,28 +153,26 @@ async def record_use(
         .values(last_used_at=now, injection_rank=case(*as_read, else_=orm.Memory.injection_rank))
         .execution_options(synchronize_session=False)
     )
+    # The term index's copy of the rank (what search ranks by) follows, as stored.
+    stored = select(orm.Memory.injection_rank).where(orm.Memory.id == _TERMS.memory_id).scalar_subquery()
+    await session.execute(
+        update(orm.MemoryTerm.__table__).where(_TERMS.memory_id.in_(list(ranks))).values(value_rank=stored)
+    )
     for memory in memories:
         if isinstance(memory, orm.Memory):
             set_committed_value(memory, "last_used_at", now)
             set_committed_value(memory, "injection_rank", ranks[memory.id])
 
 
-# What the ranking needs of a candidate: not the whole row.
-_HIT_COLUMNS = (orm.Memory.id, orm.Memory.importance, orm.Memory.updated_at, orm.Memory.last_used_at)
-
-
 async def _best_by_value(session: AsyncSession, workspace_id: int, agent_id: int) -> list[SearchHit]:
     """The agent's best MAX_CANDIDATES by importance x recency: the head of its index."""
     stmt = (
-        select(*_HIT_COLUMNS)
+        select(orm.Memory.id, orm.Memory.injection_rank)
         .where(orm.Memory.workspace_id == workspace_id, orm.Memory.agent_id == agent_id)
         .order_by(orm.Memory.injection_rank.desc(), orm.Memory.id.desc())
         .limit(MAX_CANDIDATES)
     )
-    return [
-        SearchHit(id, 0.0, importance, updated, used)
-        for id, importance, updated, used in await session.execute(stmt)
-    ]
+    return [SearchHit(id, 0.0, rank) for id, rank in await session.execute(stmt)]
 
 
 def _in_range(term: _Term) -> Any:
@@ -187,117 +194,149 @@ async def _counts(session: AsyncSession, agent_id: int, required: list[_Term]) -
     return [int(found.get(i, 0)) for i in range(len(required))]
 
 
-async def _matching(
-    session: AsyncSession,
-    workspace_id: int,
-    agent_id: int,
-    required: list[_Term],
-    counts: list[int],
-    tags: list[str],
-    *,
-    every_word: bool,
-) -> list[SearchHit]:
+@dataclass
+class _Postings:
+    """What one search has read of the index, shared by its two passes: each requirement's
+    postings count, the forms of the common ones, and the postings read so far."""
+
+    session: AsyncSession
+    agent_id: int
+    required: list[_Term]
+    counts: list[int]
+    forms: dict[int, list[str]] = field(default_factory=dict)
+    # (requirement, memory id) -> frequency, for every posting read
+    held: dict[tuple[int, int], int] = field(default_factory=dict)
+    # memory id -> (write rank, value rank), for every memory met
+    ranks: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # requirements read whole (at most MAX_CANDIDATES postings): absence there is known
+    whole: set[int] = field(default_factory=set)
+    # (requirement, memory id) pairs looked up one by one
+    looked_up: set[tuple[int, int]] = field(default_factory=set)
+
+    def small(self, i: int) -> bool:
+        return self.counts[i] <= MAX_CANDIDATES
+
+    def add(self, i: int, memory_id: int, frequency: int, write: float, value: float) -> None:
+        self.held[(i, memory_id)] = self.held.get((i, memory_id), 0) + frequency
+        self.ranks[memory_id] = (write, value)
+
+    async def forms_of(self, i: int) -> list[str]:
+        """The first MAX_FORMS terms of requirement i's range, one index seek each (a loose
+        index scan written out: neither engine does one for a DISTINCT, and MariaDB plans a
+        recursive CTE's correlated MIN as a scan of the range). A tag has one form."""
+        if i in self.forms:
+            return self.forms[i]
+        term = self.required[i]
+        found: list[str] = []
+        if not term.is_word:
+            found = [term.low]
+        after = None
+        while term.is_word and len(found) < MAX_FORMS:
+            bound = _TERMS.term >= term.low if after is None else _TERMS.term > after
+            after = await self.session.scalar(
+                select(_TERMS.term)
+                .where(_TERMS.agent_id == self.agent_id, bound, _TERMS.term < term.high)
+                .order_by(_TERMS.term)
+                .limit(1)
+            )
+            if after is None:
+                break
+            found.append(after)
+        self.forms[i] = found
+        return found
+
+    async def read(self, drivers: list[int]) -> list[int]:
+        """At most MAX_CANDIDATES memory ids from the drivers' postings, the rarest's first:
+        a requirement with at most MAX_CANDIDATES postings whole, a more common one's best by
+        write rank from each of its forms (an ordered read of the index with a LIMIT). Every
+        other small requirement is read whole in the same statement."""
+        columns = (_TERMS.memory_id, _TERMS.frequency, _TERMS.write_rank, _TERMS.value_rank)
+        reads = []
+        small = [i for i in range(len(self.required)) if self.small(i) and i not in self.whole]
+        for i in small:
+            term = self.required[i]
+            reads.append(
+                select(literal(i), *columns).where(_TERMS.agent_id == self.agent_id, _in_range(term))
+            )
+        best_of: dict[int, list[tuple[int, float]]] = {}
+        for i in drivers:
+            if self.small(i):
+                continue
+            for form in await self.forms_of(i):
+                best = (
+                    select(*columns)
+                    .where(_TERMS.agent_id == self.agent_id, _TERMS.term == form)
+                    .order_by(_TERMS.write_rank.desc(), _TERMS.memory_id.desc())
+                    .limit(MAX_CANDIDATES)
+                    .subquery()
+                )
+                reads.append(select(literal(i), *best.c))
+        if reads:
+            for i, memory_id, frequency, write, value in await self.session.execute(union_all(*reads)):
+                self.add(int(i), memory_id, frequency, write, value)
+                best_of.setdefault(int(i), []).append((memory_id, write))
+        self.whole.update(small)
+        for i in drivers:
+            if self.small(i):
+                best_of[i] = [(m, self.ranks[m][0]) for (j, m) in self.held if j == i]
+        ids: dict[int, None] = {}
+        for i in sorted(drivers, key=lambda i: self.counts[i]):
+            for memory_id, _ in sorted(best_of.get(i, []), key=lambda r: (-r[1], -r[0])):
+                if len(ids) >= MAX_CANDIDATES:
+                    return list(ids)
+                ids.setdefault(memory_id, None)
+        return list(ids)
+
+    async def look_up(self, ids: list[int]) -> None:
+        """Whether each of ``ids`` holds each common requirement: point reads of the index at
+        the memory's write rank in every form (the best postings, read just before, sit
+        together at the head of each term)."""
+        keys = []
+        for i in range(len(self.required)):
+            if i in self.whole:
+                continue
+            missing = [m for m in ids if (i, m) not in self.held and (i, m) not in self.looked_up]
+            if not missing:
+                continue
+            forms = await self.forms_of(i)
+            keys += [(i, form, m) for form in forms for m in missing]
+            self.looked_up.update((i, m) for m in missing)
+        if not keys:
+            return
+        by_key = {(form, m): i for i, form, m in keys}
+        stmt = select(_TERMS.term, _TERMS.memory_id, _TERMS.frequency).where(
+            tuple_(_TERMS.agent_id, _TERMS.term, _TERMS.write_rank, _TERMS.memory_id).in_(
+                [(self.agent_id, form, self.ranks[m][0], m) for _, form, m in keys]
+            )
+        )
+        for term, memory_id, frequency in await self.session.execute(stmt):
+            write, value = self.ranks[memory_id]
+            self.add(by_key[(term, memory_id)], memory_id, frequency, write, value)
+
+
+async def _matching(postings: _Postings, *, every_word: bool) -> list[SearchHit]:
     """The agent's memories holding every word (or any word) and every tag, among at most
     MAX_CANDIDATES read from the rarest requirement's postings, with their text relevance."""
-    words = [(t, n) for t, n in zip(required, counts, strict=True) if t.is_word]
-    tag_terms = [(t, n) for t, n in zip(required, counts, strict=True) if not t.is_word]
+    required, counts = postings.required, postings.counts
+    words = [i for i, t in enumerate(required) if t.is_word]
+    tags = [i for i, t in enumerate(required) if not t.is_word]
     if every_word or len(words) <= 1:
-        options = [[pair] for pair in [*words, *tag_terms]]
+        options = [[i] for i in range(len(required))]
     else:
-        options = [sorted(words, key=lambda pair: pair[1]), *([pair] for pair in tag_terms)]
+        options = [words, *([i] for i in tags)]
     # The driver: the option with the fewest postings (a word group: all of its words').
-    driver = min(options, key=lambda group: sum(n for _, n in group))
-    if sum(n for _, n in driver) == 0:
+    drivers = min(options, key=lambda group: sum(counts[i] for i in group))
+    if sum(counts[i] for i in drivers) == 0:
         return []
-    ids = await _driver_ids(session, agent_id, driver)
-    if not ids:
-        return []
-    # Which of the query's terms each candidate holds and how often, with what the ranking
-    # needs of the memory (primary-key reads of both tables).
-    columns = [*_HIT_COLUMNS, orm.Memory.tags] if tags else list(_HIT_COLUMNS)
-    held = await session.execute(
-        select(_TERMS.term, _TERMS.frequency, *columns)
-        .join(orm.Memory, orm.Memory.id == _TERMS.memory_id)
-        .where(
-            _TERMS.memory_id.in_(ids),
-            or_(*(_in_range(t) for t in required)),
-            orm.Memory.workspace_id == workspace_id,
-            orm.Memory.agent_id == agent_id,
-        )
-    )
-    frequencies: dict[int, list[int]] = {}
-    memories: dict[int, Any] = {}
-    for term, frequency, *memory in held:
-        found = frequencies.setdefault(memory[0], [0] * len(required))
-        memories[memory[0]] = memory
-        for n, requirement in enumerate(required):
-            if requirement.low <= term < requirement.high:
-                found[n] += frequency
-    word_counts = [n for t, n in zip(required, counts, strict=True) if t.is_word]
+    ids = await postings.read(drivers)
+    await postings.look_up(ids)
+    word_counts = [counts[i] for i in words]
     hits = []
-    for memory_id, found in frequencies.items():
-        word_tf = [f for t, f in zip(required, found, strict=True) if t.is_word]
-        tags_held = all(f > 0 for t, f in zip(required, found, strict=True) if not t.is_word)
+    for memory_id in ids:
+        word_tf = [postings.held.get((i, memory_id), 0) for i in words]
+        tags_held = all((i, memory_id) in postings.held for i in tags)
         words_held = all(word_tf) if every_word else (not word_tf or any(word_tf))
-        # Every tag exactly (a tag term is a digest: a collision is dropped here).
-        if (
-            tags_held
-            and words_held
-            and (not tags or set(tags) <= set(map(str, memories[memory_id][4] or [])))
-        ):
-            _, importance, updated_at, last_used_at, *_ = memories[memory_id]
+        if tags_held and words_held:
             relevance = text_relevance(word_tf, word_counts)
-            hits.append(SearchHit(memory_id, relevance, importance, updated_at, last_used_at))
+            hits.append(SearchHit(memory_id, relevance, postings.ranks[memory_id][1]))
     return hits
-
-
-async def _driver_ids(session: AsyncSession, agent_id: int, driver: list[tuple[_Term, int]]) -> list[int]:
-    """At most MAX_CANDIDATES memory ids from the driver's postings, its rarest term's first:
-    a term with at most MAX_CANDIDATES postings whole, a more common one's best by write rank
-    (from each of its first MAX_FORMS forms, an ordered index read with a LIMIT)."""
-    reads = []
-    for i, (term, n) in enumerate(sorted(driver, key=lambda pair: pair[1])):
-        index = literal(i).label("i")
-        in_agent = _TERMS.agent_id == agent_id
-        if n <= MAX_CANDIDATES:
-            reads.append(select(index, _TERMS.memory_id, _TERMS.write_rank).where(in_agent, _in_range(term)))
-            continue
-        for form in await _forms(session, agent_id, term):
-            best = (
-                select(_TERMS.memory_id, _TERMS.write_rank)
-                .where(in_agent, _TERMS.term == form)
-                .order_by(_TERMS.write_rank.desc(), _TERMS.memory_id.desc())
-                .limit(MAX_CANDIDATES)
-                .subquery()
-            )
-            reads.append(select(index, best.c.memory_id, best.c.write_rank))
-    per_term: dict[int, list[tuple[int, float]]] = {}
-    for i, memory_id, rank in await session.execute(union_all(*reads)):
-        per_term.setdefault(int(i), []).append((memory_id, rank))
-    ids: dict[int, None] = {}
-    for i in sorted(per_term):
-        for memory_id, _ in sorted(per_term[i], key=lambda r: (-r[1], -r[0])):
-            if len(ids) >= MAX_CANDIDATES:
-                return list(ids)
-            ids.setdefault(memory_id, None)
-    return list(ids)
-
-
-async def _forms(session: AsyncSession, agent_id: int, term: _Term) -> list[str]:
-    """The first MAX_FORMS terms of the word's range, one index seek each: a loose index scan
-    written out (neither engine does one for a DISTINCT, and MariaDB plans a recursive CTE's
-    correlated MIN as a scan of the range)."""
-    forms: list[str] = []
-    after = None
-    while len(forms) < MAX_FORMS:
-        bound = _TERMS.term >= term.low if after is None else _TERMS.term > after
-        after = await session.scalar(
-            select(_TERMS.term)
-            .where(_TERMS.agent_id == agent_id, bound, _TERMS.term < term.high)
-            .order_by(_TERMS.term)
-            .limit(1)
-        )
-        if after is None:
-            break
-        forms.append(after)
-    return forms

@@ -1,11 +1,12 @@
 """memory_terms: the search index the application keeps
 
 One row per memory and term (a folded word of its key, value or tags, or a tag's digest),
-with the memory's agent, how often the term occurs and the memory's ``write_rank``
-(importance x recency as of its last write). The index (agent_id, term, write_rank,
-memory_id) hands a search a term's best postings in order, so a word in half of an agent's
-memories costs a LIMIT instead of scoring every match (MariaDB's FULLTEXT scores them all).
-The same rows on MariaDB and SQLite: both databases match the same memories.
+with the memory's agent, how often the term occurs, the memory's ``write_rank``
+(importance x recency as of its last write) and a copy of its ``injection_rank``
+(``value_rank``). Clustered by the primary key (agent_id, term, write_rank, memory_id; WITHOUT
+ROWID on SQLite): a search reads a term's best postings in order and together, so a word in
+half of an agent's memories costs a LIMIT instead of scoring every match (MariaDB's FULLTEXT
+scores them all). The same rows on MariaDB and SQLite: both match the same memories.
 
 Existing memories are indexed here with a frozen copy of the application's functions (a
 migration must not change when the application does); the ORM keeps the rows in step on
@@ -37,7 +38,7 @@ depends_on: str | Sequence[str] | None = None
 
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 TERM = sa.String(80).with_variant(mysql.VARCHAR(80, collation="utf8mb4_bin"), "mysql", "mariadb")
-INDEX = "ix_memory_terms_agent_id_term_write_rank"
+INDEX = "ix_memory_terms_memory_id"
 BATCH = 1_000
 
 MEMORIES = sa.table(
@@ -49,6 +50,7 @@ MEMORIES = sa.table(
     sa.column("tags", sa.JSON),
     sa.column("importance", sa.Float),
     sa.column("updated_at", sa.DateTime),
+    sa.column("injection_rank", sa.Float),
 )
 TERMS = sa.table(
     "memory_terms",
@@ -57,6 +59,7 @@ TERMS = sa.table(
     sa.column("agent_id", sa.Integer),
     sa.column("write_rank", sa.Float),
     sa.column("frequency", sa.Integer),
+    sa.column("value_rank", sa.Float),
 )
 
 # -- frozen copy of app.domain.memory as of this revision --------------------------------------
@@ -88,20 +91,19 @@ def _write_rank(importance: float, updated_at: datetime) -> float:
 def upgrade() -> None:
     op.create_table(
         "memory_terms",
-        sa.Column("memory_id", ID, nullable=False),
+        sa.Column("agent_id", ID, autoincrement=False, nullable=False),
         sa.Column("term", TERM, nullable=False),
-        sa.Column("agent_id", ID, nullable=False),
         sa.Column("write_rank", sa.Double(), nullable=False),
+        sa.Column("memory_id", ID, autoincrement=False, nullable=False),
         sa.Column("frequency", sa.Integer(), nullable=False),
+        sa.Column("value_rank", sa.Double(), nullable=False),
         sa.ForeignKeyConstraint(
-            ["memory_id"],
-            ["memories.id"],
-            name=op.f("fk_memory_terms_memory_id_memories"),
-            ondelete="CASCADE",
+            ["memory_id"], ["memories.id"], name=op.f("fk_memory_terms_memory_id_memories"), ondelete="CASCADE"
         ),
-        sa.PrimaryKeyConstraint("memory_id", "term"),
+        sa.PrimaryKeyConstraint("agent_id", "term", "write_rank", "memory_id"),
+        sqlite_with_rowid=False,
     )
-    op.create_index(INDEX, "memory_terms", ["agent_id", "term", "write_rank", "memory_id"])
+    op.create_index(INDEX, "memory_terms", ["memory_id"])
     bind = op.get_bind()
     after = 0
     while True:
@@ -117,7 +119,8 @@ def upgrade() -> None:
                 "agent_id": r.agent_id,
                 "write_rank": _write_rank(r.importance, r.updated_at),
                 "frequency": n,
-            }  # fmt: skip
+                "value_rank": r.injection_rank,
+            }
             for r in rows
             for term, n in _terms(r.key, r.value, r.tags or []).items()
         ]

@@ -252,23 +252,29 @@ async def _terms(sessionmaker: Any, agent_id: int) -> dict[str, dict[str, int]]:
         rows = (
             await session.execute(
                 select(
-                    orm.Memory.key, orm.MemoryTerm.term, orm.MemoryTerm.frequency, orm.MemoryTerm.write_rank
+                    orm.Memory.key,
+                    orm.MemoryTerm.term,
+                    orm.MemoryTerm.frequency,
+                    orm.MemoryTerm.write_rank,
+                    orm.MemoryTerm.value_rank,
                 )
                 .join(orm.Memory, orm.Memory.id == orm.MemoryTerm.memory_id)
                 .where(orm.MemoryTerm.agent_id == agent_id)
             )
         ).all()
         found: dict[str, dict[str, int]] = {}
-        ranks: dict[str, set[float]] = {}
-        for key, term, frequency, rank in rows:
+        ranks: dict[str, set[tuple[float, float]]] = {}
+        for key, term, frequency, rank, value_rank in rows:
             found.setdefault(key, {})[term] = frequency
-            ranks.setdefault(key, set()).add(rank)
+            ranks.setdefault(key, set()).add((rank, value_rank))
         all_terms = await session.scalar(select(func.count()).select_from(orm.MemoryTerm))
         memories_ = (await session.scalars(select(orm.Memory).where(orm.Memory.agent_id == agent_id))).all()
         expected = {m.key: memory_terms(m.key, m.value, m.tags) for m in memories_}
         for m in memories_:
+            # Every row carries the memory's write rank and (a copy of) its injection rank.
             assert all(
-                r == pytest.approx(write_rank(m.importance, m.updated_at)) for r in ranks.get(m.key, ())
+                r == pytest.approx(write_rank(m.importance, m.updated_at)) and v == m.injection_rank
+                for r, v in ranks.get(m.key, ())
             )
         orphans = await session.scalar(
             select(func.count())

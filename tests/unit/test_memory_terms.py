@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from app.domain.memory import (
     DF_CAP,
+    NO_VALUE_RANK,
+    MemoryCandidate,
     TAG_TERM_PREFIX,
     injection_rank,
     memory_terms,
@@ -18,6 +20,8 @@ from app.domain.memory import (
     search_terms,
     tag_term,
     text_relevance,
+    value_from_rank,
+    value_score,
     write_rank,
 )
 
@@ -109,3 +113,29 @@ def test_the_write_rank_is_the_injection_rank_without_the_last_use() -> None:
     at = datetime(2026, 11, 1, tzinfo=UTC)
     assert write_rank(0.5, at) == injection_rank(0.5, at, None)
     assert write_rank(0.5, at) == injection_rank(0.5, at, datetime(2025, 1, 1, tzinfo=UTC))
+
+
+@given(
+    st.floats(min_value=0.0, max_value=1.0),
+    st.integers(min_value=0, max_value=3_000),
+    st.one_of(st.none(), st.integers(min_value=0, max_value=3_000)),
+)
+def test_the_value_from_a_rank_is_the_value_score(importance: float, age: int, used: int | None) -> None:
+    """What search ranks by (the stored rank) is importance x recency, for any memory touched
+    before now."""
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    updated = now - timedelta(hours=age)
+    last_used = None if used is None else now - timedelta(hours=used)
+    memory = MemoryCandidate(1, "k", "v", importance, updated, last_used)
+    rank = injection_rank(importance, updated, last_used)
+    assert value_from_rank(rank, now) == pytest.approx(value_score(memory, now), rel=1e-9, abs=1e-12)
+
+
+def test_a_memory_touched_in_the_future_is_clamped() -> None:
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    # Ahead by 3 days (a tenth of a half-life): a little above its importance, never above 1.
+    assert value_from_rank(injection_rank(0.5, now + timedelta(days=3), None), now) == pytest.approx(
+        0.5 * 2**0.1
+    )
+    assert value_from_rank(injection_rank(1.0, now + timedelta(days=3), None), now) == 1.0
+    assert value_from_rank(NO_VALUE_RANK, now) == 0.0
