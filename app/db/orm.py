@@ -216,7 +216,7 @@ def memory_term_rows(memory_id: int, agent_id: int, key: str, value: str, tags: 
             "memory_id": memory_id,
             "frequency": n,
             "value_rank": value_rank,
-        }  # fmt: skip
+        }
         for term, n in memory_terms(key, value, tags or []).items()
     ]
 

@@ -1,32 +1,39 @@
 """Memory search: the application's term index on the database, ranking in ``app.domain.memory``.
 
 One function, ``search``, serves the ``memory.search`` tool and the GraphQL
-``memories(agentId, query, tags)`` query. The database hands over a bounded set of candidates
+``memories(agentId, query, tags)`` query. The index hands over a bounded set of candidates
 (matching the words, carrying every given tag); the pure ranking then blends text relevance
 (``app.domain.memory.text_relevance``) with importance x recency and cuts to the limit.
 
 The index is ``memory_terms`` (``app.domain.memory.memory_terms``; kept in step by the ORM on
-every write, see ``app.db.orm``): one row per memory and term, read through (agent_id, term,
-write_rank). The same rows on MariaDB and SQLite, so both match the same memories, and a
-search reads only its agent's rows whatever the size of the workspace. Its cost is bounded
-whatever a word's frequency, in a fixed number of statements:
+every write and by ``record_use``, see ``app.db.orm``): one row per memory and term, clustered
+by (agent_id, term, write_rank, memory_id), so a term's best postings (by importance x
+recency as of the memory's last write) come first and sit together. Each row carries the
+term's frequency in the memory and a copy of the memory's ``injection_rank``, so matching and
+ranking never read a memory row; only the chosen ``limit`` rows are loaded. The same rows on
+MariaDB and SQLite, so both match the same memories, and a search reads only its agent's
+part whatever the size of the workspace. Its cost is bounded whatever a word's frequency:
 
-1. How many of the agent's postings each word (a prefix range of terms) and each tag (one
-   term) has, each counted up to ``DF_CAP`` (an index range read with a LIMIT).
+1. How many postings each word (a prefix range of terms) and each tag (one term) has, each
+   counted up to ``DF_CAP`` (an index range read with a LIMIT; one statement).
 2. The driver: the rarest requirement (every word and every tag when all words are asked
-   for; with any word, the words together or the rarest tag). A term with at most
-   ``MAX_CANDIDATES`` postings is read whole; a more common one gives its best
-   ``MAX_CANDIDATES`` by write rank (importance x recency as of the last write) from each of
-   its first ``MAX_FORMS`` forms (``berlin``, ``berliner``, ...; one index seek each) - an
-   ordered index read with a LIMIT, never a sort of all of its matches. At most
-   ``MAX_CANDIDATES`` memory ids in all, the rarest words' first.
-3. Those memories' postings of the query's terms (primary-key reads): which words and tags
-   each holds and how often, hence the match and the relevance.
-4. The matching rows themselves, checked in SQL (workspace, agent, every tag exactly).
+   for; with any word, the words together or the rarest tag). A requirement with at most
+   ``MAX_CANDIDATES`` postings is read whole (as is every other such requirement, in the
+   same statement); a more common one gives the best ``MAX_CANDIDATES`` postings of each of
+   its first ``MAX_FORMS`` forms (``berlin``, ``berliner``, ...; found by one index seek
+   each): an ordered index read with a LIMIT, never a sort of all of its matches. At most
+   ``MAX_CANDIDATES`` memories in all, the rarest requirement's first.
+3. For the common requirements, whether each candidate holds them: point reads of the index
+   at the candidate's write rank in each form (one statement).
+4. The chosen memories' rows (at most ``limit``), checked: workspace, every tag exactly.
 
 So a word in half of an agent's memories reads a few hundred index entries, not all its
-matches; the price is that among more than ``MAX_CANDIDATES`` matches of a common word the
-candidates are the most valuable ones, not the ones holding it most often.
+matches. The price: among more than ``MAX_CANDIDATES`` matches of a common word, the
+candidates are the most valuable as of their last write, not those holding it most often;
+and a common word (more than ``MAX_CANDIDATES`` postings) matches through its first
+``MAX_FORMS`` forms only, in code-point order (the word itself first): ``lead`` with
+hundreds of memories finds ``lead``, ``leader``, ``leads``... but not a ninth form. A word
+with fewer postings matches every form.
 
 Memories holding every word are asked for first. When fewer than ``limit`` hold every word,
 a second pass takes any word (so a near miss is still found).
@@ -47,7 +54,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, func, literal, select, tuple_, union_all, update
+from sqlalchemy import and_, case, func, literal, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -289,29 +296,34 @@ class _Postings:
 
     async def look_up(self, ids: list[int]) -> None:
         """Whether each of ``ids`` holds each common requirement: point reads of the index at
-        the memory's write rank in every form (the best postings, read just before, sit
-        together at the head of each term)."""
-        keys = []
+        the memories' write ranks in every form (one statement). Written as ``write_rank IN``
+        and ``memory_id IN`` rather than row values, which MariaDB's range optimizer handles
+        several times slower; a row that pairs one candidate's rank with another's id is still
+        a posting of a candidate, so nothing false is read."""
+        reads = []
         for i in range(len(self.required)):
             if i in self.whole:
                 continue
             missing = [m for m in ids if (i, m) not in self.held and (i, m) not in self.looked_up]
             if not missing:
                 continue
-            forms = await self.forms_of(i)
-            keys += [(i, form, m) for form in forms for m in missing]
             self.looked_up.update((i, m) for m in missing)
-        if not keys:
-            return
-        by_key = {(form, m): i for i, form, m in keys}
-        stmt = select(_TERMS.term, _TERMS.memory_id, _TERMS.frequency).where(
-            tuple_(_TERMS.agent_id, _TERMS.term, _TERMS.write_rank, _TERMS.memory_id).in_(
-                [(self.agent_id, form, self.ranks[m][0], m) for _, form, m in keys]
+            forms = await self.forms_of(i)
+            if not forms:
+                continue
+            reads.append(
+                select(literal(i), _TERMS.memory_id, _TERMS.frequency).where(
+                    _TERMS.agent_id == self.agent_id,
+                    _TERMS.term.in_(forms),
+                    _TERMS.write_rank.in_(sorted({self.ranks[m][0] for m in missing})),
+                    _TERMS.memory_id.in_(missing),
+                )
             )
-        )
-        for term, memory_id, frequency in await self.session.execute(stmt):
+        if not reads:
+            return
+        for i, memory_id, frequency in await self.session.execute(union_all(*reads)):
             write, value = self.ranks[memory_id]
-            self.add(by_key[(term, memory_id)], memory_id, frequency, write, value)
+            self.add(int(i), memory_id, frequency, write, value)
 
 
 async def _matching(postings: _Postings, *, every_word: bool) -> list[SearchHit]:

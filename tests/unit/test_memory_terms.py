@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from app.domain.memory import (
     DF_CAP,
     NO_VALUE_RANK,
-    MemoryCandidate,
     TAG_TERM_PREFIX,
+    MemoryCandidate,
     injection_rank,
     memory_terms,
     prefix_range,
