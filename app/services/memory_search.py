@@ -117,8 +117,8 @@ async def search(
     else:
         required = [_Term(*prefix_range(w), is_word=True) for w in words]
         required += [_Term(*prefix_range(tag_term(t)), is_word=False) for t in tags]
-        counts = await _counts(session, agent_id, required)
-        postings = _Postings(session, agent_id, required, counts)
+        counts, forms = await _counts(session, agent_id, required)
+        postings = _Postings(session, agent_id, required, counts, forms)
         # Every word first: the rarest word bounds the candidates. Fewer than `limit` such
         # memories (or one word): any word, as ranked before.
         hits = await _matching(postings, every_word=True)
@@ -186,19 +186,28 @@ def _in_range(term: _Term) -> Any:
     return and_(_TERMS.term >= term.low, _TERMS.term < term.high)
 
 
-async def _counts(session: AsyncSession, agent_id: int, required: list[_Term]) -> list[int]:
-    """Each requirement's postings among the agent's, counted up to DF_CAP."""
-    counts = [
-        select(literal(i).label("i"), func.count().label("n")).select_from(
-            select(_TERMS.memory_id)
+async def _counts(
+    session: AsyncSession, agent_id: int, required: list[_Term]
+) -> tuple[list[int], dict[int, list[str]]]:
+    """Each requirement's postings, counted up to DF_CAP (its first DF_CAP entries of the
+    index, in term order), and the forms met on the way: all of them when the count stays
+    under DF_CAP; else all but the last may be followed by more (one statement)."""
+    counts = []
+    for i, term in enumerate(required):
+        first = (
+            select(_TERMS.term)
             .where(_TERMS.agent_id == agent_id, _in_range(term))
+            .order_by(_TERMS.term)
             .limit(DF_CAP)
             .subquery()
         )
-        for i, term in enumerate(required)
-    ]
-    found = dict((await session.execute(union_all(*counts))).all())
-    return [int(found.get(i, 0)) for i in range(len(required))]
+        counts.append(select(literal(i), first.c.term, func.count()).group_by(first.c.term))
+    found = [0] * len(required)
+    forms: dict[int, list[str]] = {i: [] for i in range(len(required))}
+    for i, form, n in sorted((await session.execute(union_all(*counts))).all(), key=lambda r: (r[0], r[1])):
+        found[int(i)] += int(n)
+        forms[int(i)].append(form)
+    return found, forms
 
 
 @dataclass
@@ -210,6 +219,8 @@ class _Postings:
     agent_id: int
     required: list[_Term]
     counts: list[int]
+    # the forms met while counting (complete under DF_CAP postings)
+    seen: dict[int, list[str]]
     forms: dict[int, list[str]] = field(default_factory=dict)
     # (requirement, memory id) -> frequency, for every posting read
     held: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -228,27 +239,24 @@ class _Postings:
         self.ranks[memory_id] = (write, value)
 
     async def forms_of(self, i: int) -> list[str]:
-        """The first MAX_FORMS terms of requirement i's range, one index seek each (a loose
-        index scan written out: neither engine does one for a DISTINCT, and MariaDB plans a
-        recursive CTE's correlated MIN as a scan of the range). A tag has one form."""
+        """The first MAX_FORMS terms of requirement i's range: those met while counting, and
+        when the count reached DF_CAP, the ones after the last met, one index seek each (a
+        loose index scan written out: neither engine does one for a DISTINCT, and MariaDB
+        plans a recursive CTE's correlated MIN as a scan of the range). A tag has one form."""
         if i in self.forms:
             return self.forms[i]
         term = self.required[i]
-        found: list[str] = []
-        if not term.is_word:
-            found = [term.low]
-        after = None
-        while term.is_word and len(found) < MAX_FORMS:
-            bound = _TERMS.term >= term.low if after is None else _TERMS.term > after
+        found = self.seen[i][:MAX_FORMS]
+        after = found[-1] if found and self.counts[i] >= DF_CAP else None
+        while term.is_word and after is not None and len(found) < MAX_FORMS:
             after = await self.session.scalar(
                 select(_TERMS.term)
-                .where(_TERMS.agent_id == self.agent_id, bound, _TERMS.term < term.high)
+                .where(_TERMS.agent_id == self.agent_id, _TERMS.term > after, _TERMS.term < term.high)
                 .order_by(_TERMS.term)
                 .limit(1)
             )
-            if after is None:
-                break
-            found.append(after)
+            if after is not None:
+                found.append(after)
         self.forms[i] = found
         return found
 

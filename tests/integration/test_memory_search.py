@@ -328,13 +328,16 @@ async def test_every_write_path_keeps_the_term_index(gql: Any, workspace: Any, s
     assert await _search(sessionmaker, workspace.id, agent_pk, "berlin") == []
 
 
+@pytest.mark.parametrize("df_cap", [1000, 30])
 async def test_a_common_word_costs_its_best_postings(
-    gql: Any, workspace: Any, sessionmaker: Any, monkeypatch: pytest.MonkeyPatch
+    gql: Any, workspace: Any, sessionmaker: Any, monkeypatch: pytest.MonkeyPatch, df_cap: int
 ) -> None:
     """A word held by more memories than MAX_CANDIDATES: its candidates are its most valuable
     postings, from each of its forms (a prefix match), and a rarer word or tag in the query
-    drives the match instead."""
+    drives the match instead. With a count cap below its postings, its forms past the
+    counted ones are found by index seeks."""
     monkeypatch.setattr(memory_search, "MAX_CANDIDATES", 20)
+    monkeypatch.setattr(memory_search, "DF_CAP", df_cap)
     agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
     old = datetime.now(UTC) - timedelta(days=200)
     await _insert(
@@ -342,13 +345,14 @@ async def test_a_common_word_costs_its_best_postings(
         workspace.id,
         agent_pk,
         *({"key": f"old-{i}", "value": "lead note", "importance": 0.1, "at": old} for i in range(40)),
+        {"key": "later", "value": "leadz", "importance": 0.9},  # the last form: after 30 postings
         *({"key": f"mid-{i}", "value": "leads note", "importance": 0.5} for i in range(5)),
         {"key": "board", "value": "leaderboard", "importance": 1.0},
         {"key": "rare", "value": "lead zebra", "importance": 0.05, "at": old},
         {"key": "tagged", "value": "lead", "importance": 0.05, "at": old, "tags": ["vip"]},
     )
-    found = await _search(sessionmaker, workspace.id, agent_pk, "lead", limit=6)
-    assert found[0] == "board" and sorted(found[1:]) == [f"mid-{i}" for i in range(5)]
+    found = await _search(sessionmaker, workspace.id, agent_pk, "lead", limit=7)
+    assert found[:2] == ["board", "later"] and sorted(found[2:]) == [f"mid-{i}" for i in range(5)]
     assert await _search(sessionmaker, workspace.id, agent_pk, "note lead zebra", limit=1) == ["rare"]
     assert await _search(sessionmaker, workspace.id, agent_pk, "lead", tags=["vip"]) == ["tagged"]
     assert await _search(sessionmaker, workspace.id, agent_pk, None, tags=["vip"]) == ["tagged"]
