@@ -156,9 +156,10 @@ class Memory(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
-    # What full-text search indexes: the agent's tokens for key, value and tags
-    # (``domain.memory.search_document``); indexed by a FULLTEXT index on MariaDB/MySQL and by
-    # the FTS5 table ``memories_fts`` (triggers) on SQLite, both created by the migrations only.
+    # The agent's tokens for key, value and tags (``domain.memory.search_document``), indexed by
+    # a FULLTEXT index on MariaDB/MySQL and by the FTS5 table ``memories_fts`` (triggers) on
+    # SQLite, both created by the migrations only. Search no longer reads them (it reads
+    # ``memory_terms``); they are still written until a migration drops them.
     search_text: Mapped[str] = mapped_column(LongText, default="")
     # ``domain.memory.injection_rank``: importance x recency as a key that does not age.
     injection_rank: Mapped[float] = mapped_column(Double, default=0.0, server_default="0")
@@ -230,11 +231,11 @@ def _keep_terms(_mapper: Any, connection: Any, memory: Memory) -> None:
     state = inspect(memory)
     if not any(state.attrs[name].history.has_changes() for name in _TERM_SOURCES):
         return
-    connection.execute(delete(MemoryTerm.__table__).where(MemoryTerm.__table__.c.memory_id == memory.id))
+    connection.execute(delete(MemoryTerm).where(MemoryTerm.memory_id == memory.id))
     rows = memory_term_rows(memory.id, memory.agent_id, memory.key, memory.value, memory.tags,
                             memory.importance, memory.updated_at, memory.injection_rank)  # fmt: skip
     if rows:
-        connection.execute(insert(MemoryTerm.__table__), rows)
+        connection.execute(insert(MemoryTerm), rows)
 
 
 # Search objects the migration creates outside this metadata (dialect-specific), which a

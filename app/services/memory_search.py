@@ -163,7 +163,10 @@ async def record_use(
     # The term index's copy of the rank (what search ranks by) follows, as stored.
     stored = select(orm.Memory.injection_rank).where(orm.Memory.id == _TERMS.memory_id).scalar_subquery()
     await session.execute(
-        update(orm.MemoryTerm.__table__).where(_TERMS.memory_id.in_(list(ranks))).values(value_rank=stored)
+        update(orm.MemoryTerm)
+        .where(orm.MemoryTerm.memory_id.in_(list(ranks)))
+        .values(value_rank=stored)
+        .execution_options(synchronize_session=False)
     )
     for memory in memories:
         if isinstance(memory, orm.Memory):
