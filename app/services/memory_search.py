@@ -117,8 +117,8 @@ async def search(
     else:
         required = [_Term(*prefix_range(w), is_word=True) for w in words]
         required += [_Term(*prefix_range(tag_term(t)), is_word=False) for t in tags]
-        counts, forms, more = await _counts(session, agent_id, required)
-        postings = _Postings(session, agent_id, required, counts, forms, more)
+        counts, forms = await _counts(session, agent_id, required)
+        postings = _Postings(session, agent_id, required, counts, forms)
         # Every word first: the rarest word bounds the candidates. Fewer than `limit` such
         # memories (or one word): any word, as ranked before.
         hits = await _matching(postings, every_word=True)
@@ -191,38 +191,26 @@ def _in_range(term: _Term) -> Any:
 
 async def _counts(
     session: AsyncSession, agent_id: int, required: list[_Term]
-) -> tuple[list[int], dict[int, list[str]], set[int]]:
+) -> tuple[list[int], dict[int, list[str]]]:
     """Each requirement's postings, counted up to DF_CAP (its first DF_CAP entries of the
-    index, in term order), its forms met on the way plus the next one after them (one index
-    seek), and which requirements had such a next form: more may follow it (one statement
-    for all requirements)."""
+    index, in term order), and the forms met on the way: all of them when the count stays
+    under DF_CAP; else all but the last may be followed by more (one statement)."""
     counts = []
     for i, term in enumerate(required):
-
-        def first() -> Any:
-            in_range = (_TERMS.agent_id == agent_id, _in_range(term))  # noqa: B023 - used at once
-            return select(_TERMS.term).where(*in_range).order_by(_TERMS.term).limit(DF_CAP).subquery()
-
-        met = first()
-        counts.append(select(literal(i), met.c.term, func.count()).group_by(met.c.term))
-        last = first()
-        after = select(func.max(last.c.term)).scalar_subquery()
-        counts.append(
-            select(literal(i), func.min(_TERMS.term), literal(0)).where(
-                _TERMS.agent_id == agent_id, _TERMS.term > after, _TERMS.term < term.high
-            )
+        first = (
+            select(_TERMS.term)
+            .where(_TERMS.agent_id == agent_id, _in_range(term))
+            .order_by(_TERMS.term)
+            .limit(DF_CAP)
+            .subquery()
         )
+        counts.append(select(literal(i), first.c.term, func.count()).group_by(first.c.term))
     found = [0] * len(required)
     forms: dict[int, list[str]] = {i: [] for i in range(len(required))}
-    more: set[int] = set()
-    rows = (await session.execute(union_all(*counts))).all()
-    for i, form, n in sorted(rows, key=lambda r: (r[0], r[2] == 0, r[1] or "")):
-        if form is not None:
-            found[int(i)] += int(n)
-            forms[int(i)].append(form)
-            if n == 0:
-                more.add(int(i))
-    return found, forms, more
+    for i, form, n in sorted((await session.execute(union_all(*counts))).all(), key=lambda r: (r[0], r[1])):
+        found[int(i)] += int(n)
+        forms[int(i)].append(form)
+    return found, forms
 
 
 @dataclass
@@ -234,10 +222,8 @@ class _Postings:
     agent_id: int
     required: list[_Term]
     counts: list[int]
-    # the forms met while counting and the next one after them
+    # the forms met while counting (complete under DF_CAP postings)
     seen: dict[int, list[str]]
-    # requirements whose forms may go on after the last seen
-    more: set[int]
     forms: dict[int, list[str]] = field(default_factory=dict)
     # (requirement, memory id) -> frequency, for every posting read
     held: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -257,15 +243,14 @@ class _Postings:
 
     async def forms_of(self, i: int) -> list[str]:
         """The first MAX_FORMS terms of requirement i's range: those met while counting, and
-        when a form followed the counted entries, the ones after it, one index seek each (a
+        when the count reached DF_CAP, the ones after the last met, one index seek each (a
         loose index scan written out: neither engine does one for a DISTINCT, and MariaDB
         plans a recursive CTE's correlated MIN as a scan of the range). A tag has one form."""
         if i in self.forms:
             return self.forms[i]
         term = self.required[i]
         found = self.seen[i][:MAX_FORMS]
-        # The last seen form came after the counted entries: more may follow it.
-        after = found[-1] if len(found) < MAX_FORMS and i in self.more else None
+        after = found[-1] if found and self.counts[i] >= DF_CAP else None
         while term.is_word and after is not None and len(found) < MAX_FORMS:
             after = await self.session.scalar(
                 select(_TERMS.term)
