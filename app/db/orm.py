@@ -25,13 +25,16 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    delete,
     event,
+    insert,
+    inspect,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from app.domain.memory import injection_rank, search_document
+from app.domain.memory import injection_rank, memory_terms, search_document, write_rank
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -153,9 +156,10 @@ class Memory(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
-    # What full-text search indexes: the agent's tokens for key, value and tags
-    # (``domain.memory.search_document``); indexed by a FULLTEXT index on MariaDB/MySQL and by
-    # the FTS5 table ``memories_fts`` (triggers) on SQLite, both created by the migrations only.
+    # The agent's tokens for key, value and tags (``domain.memory.search_document``), indexed by
+    # a FULLTEXT index on MariaDB/MySQL and by the FTS5 table ``memories_fts`` (triggers) on
+    # SQLite, both created by the migrations only. Search no longer reads them (it reads
+    # ``memory_terms``); they are still written until a migration drops them.
     search_text: Mapped[str] = mapped_column(LongText, default="")
     # ``domain.memory.injection_rank``: importance x recency as a key that does not age.
     injection_rank: Mapped[float] = mapped_column(Double, default=0.0, server_default="0")
@@ -169,6 +173,69 @@ def _keep_derived_columns(_mapper: Any, _connection: Any, memory: Memory) -> Non
     this and must set them themselves (see ``services.memory_search.record_use``)."""
     memory.search_text = search_document(memory.agent_id, memory.key, memory.value, memory.tags or [])
     memory.injection_rank = injection_rank(memory.importance, memory.updated_at, memory.last_used_at)
+
+
+# A term: a folded word (up to 64 characters) or a tag's digest; exact and code-point ordered on
+# both databases, so a prefix is one range of the index.
+MemoryTermText = String(80).with_variant(mysql.VARCHAR(80, collation="utf8mb4_bin"), "mysql", "mariadb")
+
+
+class MemoryTerm(Base):
+    """The search index the application keeps (``domain.memory.memory_terms``): one row per
+    memory and term, written with the memory. Clustered in search order (the primary key;
+    WITHOUT ROWID on SQLite): a term's postings best first by write rank, so a common word
+    costs a LIMIT and the best postings of every term stay together (services.memory_search).
+    ``value_rank`` copies the memory's ``injection_rank`` so ranking needs no memory row."""
+
+    __tablename__ = "memory_terms"
+    __table_args__ = (Index("ix_memory_terms_memory_id", "memory_id"), {"sqlite_with_rowid": False})
+
+    agent_id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=False)
+    term: Mapped[str] = mapped_column(MemoryTermText, primary_key=True)
+    # ``domain.memory.write_rank``: importance x recency as of the memory's last write.
+    write_rank: Mapped[float] = mapped_column(Double, primary_key=True)
+    memory_id: Mapped[int] = mapped_column(
+        ForeignKey("memories.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    frequency: Mapped[int] = mapped_column(Integer)
+    value_rank: Mapped[float] = mapped_column(Double)
+
+
+# What a memory's terms are derived from: a write that changes none of them keeps its rows.
+_TERM_SOURCES = ("agent_id", "key", "value", "tags", "importance", "updated_at", "last_used_at")
+
+
+def memory_term_rows(memory_id: int, agent_id: int, key: str, value: str, tags: Any,
+                     importance: float, updated_at: datetime, value_rank: float) -> list[dict[str, Any]]:  # fmt: skip
+    """The ``memory_terms`` rows of one memory (also for bulk loads that bypass the ORM)."""
+    rank = write_rank(importance, updated_at)
+    return [
+        {
+            "agent_id": agent_id,
+            "term": term,
+            "write_rank": rank,
+            "memory_id": memory_id,
+            "frequency": n,
+            "value_rank": value_rank,
+        }
+        for term, n in memory_terms(key, value, tags or []).items()
+    ]
+
+
+@event.listens_for(Memory, "after_insert")
+@event.listens_for(Memory, "after_update")
+def _keep_terms(_mapper: Any, connection: Any, memory: Memory) -> None:
+    """Every ORM write of a memory rewrites its terms in the same transaction (a delete needs
+    nothing: the foreign key cascades). Bulk statements bypass this and keep the rows
+    themselves (``services.memory_search.record_use`` copies the new injection rank)."""
+    state = inspect(memory)
+    if not any(state.attrs[name].history.has_changes() for name in _TERM_SOURCES):
+        return
+    connection.execute(delete(MemoryTerm).where(MemoryTerm.memory_id == memory.id))
+    rows = memory_term_rows(memory.id, memory.agent_id, memory.key, memory.value, memory.tags,
+                            memory.importance, memory.updated_at, memory.injection_rank)  # fmt: skip
+    if rows:
+        connection.execute(insert(MemoryTerm), rows)
 
 
 # Search objects the migration creates outside this metadata (dialect-specific), which a

@@ -96,10 +96,21 @@ _WORD = re.compile(r"[^\W_]+")
 @dataclass(frozen=True, slots=True)
 class SearchHit:
     id: int
-    relevance: float  # the database's full-text score, larger is better; 0 without a query
-    importance: float
-    updated_at: datetime
-    last_used_at: datetime | None
+    relevance: float  # ``text_relevance``, larger is better; 0 without a query
+    value_rank: float  # the memory's ``injection_rank``: importance x recency as a key
+
+
+def value_from_rank(rank: float, now: datetime) -> float:
+    """``value_score`` from a memory's ``injection_rank`` alone: the rank is
+    log2(importance) + touched/H (in days), so the value is 2^(rank - now/H). A memory touched
+    in the future (clock skew) is clamped at 1, the largest importance, where ``value_score``
+    clamps at its own importance."""
+    if rank <= NO_VALUE_RANK:
+        return 0.0
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    exponent = rank - now.timestamp() / 86_400 / RECENCY_HALF_LIFE_DAYS
+    return float(2.0 ** min(exponent, 0.0))
 
 
 def rank_search_hits(hits: list[SearchHit], *, now: datetime, limit: int) -> list[SearchHit]:
@@ -109,7 +120,7 @@ def rank_search_hits(hits: list[SearchHit], *, now: datetime, limit: int) -> lis
     best = max((h.relevance for h in hits), default=0.0)
 
     def score(hit: SearchHit) -> float:
-        value = _importance_x_recency(hit.importance, hit.updated_at, hit.last_used_at, now)
+        value = value_from_rank(hit.value_rank, now)
         if best <= 0:
             return value
         return RELEVANCE_WEIGHT * (hit.relevance / best) + (1 - RELEVANCE_WEIGHT) * value
@@ -163,3 +174,61 @@ def search_document(agent_id: int, key: str, value: str, tags: Iterable[str]) ->
     tags = [str(t) for t in tags]
     words = [*_words(key), *_words(value), *(w for t in tags for w in _words(t))]
     return " ".join([*(word_token(agent_id, w) for w in words), *(tag_token(agent_id, t) for t in tags)])
+
+
+# -- the term index ---------------------------------------------------------------------------
+# ``memory_terms`` is an inverted index the application keeps (one row per memory and term):
+# the same rows on MariaDB and SQLite, so both match the same memories; the search reads a
+# term's postings in ``write_rank`` order, so a common word costs a LIMIT, not all its rows.
+
+# Starts every tag term: never a word's first character (words are letters and digits).
+TAG_TERM_PREFIX = "#"
+# Saturation of a term's frequency in the relevance (BM25's k1): the 2nd occurrence of a word
+# adds less than the first, the 10th almost nothing.
+TF_SATURATION = 1.2
+# Document frequencies are counted up to this many postings (a bounded index read): a word in
+# more memories weighs what a word in this many does.
+DF_CAP = 1000
+
+
+def tag_term(tag: str) -> str:
+    """A tag as one exact term (a digest: tags may hold any characters). A digest collision
+    only adds a candidate, which the search's SQL tag filter then drops."""
+    return TAG_TERM_PREFIX + hashlib.sha256(tag.encode()).hexdigest()[:20]
+
+
+def memory_terms(key: str, value: str, tags: Iterable[str]) -> dict[str, int]:
+    """A memory's terms and how often each occurs: every word of the key, the value and the
+    tags (folded as ``search_terms`` folds a query), and one term per tag."""
+    tags = [str(t) for t in tags]
+    counts: dict[str, int] = {}
+    for word in [*_words(key), *_words(value), *(w for t in tags for w in _words(t))]:
+        counts[word] = counts.get(word, 0) + 1
+    for tag in tags:
+        counts[tag_term(tag)] = 1
+    return counts
+
+
+def write_rank(importance: float, updated_at: datetime) -> float:
+    """The order of a term's postings: importance x recency as of the memory's last write
+    (``injection_rank`` without the last use, so marking memories used rewrites no posting)."""
+    return injection_rank(importance, updated_at, None)
+
+
+def prefix_range(prefix: str) -> tuple[str, str]:
+    """[low, high): exactly the strings that start with ``prefix`` (non-empty), in code-point
+    order (SQLite's BINARY and MariaDB's utf8mb4_bin collations both compare so)."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def text_relevance(term_frequencies: Iterable[int], document_frequencies: Iterable[int]) -> float:
+    """How well a memory matches the query's words, larger is better (BM25 without length
+    normalisation): per word, its rarity among the agent's memories, ln(1 + DF_CAP/df), times
+    its saturated frequency in the memory. ``term_frequencies[i]`` is 0 for a word it lacks."""
+    score = 0.0
+    for tf, df in zip(term_frequencies, document_frequencies, strict=True):
+        if tf <= 0:
+            continue
+        idf = math.log(1 + DF_CAP / min(max(df, 1), DF_CAP))
+        score += idf * tf * (TF_SATURATION + 1) / (tf + TF_SATURATION)
+    return score

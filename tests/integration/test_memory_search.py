@@ -1,6 +1,6 @@
 """Memory search on the leg's database: what matches (the same on MariaDB and SQLite), tag
-filters inside the full-text match, the query-less order, and the derived columns kept in
-step by every write path."""
+filters inside the match, the query-less order, common words, and the derived columns and
+the term index kept in step by every write path."""
 
 from __future__ import annotations
 
@@ -8,13 +8,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.db import orm
-from app.domain.memory import injection_rank, value_score
+from app.domain.memory import injection_rank, memory_terms, tag_term, value_score, write_rank
 from app.services import memories, memory_injection, memory_search
-from tests.integration.graphql_support import pk
+from tests.integration.graphql_support import create_memory, pk
 from tests.support.runs import create_agent
+
+UPDATE_MEMORY = """
+mutation($id: ID!, $input: MemoryPatch!) {
+  updateMemory(id: $id, input: $input) { id }
+}
+"""
+DELETE_MEMORY = "mutation($id: ID!) { deleteMemory(id: $id) }"
 
 
 async def _insert(sessionmaker: Any, workspace_id: int, agent_id: int, *rows: dict[str, Any]) -> None:
@@ -236,3 +243,120 @@ async def test_use_of_a_memory_rewritten_since_it_was_read_keeps_the_writers_ran
         row = await session.scalar(select(orm.Memory).where(orm.Memory.agent_id == agent_pk))
     assert row is not None and row.importance == pytest.approx(0.1) and row.last_used_at is not None
     assert row.injection_rank == pytest.approx(injection_rank(0.1, edited, None))
+
+
+async def _terms(sessionmaker: Any, agent_id: int) -> dict[str, dict[str, int]]:
+    """The agent's rows of the term index, by memory key, and what its memories say they
+    should be (with the memory's write rank on every row)."""
+    async with sessionmaker() as session:
+        rows = (
+            await session.execute(
+                select(
+                    orm.Memory.key,
+                    orm.MemoryTerm.term,
+                    orm.MemoryTerm.frequency,
+                    orm.MemoryTerm.write_rank,
+                    orm.MemoryTerm.value_rank,
+                )
+                .join(orm.Memory, orm.Memory.id == orm.MemoryTerm.memory_id)
+                .where(orm.MemoryTerm.agent_id == agent_id)
+            )
+        ).all()
+        found: dict[str, dict[str, int]] = {}
+        ranks: dict[str, set[tuple[float, float]]] = {}
+        for key, term, frequency, rank, value_rank in rows:
+            found.setdefault(key, {})[term] = frequency
+            ranks.setdefault(key, set()).add((rank, value_rank))
+        all_terms = await session.scalar(select(func.count()).select_from(orm.MemoryTerm))
+        memories_ = (await session.scalars(select(orm.Memory).where(orm.Memory.agent_id == agent_id))).all()
+        expected = {m.key: memory_terms(m.key, m.value, m.tags) for m in memories_}
+        for m in memories_:
+            # Every row carries the memory's write rank and (a copy of) its injection rank.
+            assert all(
+                r == pytest.approx(write_rank(m.importance, m.updated_at)) and v == m.injection_rank
+                for r, v in ranks.get(m.key, ())
+            )
+        orphans = await session.scalar(
+            select(func.count())
+            .select_from(orm.MemoryTerm)
+            .outerjoin(orm.Memory, orm.Memory.id == orm.MemoryTerm.memory_id)
+            .where(orm.Memory.id.is_(None))
+        )
+    assert orphans == 0 and all_terms is not None
+    assert found == {k: v for k, v in expected.items() if v}
+    return found
+
+
+async def test_every_write_path_keeps_the_term_index(gql: Any, workspace: Any, sessionmaker: Any) -> None:
+    """Operator writes (GraphQL) and agent writes (the tools' functions) rewrite a memory's
+    terms with it; a delete drops them, and so does deleting the agent's workspace rows."""
+    agent = await create_agent(gql, workspace.admin, tools=[])
+    agent_pk = pk(agent)
+    created = await create_memory(
+        gql, workspace.operator, agent, key="venue", value="Café Müller", tags=["vip"], importance=0.4
+    )
+    assert (await _terms(sessionmaker, agent_pk))["venue"][tag_term("vip")] == 1
+    await gql.ok(
+        UPDATE_MEMORY,
+        {"id": created["id"], "input": {"value": "Berlin Berlin", "tags": ["Q3 list"], "importance": 0.9}},
+        token=workspace.operator,
+    )
+    terms = await _terms(sessionmaker, agent_pk)
+    assert (
+        terms["venue"]["berlin"] == 2
+        and "cafe" not in terms["venue"]
+        and tag_term("vip") not in terms["venue"]
+    )
+    assert await _search(sessionmaker, workspace.id, agent_pk, "berl", tags=["Q3 list"]) == ["venue"]
+
+    now = datetime.now(UTC)
+    async with sessionmaker() as session, session.begin():
+        for value in ("expand to Spain", "expand to Portugal"):
+            await memories.remember(
+                session, workspace_id=workspace.id, agent_id=agent_pk, key="plan", value=value,
+                tags=None, importance=0.5, now=now, max_value_chars=100, source_run_id=None,
+            )  # fmt: skip
+    assert "spain" not in (await _terms(sessionmaker, agent_pk))["plan"]
+    # Marking used (a bulk update) leaves the terms as written.
+    assert await _search(sessionmaker, workspace.id, agent_pk, "portugal", mark_used=True) == ["plan"]
+    await _terms(sessionmaker, agent_pk)
+
+    async with sessionmaker() as session, session.begin():
+        assert await memories.forget(session, agent_id=agent_pk, key="plan", now=now)
+    await gql.ok(DELETE_MEMORY, {"id": created["id"]}, token=workspace.operator)
+    assert await _terms(sessionmaker, agent_pk) == {}
+    assert await _search(sessionmaker, workspace.id, agent_pk, "berlin") == []
+
+
+@pytest.mark.parametrize("df_cap", [1000, 30])
+async def test_a_common_word_costs_its_best_postings(
+    gql: Any, workspace: Any, sessionmaker: Any, monkeypatch: pytest.MonkeyPatch, df_cap: int
+) -> None:
+    """A word held by more memories than MAX_CANDIDATES: its candidates are its most valuable
+    postings, from each of its forms (a prefix match), and a rarer word or tag in the query
+    drives the match instead. With a count cap below its postings, its forms past the
+    counted ones are found by index seeks."""
+    monkeypatch.setattr(memory_search, "MAX_CANDIDATES", 20)
+    monkeypatch.setattr(memory_search, "DF_CAP", df_cap)
+    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    old = datetime.now(UTC) - timedelta(days=200)
+    await _insert(
+        sessionmaker,
+        workspace.id,
+        agent_pk,
+        *({"key": f"old-{i}", "value": "lead note", "importance": 0.1, "at": old} for i in range(40)),
+        {"key": "later", "value": "leadz", "importance": 0.9},  # the last form: after 30 postings
+        *({"key": f"mid-{i}", "value": "leads note", "importance": 0.5} for i in range(5)),
+        {"key": "board", "value": "leaderboard", "importance": 1.0},
+        {"key": "rare", "value": "lead zebra", "importance": 0.05, "at": old},
+        {"key": "tagged", "value": "lead", "importance": 0.05, "at": old, "tags": ["vip"]},
+    )
+    found = await _search(sessionmaker, workspace.id, agent_pk, "lead", limit=7)
+    assert found[:2] == ["board", "later"] and sorted(found[2:]) == [f"mid-{i}" for i in range(5)]
+    assert await _search(sessionmaker, workspace.id, agent_pk, "note lead zebra", limit=1) == ["rare"]
+    assert await _search(sessionmaker, workspace.id, agent_pk, "lead", tags=["vip"]) == ["tagged"]
+    assert await _search(sessionmaker, workspace.id, agent_pk, None, tags=["vip"]) == ["tagged"]
+    # Both common: every word (held by all but three) still finds its best.
+    assert sorted(await _search(sessionmaker, workspace.id, agent_pk, "lead note", limit=5)) == [
+        f"mid-{i}" for i in range(5)
+    ]

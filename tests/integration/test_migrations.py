@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db import migrate
 from app.db.orm import SEARCH_INDEX_OBJECTS, Base
 from app.db.session import create_engine
-from app.domain.memory import NO_VALUE_RANK, injection_rank, search_document
+from app.domain.memory import NO_VALUE_RANK, injection_rank, memory_terms, search_document, write_rank
 from tests.conftest import DB_KIND, MYSQL_SERVER_URL
 
 APP_TABLES = set(Base.metadata.tables)
@@ -198,3 +198,54 @@ async def test_memories_get_agent_scoped_search_tokens_and_an_injection_rank(
         texts = (await conn.execute(text("SELECT search_text FROM memories ORDER BY id"))).scalars().all()
     assert texts == ["k_1 Café in Berlin icp", "k_2 Café in Berlin icp"]
     await migrate.upgrade(empty_engine)
+
+
+async def test_memories_get_their_rows_in_the_term_index(empty_engine: AsyncEngine) -> None:
+    """Revision f3a9d6c1b8e2 indexes existing memories' terms (with their write rank); its
+    downgrade drops the index, and upgrading again rebuilds it."""
+    await migrate.upgrade(empty_engine, "e5b8c2d41f07")
+    t = "2026-01-01 00:00:00"
+    quote = '"' if empty_engine.dialect.name == "sqlite" else "`"
+    async with empty_engine.begin() as conn:
+        await conn.execute(
+            text("INSERT INTO workspaces (id, name, created_at) VALUES (1, 'a', :t)"), {"t": t}
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO agents (id, workspace_id, name, instructions, status, model, tools, policy,"
+                " memory_max_items, memory_max_chars, created_at, updated_at)"
+                " VALUES (7, 1, 'a', '', 'ACTIVE', '{}', '[]', '{}', 20, 4000, :t, :t)"
+            ),
+            {"t": t},
+        )
+        for id, importance in ((1, 0.5), (2, 0.0)):
+            await conn.execute(
+                text(
+                    "INSERT INTO memories (id, workspace_id, agent_id, `key`, value, tags, importance,"
+                    " created_at, updated_at, search_text)"
+                    " VALUES (:id, 1, 7, :key, 'Café in Berlin, Berlin', '[\"Q3 list\"]', :imp, :t, :t, '')".replace(
+                        "`", quote
+                    )
+                ),
+                {"id": id, "key": f"k_{id}", "imp": importance, "t": t},
+            )
+
+    await migrate.upgrade(empty_engine)
+    query = text("SELECT memory_id, term, agent_id, write_rank, frequency FROM memory_terms")
+    async with empty_engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    updated = datetime(2026, 1, 1, tzinfo=UTC)
+    expected = {
+        (id, term, 7, round(write_rank(importance, updated), 6), n)
+        for id, importance in ((1, 0.5), (2, 0.0))
+        for term, n in memory_terms(f"k_{id}", "Café in Berlin, Berlin", ["Q3 list"]).items()
+    }
+    assert {(r[0], r[1], r[2], round(r[3], 6), r[4]) for r in rows} == expected
+    assert (1, "berlin", 7, round(write_rank(0.5, updated), 6), 2) in expected
+
+    await migrate.downgrade(empty_engine, "e5b8c2d41f07")
+    async with empty_engine.connect() as conn:
+        assert "memory_terms" not in await conn.run_sync(lambda c: inspect(c).get_table_names())
+    await migrate.upgrade(empty_engine)
+    async with empty_engine.connect() as conn:
+        assert len((await conn.execute(query)).all()) == len(expected)

@@ -95,7 +95,7 @@ def test_injection_never_exceeds_the_budget(
 
 
 def hit(id: int, relevance: float, importance: float = 0.5, age_days: float = 0) -> SearchHit:
-    return SearchHit(id, relevance, importance, NOW - timedelta(days=age_days), None)
+    return SearchHit(id, relevance, injection_rank(importance, NOW - timedelta(days=age_days), None))
 
 
 @pytest.mark.parametrize(
