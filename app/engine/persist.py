@@ -14,7 +14,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from app.db.orm import Run, RunStep
 from app.domain.planner import Action, Calls, Fail, Finish, TurnPlan
 from app.domain.policy import Decision
-from app.domain.runs import RunStatus, StepStatus, waiting_status_for
+from app.domain.runs import TERMINAL_STEP, WAITING_STEP, RunStatus, StepStatus, waiting_status_for
 from app.engine.base import Tool, ToolContext
 from app.engine.calls import Outcome, call_state_tool, failed
 from app.services.transitions import LeaseLost, TreeTx, tree_tx
@@ -47,7 +47,8 @@ class RunWrites:
         def _ctx(self, step_id: int | None) -> ToolContext: ...
 
     async def _apply(self, plan: TurnPlan) -> bool:
-        """Persist the pending results and the planned turn. True when the run ended."""
+        """Persist the pending results and the planned turn. True when this worker is done
+        with the run: it ended, or it parked waiting for children or approvals."""
         if isinstance(plan, Fail):
             await self._fail(plan.error)
             return True
@@ -60,7 +61,10 @@ class RunWrites:
             return True
 
     async def _apply_plan(self, plan: Calls | Finish) -> bool:
-        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+        # A child that ends hands its outcome to its parent's step: its parent is locked up
+        # front, with the root and the run, in the first statement.
+        parent_id = self.run.parent_run_id if isinstance(plan, Finish) else None
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id, parent_id=parent_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             if isinstance(plan, Finish):
                 final = {
@@ -76,8 +80,24 @@ class RunWrites:
                 return True
             await self._write_pending(tx, run)
             added = await self._add_calls(tx, run, plan)
+            parked = await self._park_with_turn(tx, run, added)
         self.steps.extend(added)
-        return False
+        return parked
+
+    async def _park_with_turn(self, tx: TreeTx, run: Run, added: list[RunStep]) -> bool:
+        """Park in the transaction that recorded the turn when nothing of it can run now (it
+        only started children or asked for approvals): what ``_park`` would do next, one
+        transaction earlier. The view is exact here: the model was asked only once every
+        earlier step had finished, and nobody can have moved this turn's steps yet (this
+        transaction holds the tree's lock)."""
+        statuses = [StepStatus(s.status) for s in (*self.steps, *added) if s.tool is not None]
+        if any(s not in TERMINAL_STEP and s not in WAITING_STEP for s in statuses):
+            return False
+        status = waiting_status_for(statuses)
+        if status is None:
+            return False
+        await tx.set_run_status(run, status)
+        return True
 
     async def _write_pending(self, tx: TreeTx, run: Run, *, final: dict[str, Any] | None = None) -> None:
         """Record what ran since the last write: the result of a persisted step, and the
@@ -231,7 +251,7 @@ class RunWrites:
             await self._fail_once(error)
 
     async def _fail_once(self, error: str) -> None:
-        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id, parent_id=self.run.parent_run_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             await self._write_pending(tx, run)
             await tx.set_run_status(run, RunStatus.FAILED, error=error)
