@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import DataError, IntegrityError
 
-from app.db.orm import Run, RunStep
+from app.db.orm import Agent, Run, RunStep
 from app.domain.planner import Action, Calls, Fail, Finish, TurnPlan
 from app.domain.policy import Decision
 from app.domain.runs import TERMINAL_STEP, WAITING_STEP, RunStatus, StepStatus, waiting_status_for
 from app.engine.base import Tool, ToolContext
 from app.engine.calls import Outcome, call_state_tool, failed
+from app.engine.tools.agents import read_targets
 from app.services.transitions import LeaseLost, TreeTx, tree_tx
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class RunWrites:
         # A child that ends hands its outcome to its parent's step: its parent is locked up
         # front, with the root and the run, in the first statement.
         parent_id = self.run.parent_run_id if isinstance(plan, Finish) else None
+        targets = await self._delegation_targets(plan) if isinstance(plan, Calls) else {}
         async with tree_tx(self.rt, self.run_id, root_id=self.root_id, parent_id=parent_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             if isinstance(plan, Finish):
@@ -79,7 +81,7 @@ class RunWrites:
                 await tx.set_run_status(run, RunStatus.SUCCEEDED, result=plan.value, quiet=True)
                 return True
             await self._write_pending(tx, run)
-            added = await self._add_calls(tx, run, plan)
+            added = await self._add_calls(tx, run, plan, targets)
             parked = await self._park_with_turn(tx, run, added)
         self.steps.extend(added)
         return parked
@@ -128,50 +130,64 @@ class RunWrites:
             self.steps.append(step)
         self.reads = []
 
-    async def _add_calls(self, tx: TreeTx, run: Run, plan: Calls) -> list[RunStep]:
-        added: list[RunStep] = []
+    async def _delegation_targets(self, plan: Calls) -> dict[str, Agent]:
+        """The agents this turn delegates to, read before its transaction (one query)."""
+        delegations = [call.args for call in plan.plans if call.action is Action.START_CHILD]
+        if not delegations:
+            return {}
+        return await read_targets(self.rt.read_sessionmaker, self.run.workspace_id, delegations)
+
+    async def _add_calls(self, tx: TreeTx, run: Run, plan: Calls, targets: dict[str, Agent]) -> list[RunStep]:
+        """The turn's steps, inserted together (one statement), then each call's follow-up
+        in order: its events, its approval request, or its child run."""
         seq = max((s.seq for s in self.steps), default=0) + 1
         turn_index = run.turns
         run.turns += 1
         started_one = False
+        rows: list[dict[str, Any]] = []
         for offset, call in enumerate(plan.plans):
             common: dict[str, Any] = {"seq": seq + offset, "turn": turn_index, "tool": call.tool,
                                       "arguments": call.args, "decision_reason": call.reason or None,
                                       "decision": call.decision.value if call.decision else None}  # fmt: skip
             if call.action is Action.REFUSE:
                 common["decision_reason"] = None
-                step = await tx.add_step(run, **common, status=StepStatus.FAILED, error=call.reason,
-                                         result=call.result)  # fmt: skip
-                tx.step_started(run, step)
-                tx.step_finished(run, step)
+                row = tx.step_row(run, **common, status=StepStatus.FAILED, error=call.reason, result=call.result)
             elif call.action is Action.DENY:
-                step = await tx.add_step(run, **common, status=StepStatus.DENIED, result=call.result)
-                tx.step_started(run, step)
-                tx.step_finished(run, step)
+                row = tx.step_row(run, **common, status=StepStatus.DENIED, result=call.result)
             elif call.action is Action.AWAIT_APPROVAL:
-                step = await tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
-                await tx.request_approval(run, step, reason=call.reason)
+                row = tx.step_row(run, **common, status=StepStatus.WAITING_APPROVAL)
             elif call.action is Action.START_CHILD:
-                # The delegating tool runs right here: every child of this turn is created
-                # in the transaction that records the turn, its step WAITING_CHILD (or
-                # FAILED with the refusal the model sees).
-                step = await tx.add_step(run, **common, status=StepStatus.RUNNING, attempt=self.attempt)
-                tx.step_started(run, step)
-                await self._start_child(tx, run, step)
+                # The delegating tool runs right here (below): every child of this turn is
+                # created in the transaction that records the turn, its step WAITING_CHILD
+                # (or FAILED with the refusal the model sees).
+                row = tx.step_row(run, **common, status=StepStatus.RUNNING, attempt=self.attempt)
             else:
                 # The first allowed call starts right away (one transaction saved); the rest
                 # wait their turn as PENDING and are executed in seq order.
                 status = StepStatus.PENDING if started_one else StepStatus.RUNNING
                 started_one = True
-                step = await tx.add_step(run, **common, status=status, attempt=self.attempt)
+                row = tx.step_row(run, **common, status=status, attempt=self.attempt)
+            rows.append(row)
+        added = await tx.add_steps(rows)
+        for call, step in zip(plan.plans, added, strict=True):
+            if call.action in (Action.REFUSE, Action.DENY):
                 tx.step_started(run, step)
-            added.append(step)
+                tx.step_finished(run, step)
+            elif call.action is Action.AWAIT_APPROVAL:
+                await tx.request_approval(run, step, reason=call.reason)
+            elif call.action is Action.START_CHILD:
+                tx.step_started(run, step)
+                await self._start_child(tx, run, step, targets)
+            else:
+                tx.step_started(run, step)
         return added
 
-    async def _start_child(self, tx: TreeTx, run: Run, step: RunStep) -> None:
+    async def _start_child(self, tx: TreeTx, run: Run, step: RunStep, targets: dict[str, Agent]) -> None:
         tool = self.registry.get(step.tool or "")
         assert tool is not None  # the planner only starts children through a registered tool
-        outcome = await call_state_tool(tool, tx, run, step, self._ctx(step.id), settings=self.rt.settings)
+        outcome = await call_state_tool(
+            tool, tx, run, step, self._ctx(step.id), settings=self.rt.settings, agents=targets
+        )
         await self._finish(tx, run, step, outcome)
 
     async def _mark_running(self, step: RunStep) -> None:
