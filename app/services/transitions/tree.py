@@ -68,6 +68,7 @@ class TreeTx(StepWrites, ChildWrites):
         # its outcome to its parent's step, but wakes nobody in this set: no run is ever
         # seen resuming during its own end (DESIGN §3, cancel).
         self._ending: set[int] = set()
+        self._awaiting = []
 
     # -- locking -------------------------------------------------------------------------
 
@@ -95,10 +96,15 @@ class TreeTx(StepWrites, ChildWrites):
         return run
 
     async def steps(self, run_id: int) -> list[RunStep]:
+        await self._settle_awaits()
         result = await self.session.scalars(
             select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq).with_for_update()
         )
         return list(result)
+
+    async def _settle_awaits(self) -> None:
+        if not await self.settle_awaits():
+            raise LeaseLost("a step that started a child run is no longer RUNNING")
 
     # -- events --------------------------------------------------------------------------
 
@@ -139,6 +145,7 @@ class TreeTx(StepWrites, ChildWrites):
 
     async def write_events(self) -> None:
         """Append this transaction's events (called once, right before commit)."""
+        await self._settle_awaits()
         if not self.events:
             return
         self.root.last_event_seq = self._seq
