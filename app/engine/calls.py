@@ -124,7 +124,9 @@ class StepWriter:
         self.events.append((type, payload))
 
     async def start_child(self, *, agent: Any, task: str, input: dict[str, Any]) -> int:
-        return await self.tx.create_child(self.run, agent=agent, task=task, input=input, parent_step_id=self.step.id)
+        return await self.tx.create_child(
+            self.run, agent=agent, task=task, input=input, parent_step_id=self.step.id
+        )
 
 
 class _Undo(Exception):
@@ -149,7 +151,9 @@ async def call_state_tool(
     mark = tx.event_mark()
     ctx = ToolContext(ctx.workspace_id, ctx.agent_id, ctx.run_id, ctx.step_id, ctx.settings, writer=writer)
     outcome: Outcome | None = None
-    savepoint = tx.session.begin_nested() if getattr(tool, "needs_savepoint", True) else contextlib.nullcontext()
+    savepoint = (
+        tx.session.begin_nested() if getattr(tool, "needs_savepoint", True) else contextlib.nullcontext()
+    )
     try:
         async with savepoint:
             outcome = await call_tool(tool, ctx, dict(step.arguments or {}), settings=settings)

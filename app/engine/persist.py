@@ -151,7 +151,9 @@ class RunWrites:
                                       "decision": call.decision.value if call.decision else None}  # fmt: skip
             if call.action is Action.REFUSE:
                 common["decision_reason"] = None
-                row = tx.step_row(run, **common, status=StepStatus.FAILED, error=call.reason, result=call.result)
+                row = tx.step_row(
+                    run, **common, status=StepStatus.FAILED, error=call.reason, result=call.result
+                )
             elif call.action is Action.DENY:
                 row = tx.step_row(run, **common, status=StepStatus.DENIED, result=call.result)
             elif call.action is Action.AWAIT_APPROVAL:
@@ -266,7 +268,9 @@ class RunWrites:
             await self._fail_once(error)
 
     async def _fail_once(self, error: str) -> None:
-        async with tree_tx(self.rt, self.run_id, root_id=self.root_id, parent_id=self.run.parent_run_id) as tx:
+        async with tree_tx(
+            self.rt, self.run_id, root_id=self.root_id, parent_id=self.run.parent_run_id
+        ) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             await self._write_pending(tx, run)
             await tx.set_run_status(run, RunStatus.FAILED, error=error)

@@ -56,7 +56,9 @@ async def read_for_claim(rt: Runtime, run_id: int) -> tuple[Agent | None, list[M
         # Most agents have no memories: one statement decides it (an index probe), not three.
         if max_items <= 0 or max_chars <= 0 or not has_memories:
             return agent, []
-        return agent, await _bounded_candidates(session, agent_id=agent.id, max_items=max_items, max_chars=max_chars)
+        return agent, await _bounded_candidates(
+            session, agent_id=agent.id, max_items=max_items, max_chars=max_chars
+        )
 
 
 # Built once (compiled once, cached): the run's first-start check, its agent (budget and

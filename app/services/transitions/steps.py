@@ -171,7 +171,10 @@ class StepWrites:
             children = case(dict(pairs), value=_steps.c.id)
             done = await self.session.execute(
                 update(_steps)
-                .where(_steps.c.id.in_([step_id for step_id, _ in pairs]), _steps.c.status == StepStatus.RUNNING.value)
+                .where(
+                    _steps.c.id.in_([step_id for step_id, _ in pairs]),
+                    _steps.c.status == StepStatus.RUNNING.value,
+                )
                 .values(status=StepStatus.WAITING_CHILD.value, child_run_id=children)
             )
         return bool(done.rowcount == len(pairs))  # type: ignore[attr-defined]
