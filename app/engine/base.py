@@ -8,6 +8,7 @@ a JSON result. Both are Protocols so third parties can add their own.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -115,6 +116,12 @@ class RunWriter(Protocol):
 
     @property
     def run(self) -> Any: ...  # the locked ``app.db.orm.Run`` row (depth, policy chain)
+
+    @property
+    def agents(self) -> Mapping[str, Any]:
+        """Agents of this workspace (``app.db.orm.Agent``) by the exact name a call gave,
+        read before this transaction when the loop could (``agents.delegate``); a name
+        missing here may still exist: look it up through ``session``."""
 
     def emit(self, type: EventType, *, payload: dict[str, Any]) -> None:
         """Append an event about this run to its tree's log, in this transaction."""

@@ -6,13 +6,16 @@ be stored must fail its step (the model sees why), never send the run back to be
 again as if the infrastructure had broken.
 
 STATE tools run here too, inside their step's transaction (``StepWriter``), under a
-savepoint: a tool that fails leaves none of its writes and none of its events.
+savepoint (unless a tool's one write cannot leave anything behind): a tool that fails leaves
+none of its writes and none of its events.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -91,6 +94,7 @@ class StepWriter:
     run: Run
     step: RunStep
     events: list[tuple[EventType, dict[str, Any]]] = field(default_factory=list)
+    agents: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def session(self) -> AsyncSession:
@@ -120,10 +124,9 @@ class StepWriter:
         self.events.append((type, payload))
 
     async def start_child(self, *, agent: Any, task: str, input: dict[str, Any]) -> int:
-        child = await self.tx.create_child(
+        return await self.tx.create_child(
             self.run, agent=agent, task=task, input=input, parent_step_id=self.step.id
         )
-        return child.id
 
 
 class _Undo(Exception):
@@ -131,15 +134,28 @@ class _Undo(Exception):
 
 
 async def call_state_tool(
-    tool: Tool, tx: TreeTx, run: Run, step: RunStep, ctx: ToolContext, *, settings: Any
+    tool: Tool,
+    tx: TreeTx,
+    run: Run,
+    step: RunStep,
+    ctx: ToolContext,
+    *,
+    settings: Any,
+    agents: Mapping[str, Any] | None = None,
 ) -> Outcome:
-    """Run a STATE tool inside ``tx`` (fenced by the caller) under a savepoint."""
-    writer = StepWriter(tx, run, step)
+    """Run a STATE tool inside ``tx`` (fenced by the caller) under a savepoint, unless the
+    tool says it needs none (``needs_savepoint = False``: its only write is one statement,
+    its last act, so a failed call wrote nothing). ``agents``: agents by name the loop read
+    before the transaction (``RunWriter.agents``)."""
+    writer = StepWriter(tx, run, step, agents=agents or {})
     mark = tx.event_mark()
     ctx = ToolContext(ctx.workspace_id, ctx.agent_id, ctx.run_id, ctx.step_id, ctx.settings, writer=writer)
     outcome: Outcome | None = None
+    savepoint = (
+        tx.session.begin_nested() if getattr(tool, "needs_savepoint", True) else contextlib.nullcontext()
+    )
     try:
-        async with tx.session.begin_nested():
+        async with savepoint:
             outcome = await call_tool(tool, ctx, dict(step.arguments or {}), settings=settings)
             if outcome.status not in (StepStatus.SUCCEEDED, StepStatus.WAITING_CHILD):
                 raise _Undo

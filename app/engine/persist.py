@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import DataError, IntegrityError
 
-from app.db.orm import Run, RunStep
+from app.db.orm import Agent, Run, RunStep
 from app.domain.planner import Action, Calls, Fail, Finish, TurnPlan
 from app.domain.policy import Decision
-from app.domain.runs import RunStatus, StepStatus, waiting_status_for
+from app.domain.runs import TERMINAL_STEP, WAITING_STEP, RunStatus, StepStatus, waiting_status_for
 from app.engine.base import Tool, ToolContext
 from app.engine.calls import Outcome, call_state_tool, failed
+from app.engine.tools.agents import read_targets
 from app.services.transitions import LeaseLost, TreeTx, tree_tx
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ class RunWrites:
         def _ctx(self, step_id: int | None) -> ToolContext: ...
 
     async def _apply(self, plan: TurnPlan) -> bool:
-        """Persist the pending results and the planned turn. True when the run ended."""
+        """Persist the pending results and the planned turn. True when this worker is done
+        with the run: it ended, or it parked waiting for children or approvals."""
         if isinstance(plan, Fail):
             await self._fail(plan.error)
             return True
@@ -60,7 +62,11 @@ class RunWrites:
             return True
 
     async def _apply_plan(self, plan: Calls | Finish) -> bool:
-        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+        # A child that ends hands its outcome to its parent's step: its parent is locked up
+        # front, with the root and the run, in the first statement.
+        parent_id = self.run.parent_run_id if isinstance(plan, Finish) else None
+        targets = await self._delegation_targets(plan) if isinstance(plan, Calls) else {}
+        async with tree_tx(self.rt, self.run_id, root_id=self.root_id, parent_id=parent_id) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             if isinstance(plan, Finish):
                 final = {
@@ -75,9 +81,25 @@ class RunWrites:
                 await tx.set_run_status(run, RunStatus.SUCCEEDED, result=plan.value, quiet=True)
                 return True
             await self._write_pending(tx, run)
-            added = await self._add_calls(tx, run, plan)
+            added = await self._add_calls(tx, run, plan, targets)
+            parked = await self._park_with_turn(tx, run, added)
         self.steps.extend(added)
-        return False
+        return parked
+
+    async def _park_with_turn(self, tx: TreeTx, run: Run, added: list[RunStep]) -> bool:
+        """Park in the transaction that recorded the turn when nothing of it can run now (it
+        only started children or asked for approvals): what ``_park`` would do next, one
+        transaction earlier. The view is exact here: the model was asked only once every
+        earlier step had finished, and nobody can have moved this turn's steps yet (this
+        transaction holds the tree's lock)."""
+        statuses = [StepStatus(s.status) for s in (*self.steps, *added) if s.tool is not None]
+        if any(s not in TERMINAL_STEP and s not in WAITING_STEP for s in statuses):
+            return False
+        status = waiting_status_for(statuses)
+        if status is None:
+            return False
+        await tx.set_run_status(run, status)
+        return True
 
     async def _write_pending(self, tx: TreeTx, run: Run, *, final: dict[str, Any] | None = None) -> None:
         """Record what ran since the last write: the result of a persisted step, and the
@@ -108,50 +130,66 @@ class RunWrites:
             self.steps.append(step)
         self.reads = []
 
-    async def _add_calls(self, tx: TreeTx, run: Run, plan: Calls) -> list[RunStep]:
-        added: list[RunStep] = []
+    async def _delegation_targets(self, plan: Calls) -> dict[str, Agent]:
+        """The agents this turn delegates to, read before its transaction (one query)."""
+        delegations = [call.args for call in plan.plans if call.action is Action.START_CHILD]
+        if not delegations:
+            return {}
+        return await read_targets(self.rt.read_sessionmaker, self.run.workspace_id, delegations)
+
+    async def _add_calls(self, tx: TreeTx, run: Run, plan: Calls, targets: dict[str, Agent]) -> list[RunStep]:
+        """The turn's steps, inserted together (one statement), then each call's follow-up
+        in order: its events, its approval request, or its child run."""
         seq = max((s.seq for s in self.steps), default=0) + 1
         turn_index = run.turns
         run.turns += 1
         started_one = False
+        rows: list[dict[str, Any]] = []
         for offset, call in enumerate(plan.plans):
             common: dict[str, Any] = {"seq": seq + offset, "turn": turn_index, "tool": call.tool,
                                       "arguments": call.args, "decision_reason": call.reason or None,
                                       "decision": call.decision.value if call.decision else None}  # fmt: skip
             if call.action is Action.REFUSE:
                 common["decision_reason"] = None
-                step = await tx.add_step(run, **common, status=StepStatus.FAILED, error=call.reason,
-                                         result=call.result)  # fmt: skip
-                tx.step_started(run, step)
-                tx.step_finished(run, step)
+                row = tx.step_row(
+                    run, **common, status=StepStatus.FAILED, error=call.reason, result=call.result
+                )
             elif call.action is Action.DENY:
-                step = await tx.add_step(run, **common, status=StepStatus.DENIED, result=call.result)
-                tx.step_started(run, step)
-                tx.step_finished(run, step)
+                row = tx.step_row(run, **common, status=StepStatus.DENIED, result=call.result)
             elif call.action is Action.AWAIT_APPROVAL:
-                step = await tx.add_step(run, **common, status=StepStatus.WAITING_APPROVAL)
-                await tx.request_approval(run, step, reason=call.reason)
+                row = tx.step_row(run, **common, status=StepStatus.WAITING_APPROVAL)
             elif call.action is Action.START_CHILD:
-                # The delegating tool runs right here: every child of this turn is created
-                # in the transaction that records the turn, its step WAITING_CHILD (or
-                # FAILED with the refusal the model sees).
-                step = await tx.add_step(run, **common, status=StepStatus.RUNNING, attempt=self.attempt)
-                tx.step_started(run, step)
-                await self._start_child(tx, run, step)
+                # The delegating tool runs right here (below): every child of this turn is
+                # created in the transaction that records the turn, its step WAITING_CHILD
+                # (or FAILED with the refusal the model sees).
+                row = tx.step_row(run, **common, status=StepStatus.RUNNING, attempt=self.attempt)
             else:
                 # The first allowed call starts right away (one transaction saved); the rest
                 # wait their turn as PENDING and are executed in seq order.
                 status = StepStatus.PENDING if started_one else StepStatus.RUNNING
                 started_one = True
-                step = await tx.add_step(run, **common, status=status, attempt=self.attempt)
+                row = tx.step_row(run, **common, status=status, attempt=self.attempt)
+            rows.append(row)
+        added = await tx.add_steps(rows)
+        for call, step in zip(plan.plans, added, strict=True):
+            if call.action in (Action.REFUSE, Action.DENY):
                 tx.step_started(run, step)
-            added.append(step)
+                tx.step_finished(run, step)
+            elif call.action is Action.AWAIT_APPROVAL:
+                await tx.request_approval(run, step, reason=call.reason)
+            elif call.action is Action.START_CHILD:
+                tx.step_started(run, step)
+                await self._start_child(tx, run, step, targets)
+            else:
+                tx.step_started(run, step)
         return added
 
-    async def _start_child(self, tx: TreeTx, run: Run, step: RunStep) -> None:
+    async def _start_child(self, tx: TreeTx, run: Run, step: RunStep, targets: dict[str, Agent]) -> None:
         tool = self.registry.get(step.tool or "")
         assert tool is not None  # the planner only starts children through a registered tool
-        outcome = await call_state_tool(tool, tx, run, step, self._ctx(step.id), settings=self.rt.settings)
+        outcome = await call_state_tool(
+            tool, tx, run, step, self._ctx(step.id), settings=self.rt.settings, agents=targets
+        )
         await self._finish(tx, run, step, outcome)
 
     async def _mark_running(self, step: RunStep) -> None:
@@ -202,8 +240,7 @@ class RunWrites:
 
     async def _finish(self, tx: TreeTx, run: Run, step: RunStep, outcome: Outcome) -> None:
         if outcome.child_run_id is not None:
-            if not await tx.await_child(run, step, child_id=outcome.child_run_id):
-                raise LeaseLost(f"step {step.id} is no longer running")
+            tx.await_child(run, step, child_id=outcome.child_run_id)  # checked before commit
             return
         # Never write a result twice: the update only moves a RUNNING step.
         if not await tx.finish_running_step(
@@ -231,7 +268,9 @@ class RunWrites:
             await self._fail_once(error)
 
     async def _fail_once(self, error: str) -> None:
-        async with tree_tx(self.rt, self.run_id, root_id=self.root_id) as tx:
+        async with tree_tx(
+            self.rt, self.run_id, root_id=self.root_id, parent_id=self.run.parent_run_id
+        ) as tx:
             run = await tx.fenced_run(self.run_id, self.attempt)
             await self._write_pending(tx, run)
             await tx.set_run_status(run, RunStatus.FAILED, error=error)

@@ -38,28 +38,33 @@ _CANDIDATE_COLUMNS = (Memory.id, Memory.key, Memory.value, Memory.importance, Me
 async def candidates(rt: Runtime, run_id: int) -> list[MemoryCandidate] | None:
     """The injection candidates for the run's first start; None when the run has started
     before (its memories were chosen then) or is gone."""
+    return (await read_for_claim(rt, run_id))[1]
+
+
+async def read_for_claim(rt: Runtime, run_id: int) -> tuple[Agent | None, list[MemoryCandidate] | None]:
+    """What a claim reads before it takes the tree's lock: the run's agent (None: the run is
+    gone), and the injection candidates (``candidates``)."""
     async with rt.read_sessionmaker() as session:
         found = (await session.execute(_FIRST_START, {"b_run": run_id})).first()
+        if found is None:
+            return None, None
+        injected_ids, agent, has_memories = found
         # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
-        if found is None or found[0] is not None:
-            return None
-        _, agent_id, max_items, max_chars, has_memories = found
+        if injected_ids is not None:
+            return agent, None
+        max_items, max_chars = agent.memory_max_items, agent.memory_max_chars
         # Most agents have no memories: one statement decides it (an index probe), not three.
         if max_items <= 0 or max_chars <= 0 or not has_memories:
-            return []
-        return await _bounded_candidates(session, agent_id=agent_id, max_items=max_items, max_chars=max_chars)
+            return agent, []
+        return agent, await _bounded_candidates(
+            session, agent_id=agent.id, max_items=max_items, max_chars=max_chars
+        )
 
 
-# Built once (compiled once, cached): the run's first-start check, its agent's budget, and
-# whether the agent has any memory at all.
+# Built once (compiled once, cached): the run's first-start check, its agent (budget and
+# all: the claim uses it), and whether the agent has any memory at all.
 _FIRST_START = (
-    select(
-        Run.injected_memory_ids,
-        Run.agent_id,
-        Agent.memory_max_items,
-        Agent.memory_max_chars,
-        exists().where(Memory.agent_id == Run.agent_id),
-    )
+    select(Run.injected_memory_ids, Agent, exists().where(Memory.agent_id == Run.agent_id))
     .join(Agent, Agent.id == Run.agent_id)
     .where(Run.id == bindparam("b_run"))
 )

@@ -161,10 +161,12 @@ async def claim(
 
     ``candidates``: the memories to choose from on a first start, read before the claim's
     transaction (``memory_injection.candidates``, done here when not given) so the tree's
-    lock is never held over a scan of the agent's memories."""
+    lock is never held over a scan of the agent's memories. The run's agent is read then
+    too: one statement fewer while the tree waits (a run's agent never changes)."""
     lease_s = rt.settings.lease_s
+    agent, found = await memory_injection.read_for_claim(rt, run_id)
     if candidates is None:
-        candidates = await memory_injection.candidates(rt, run_id) or []
+        candidates = found or []
     async with tree_tx(rt, run_id, root_id=root_id) as tx:
         run = await tx.run(run_id)
         if run.status != RunStatus.QUEUED:
@@ -183,7 +185,8 @@ async def claim(
         run.lease_owner = owner
         run.lease_expires_at = tx.now + timedelta(seconds=lease_s)
         await tx.set_run_status(run, RunStatus.RUNNING, reason=f"claimed by {owner}")
-        agent = await tx.session.get_one(Agent, run.agent_id)
+        if agent is None or agent.id != run.agent_id:  # the run was gone when read (so: never)
+            agent = await tx.session.get_one(Agent, run.agent_id)
         if first_start:
             memories = await memory_injection.inject(tx, run, agent, candidates)
             steps: list[RunStep] = []

@@ -3,9 +3,11 @@ fenced transaction, so a child run exists exactly when its parent's step says it
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Agent
 from app.domain.delegation import Refusal, Target, check_delegation, delegable, parse_request
@@ -55,6 +57,9 @@ class DelegateTool:
     )
     risk = RiskClass.INTERNAL_WRITE
     kind = ToolKind.STATE
+    # Its only write is the child's INSERT, its last act (``TreeTx.create_child``): a call
+    # that fails has written nothing, so no savepoint (two statements a delegation) is needed.
+    needs_savepoint = False
     timeout_s: float | None = None
     parameters: dict[str, Any] = {
         "type": "object",
@@ -77,9 +82,12 @@ class DelegateTool:
         if isinstance(request, Refusal):
             raise ToolError(request.code, request.message)
         # Looked up in this run's workspace only: another workspace's agent is unknown here.
-        agent = await writer.session.scalar(
-            select(Agent).where(Agent.workspace_id == ctx.workspace_id, Agent.name == request.agent)
-        )
+        # Usually the loop read it already, before the transaction (``read_targets``).
+        agent = writer.agents.get(request.agent)
+        if agent is None:
+            agent = await writer.session.scalar(
+                select(Agent).where(Agent.workspace_id == ctx.workspace_id, Agent.name == request.agent)
+            )
         refusal = check_delegation(
             name=request.agent,
             target=None if agent is None else _target(agent),
@@ -92,3 +100,24 @@ class DelegateTool:
         assert agent is not None
         child_id = await writer.start_child(agent=agent, task=request.task, input=request.child_input())
         return ChildStarted(child_id)
+
+
+async def read_targets(
+    sessionmaker: async_sessionmaker[AsyncSession], workspace_id: int, calls: Iterable[Mapping[str, Any]]
+) -> dict[str, Agent]:
+    """The agents that these ``agents.delegate`` calls (their arguments) name, by the name
+    as given, read in one query before the transaction that runs the calls: not one lookup
+    per call while the tree's lock is held. Names the database matches only loosely (a
+    case-insensitive collation) are left out, and the tool looks them up itself."""
+    names = set()
+    for args in calls:
+        request = parse_request(args)
+        if not isinstance(request, Refusal):
+            names.add(request.agent)
+    if not names:
+        return {}
+    async with sessionmaker() as session:
+        rows = await session.scalars(
+            select(Agent).where(Agent.workspace_id == workspace_id, Agent.name.in_(sorted(names)))
+        )
+        return {agent.name: agent for agent in rows if agent.name in names}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Approval, Run, RunStep
@@ -32,6 +32,8 @@ class StepWrites:
 
     session: AsyncSession
     now: datetime
+    # Steps that started a child: (step id, child id) moves to WAITING_CHILD not yet written.
+    _awaiting: list[tuple[int, int]]
 
     if TYPE_CHECKING:  # provided by TreeTx; declared for type checkers only
 
@@ -144,17 +146,38 @@ class StepWrites:
         self.step_finished(run, step)
         return True
 
-    async def await_child(self, run: Run, step: RunStep, *, child_id: int) -> bool:
+    def await_child(self, run: Run, step: RunStep, *, child_id: int) -> None:
         """RUNNING -> WAITING_CHILD: the step started ``child_id`` and waits for its outcome
-        (delivered by the child's terminal transition). False when the step is not RUNNING."""
+        (delivered by the child's terminal transition). The UPDATE is held and made together
+        with the other steps of this transaction that started children (a turn delegating
+        five times: one statement), by ``settle_awaits``."""
         check_step_transition(StepStatus.RUNNING, StepStatus.WAITING_CHILD)
-        done = await self.session.execute(_AWAIT_CHILD, {"b_id": step.id, "b_child": child_id})
-        if not done.rowcount:  # type: ignore[attr-defined]
-            return False
+        self._awaiting.append((step.id, child_id))
         step.status, step.child_run_id = StepStatus.WAITING_CHILD.value, child_id
         self.emit(run, EventType.STEP_STARTED, status=step.status, step_id=step.id,
                   payload={"seq": step.seq, "tool": step.tool, "decision": step.decision, "childRunId": child_id})  # fmt: skip
-        return True
+
+    async def settle_awaits(self) -> bool:
+        """Write the held RUNNING -> WAITING_CHILD moves, in one conditional UPDATE. False when
+        one of the steps was not RUNNING any more. ``TreeTx`` calls it before it reads steps
+        and before commit, so nothing ever reads a step that misses its move."""
+        if not self._awaiting:
+            return True
+        pairs, self._awaiting = self._awaiting, []
+        if len(pairs) == 1:
+            [(step_id, child_id)] = pairs
+            done = await self.session.execute(_AWAIT_CHILD, {"b_id": step_id, "b_child": child_id})
+        else:
+            children = case(dict(pairs), value=_steps.c.id)
+            done = await self.session.execute(
+                update(_steps)
+                .where(
+                    _steps.c.id.in_([step_id for step_id, _ in pairs]),
+                    _steps.c.status == StepStatus.RUNNING.value,
+                )
+                .values(status=StepStatus.WAITING_CHILD.value, child_run_id=children)
+            )
+        return bool(done.rowcount == len(pairs))  # type: ignore[attr-defined]
 
     # -- steps of parked runs (locked ORM rows) ------------------------------------------
 

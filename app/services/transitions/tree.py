@@ -68,6 +68,7 @@ class TreeTx(StepWrites, ChildWrites):
         # its outcome to its parent's step, but wakes nobody in this set: no run is ever
         # seen resuming during its own end (DESIGN §3, cancel).
         self._ending: set[int] = set()
+        self._awaiting = []
 
     # -- locking -------------------------------------------------------------------------
 
@@ -95,10 +96,15 @@ class TreeTx(StepWrites, ChildWrites):
         return run
 
     async def steps(self, run_id: int) -> list[RunStep]:
+        await self._settle_awaits()
         result = await self.session.scalars(
             select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq).with_for_update()
         )
         return list(result)
+
+    async def _settle_awaits(self) -> None:
+        if not await self.settle_awaits():
+            raise LeaseLost("a step that started a child run is no longer RUNNING")
 
     # -- events --------------------------------------------------------------------------
 
@@ -139,6 +145,7 @@ class TreeTx(StepWrites, ChildWrites):
 
     async def write_events(self) -> None:
         """Append this transaction's events (called once, right before commit)."""
+        await self._settle_awaits()
         if not self.events:
             return
         self.root.last_event_seq = self._seq
@@ -254,9 +261,13 @@ class TreeTx(StepWrites, ChildWrites):
 
 
 @asynccontextmanager
-async def tree_tx(rt: Runtime, run_id: int, *, root_id: int | None = None) -> AsyncIterator[TreeTx]:
+async def tree_tx(
+    rt: Runtime, run_id: int, *, root_id: int | None = None, parent_id: int | None = None
+) -> AsyncIterator[TreeTx]:
     """One write transaction over the tree that ``run_id`` belongs to (callers that already
-    know the root pass it: a run's root never changes).
+    know the root pass it: a run's root never changes). ``parent_id``: the run's parent, for
+    a transaction that ends a child run (its outcome goes to the parent's step): locked with
+    the root and the run, in the same statement.
 
     Commits on normal exit, then publishes the events and enqueues the wake-ups.
     """
@@ -272,7 +283,8 @@ async def tree_tx(rt: Runtime, run_id: int, *, root_id: int | None = None) -> As
             # is always older than its descendants, so the root is still locked first.
             rows = (
                 await session.execute(
-                    _lock_root_and_run(session.get_bind().dialect.name), {"b_root": root_id, "b_run": run_id}
+                    _lock_root_and_run(session.get_bind().dialect.name),
+                    {"b_root": root_id, "b_run": run_id, "b_parent": parent_id or run_id},
                 )
             ).all()
             locked = {row[0].id: row[0] for row in rows}
@@ -298,14 +310,16 @@ _LOCK_ROOTS: dict[str, Select[tuple[Run, datetime]]] = {}
 
 
 def _lock_root_and_run(dialect: str) -> Select[tuple[Run, datetime]]:
-    """The root row and the run's (the same row for a root), locked in primary-key order,
-    with the database's clock (one statement per dialect)."""
+    """The root row, the run's and its parent's (the same row for a root; the parent is the
+    run itself when not asked for), locked in primary-key order, with the database's clock
+    (one statement per dialect)."""
     statement = _LOCK_ROOTS.get(dialect)
     if statement is None:
         statement = (
             select(Run, now_sql(dialect))
             .where(
-                Run.id.in_([bindparam("b_root"), bindparam("b_run")]), Run.root_run_id == bindparam("b_root")
+                Run.id.in_([bindparam("b_root"), bindparam("b_run"), bindparam("b_parent")]),
+                Run.root_run_id == bindparam("b_root"),
             )
             .order_by(Run.id)
             .with_for_update()
