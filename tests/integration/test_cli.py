@@ -3,6 +3,7 @@ process, the session's database (either leg) and the test Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -66,6 +67,14 @@ def enverif(database_url: str, redis_prefix: str, tmp_path: Path) -> Enverif:
     return run
 
 
+async def in_thread(enverif: Enverif, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``enverif(...)`` from an async test: off the event loop, so the test's in-process app
+    keeps running meanwhile. A blocked loop could freeze one of the app's background writes
+    (recording a token's use) inside SQLite's one write lock, and the CLI would wait for it
+    until its busy timeout."""
+    return await asyncio.to_thread(enverif, *args, **env)
+
+
 def _name() -> str:
     return f"cli-{uuid.uuid4().hex[:10]}"
 
@@ -84,7 +93,7 @@ async def test_workspace_create_json_prints_a_working_admin_token(
     enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
     name = _name()
-    proc = enverif("workspace", "create", name, "--json")
+    proc = await in_thread(enverif, "workspace", "create", name, "--json")
     assert proc.returncode == 0, proc.stderr
 
     out = json.loads(proc.stdout)  # exactly one JSON document on stdout
@@ -102,7 +111,7 @@ async def test_tokens_are_stored_hashed_never_in_the_clear(
     enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
     name = _name()
-    token = json.loads(enverif("workspace", "create", name, "--json").stdout)["token"]
+    token = json.loads((await in_thread(enverif, "workspace", "create", name, "--json")).stdout)["token"]
     async with sessionmaker() as session:
         rows = (await session.scalars(select(ApiToken).join(Workspace).where(Workspace.name == name))).all()
     assert len(rows) == 1
@@ -133,8 +142,8 @@ async def test_token_create_for_a_role(
     enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
     name = _name()
-    assert enverif("workspace", "create", name).returncode == 0
-    proc = enverif("token", "create", "--workspace", name, "--role", "operator", "--json")
+    assert (await in_thread(enverif, "workspace", "create", name)).returncode == 0
+    proc = await in_thread(enverif, "token", "create", "--workspace", name, "--role", "operator", "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["workspace"] == name and out["role"] == "operator"
@@ -258,11 +267,11 @@ async def test_token_create_list_revoke(
     enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
     name = _name()
-    admin = json.loads(enverif("workspace", "create", name, "--json").stdout)["token"]
-    proc = enverif(
+    admin = json.loads((await in_thread(enverif, "workspace", "create", name, "--json")).stdout)["token"]
+    proc = (await in_thread(enverif, 
         "token", "create", "--workspace", name, "--role", "viewer", "--name", "ci-bot",
         "--expires-at", "2099-01-31T00:00:00Z", "--json",
-    )  # fmt: skip
+    ))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     created = json.loads(proc.stdout)
     assert created["name"] == "ci-bot" and created["role"] == "viewer" and created["workspace"] == name
@@ -271,21 +280,23 @@ async def test_token_create_list_revoke(
     secret = created["token"]
 
     # Names are unique in the workspace.
-    again = enverif("token", "create", "--workspace", name, "--role", "admin", "--name", "CI-BOT")
+    again = await in_thread(
+        enverif, "token", "create", "--workspace", name, "--role", "admin", "--name", "CI-BOT"
+    )
     assert_one_line_error(again, "already exists")
 
     # Listing shows every token, never a secret (nor the start of one).
-    listed = enverif("token", "list", "--workspace", name, "--json")
+    listed = await in_thread(enverif, "token", "list", "--workspace", name, "--json")
     assert listed.returncode == 0, listed.stderr
     assert auth.TOKEN_PREFIX not in listed.stdout
     tokens = {t["name"]: t for t in json.loads(listed.stdout)["tokens"]}
     assert set(tokens) == {auth.INITIAL_TOKEN_NAME, "ci-bot"}
     assert tokens["ci-bot"]["id"] == created["id"] and tokens["ci-bot"]["revoked_at"] is None
-    human = enverif("token", "list", "--workspace", name)
+    human = await in_thread(enverif, "token", "list", "--workspace", name)
     assert human.returncode == 0 and "ci-bot" in human.stdout and auth.TOKEN_PREFIX not in human.stdout
 
     # Revoke by name: the token stops working.
-    proc = enverif("token", "revoke", "--workspace", name, "--name", "ci-bot")
+    proc = await in_thread(enverif, "token", "revoke", "--workspace", name, "--name", "ci-bot")
     assert proc.returncode == 0, proc.stderr
     assert "ci-bot" in proc.stdout
     async with sessionmaker() as session:
@@ -294,7 +305,7 @@ async def test_token_create_list_revoke(
 
     # Revoke by id, as `token list` printed it.
     admin_id = tokens[auth.INITIAL_TOKEN_NAME]["id"]
-    proc = enverif("token", "revoke", "--workspace", name, "--id", admin_id, "--json")
+    proc = await in_thread(enverif, "token", "revoke", "--workspace", name, "--id", admin_id, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["state"] == "REVOKED"
     async with sessionmaker() as session:
@@ -302,7 +313,9 @@ async def test_token_create_list_revoke(
             await auth.authenticate(session, token=admin)
     states = {
         t["name"]: t["state"]
-        for t in json.loads(enverif("token", "list", "--workspace", name, "--json").stdout)["tokens"]
+        for t in json.loads(
+            (await in_thread(enverif, "token", "list", "--workspace", name, "--json")).stdout
+        )["tokens"]
     }
     assert states == {auth.INITIAL_TOKEN_NAME: "REVOKED", "ci-bot": "REVOKED"}
 

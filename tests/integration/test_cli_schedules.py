@@ -6,7 +6,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from tests.integration.test_cli import Enverif, assert_one_line_error, enverif  # noqa: F401  (fixture)
+from tests.integration.test_cli import Enverif, assert_one_line_error, enverif, in_thread  # noqa: F401  (fixture)
 from tests.support.runs import create_agent
 from tests.support.schedules import create_schedule, make_due
 
@@ -29,12 +29,12 @@ async def test_list_shows_each_schedule_and_its_last_skip(
     await gql.ok(UPDATE_AGENT, {"id": agent, "input": {"status": "PAUSED"}}, token=workspace.admin)
     await make_due(sessionmaker, yearly, ago=timedelta(days=367))
 
-    tick = enverif("schedules", "tick", "--json")
+    tick = await in_thread(enverif, "schedules", "tick", "--json")
     assert tick.returncode == 0, tick.stderr
     [firing] = [f for f in json.loads(tick.stdout)["firings"] if f["schedule_id"] == yearly["id"]]
     assert firing["outcome"] == "SKIPPED" and firing["run_id"] is None and "is PAUSED" in firing["reason"]
 
-    listed = enverif("schedules", "list", "--workspace", workspace.name, "--json")
+    listed = await in_thread(enverif, "schedules", "list", "--workspace", workspace.name, "--json")
     assert listed.returncode == 0, listed.stderr
     body = json.loads(listed.stdout)
     assert body["workspace"] == workspace.name
@@ -46,7 +46,7 @@ async def test_list_shows_each_schedule_and_its_last_skip(
     assert by_id[yearly["id"]]["timezone"] == "Europe/Berlin" and by_id[yearly["id"]]["overlap"] == "ALLOW"
     assert "is PAUSED" in by_id[yearly["id"]]["last_skip_reason"]
 
-    human = enverif("schedules", "list", "--workspace", workspace.name)
+    human = await in_thread(enverif, "schedules", "list", "--workspace", workspace.name)
     assert human.returncode == 0, human.stderr
     lines = human.stdout.splitlines()
     assert lines[0].split()[:3] == ["id", "agent", "cron"]
