@@ -149,14 +149,12 @@ async def test_token_names_become_unique_and_expiry_is_added(empty_engine: Async
     await migrate.upgrade(empty_engine)
 
 
-async def test_memories_get_agent_scoped_search_tokens_and_an_injection_rank(
-    empty_engine: AsyncEngine,
-) -> None:
-    """Revision e5b8c2d47a19 rewrites existing memories' search text and ranks them; its
-    downgrade restores the plain search text."""
-    await migrate.upgrade(empty_engine, "7a4e1c9b3f21")
+async def seed_memories(engine: AsyncEngine, *, value: str, tags: str, search_text: str) -> None:
+    """Workspace 1, its agent 7, and that agent's memories 1 (importance 0.5) and 2 (0.0),
+    keys ``k_1``/``k_2``, written at 2026-01-01 as raw rows (the schema of an older revision)."""
     t = "2026-01-01 00:00:00"
-    async with empty_engine.begin() as conn:
+    quote = '"' if engine.dialect.name == "sqlite" else "`"
+    async with engine.begin() as conn:
         await conn.execute(
             text("INSERT INTO workspaces (id, name, created_at) VALUES (1, 'a', :t)"), {"t": t}
         )
@@ -173,12 +171,27 @@ async def test_memories_get_agent_scoped_search_tokens_and_an_injection_rank(
                 text(
                     "INSERT INTO memories (id, workspace_id, agent_id, `key`, value, tags, importance,"
                     " created_at, updated_at, search_text)"
-                    " VALUES (:id, 1, 7, :key, 'Café in Berlin', '[\"icp\"]', :imp, :t, :t, 'stale')".replace(
-                        "`", '"' if empty_engine.dialect.name == "sqlite" else "`"
-                    )
+                    " VALUES (:id, 1, 7, :key, :value, :tags, :imp, :t, :t, :search_text)".replace("`", quote)
                 ),
-                {"id": id, "key": f"k_{id}", "imp": importance, "t": t},
+                {
+                    "id": id,
+                    "key": f"k_{id}",
+                    "value": value,
+                    "tags": tags,
+                    "imp": importance,
+                    "t": t,
+                    "search_text": search_text,
+                },
             )
+
+
+async def test_memories_get_agent_scoped_search_tokens_and_an_injection_rank(
+    empty_engine: AsyncEngine,
+) -> None:
+    """Revision e5b8c2d47a19 rewrites existing memories' search text and ranks them; its
+    downgrade restores the plain search text."""
+    await migrate.upgrade(empty_engine, "7a4e1c9b3f21")
+    await seed_memories(empty_engine, value="Café in Berlin", tags='["icp"]', search_text="stale")
 
     await migrate.upgrade(empty_engine)
     async with empty_engine.connect() as conn:
@@ -204,31 +217,7 @@ async def test_memories_get_their_rows_in_the_term_index(empty_engine: AsyncEngi
     """Revision f3a9d6c1b8e2 indexes existing memories' terms (with their write rank); its
     downgrade drops the index, and upgrading again rebuilds it."""
     await migrate.upgrade(empty_engine, "e5b8c2d41f07")
-    t = "2026-01-01 00:00:00"
-    quote = '"' if empty_engine.dialect.name == "sqlite" else "`"
-    async with empty_engine.begin() as conn:
-        await conn.execute(
-            text("INSERT INTO workspaces (id, name, created_at) VALUES (1, 'a', :t)"), {"t": t}
-        )
-        await conn.execute(
-            text(
-                "INSERT INTO agents (id, workspace_id, name, instructions, status, model, tools, policy,"
-                " memory_max_items, memory_max_chars, created_at, updated_at)"
-                " VALUES (7, 1, 'a', '', 'ACTIVE', '{}', '[]', '{}', 20, 4000, :t, :t)"
-            ),
-            {"t": t},
-        )
-        for id, importance in ((1, 0.5), (2, 0.0)):
-            await conn.execute(
-                text(
-                    "INSERT INTO memories (id, workspace_id, agent_id, `key`, value, tags, importance,"
-                    " created_at, updated_at, search_text)"
-                    " VALUES (:id, 1, 7, :key, 'Café in Berlin, Berlin', '[\"Q3 list\"]', :imp, :t, :t, '')".replace(
-                        "`", quote
-                    )
-                ),
-                {"id": id, "key": f"k_{id}", "imp": importance, "t": t},
-            )
+    await seed_memories(empty_engine, value="Café in Berlin, Berlin", tags='["Q3 list"]', search_text="")
 
     await migrate.upgrade(empty_engine)
     query = text("SELECT memory_id, term, agent_id, write_rank, frequency FROM memory_terms")
