@@ -286,11 +286,15 @@ def cmd_token_list(args: argparse.Namespace) -> int:
         print(f"Workspace {args.workspace!r} has no tokens.")
         return 0
     columns = ("id", "name", "role", "state", "created_at", "expires_at", "last_used_at")
-    table = [[str(t[c] or "-") for c in columns] for t in tokens]
-    widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(columns)]
-    for cells in [list(columns), *table]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip())
+    print_table(columns, [[str(t[c] or "-") for c in columns] for t in tokens])
     return 0
+
+
+def print_table(columns: tuple[str, ...], rows: list[list[str]]) -> None:
+    """A header and rows, each column padded to its widest cell."""
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    for cells in [list(columns), *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip())
 
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:

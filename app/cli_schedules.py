@@ -91,10 +91,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"Workspace {args.workspace!r} has no schedules.")
         return 0
     columns = ("id", "agent", "cron", "timezone", "enabled", "overlap", "next_fire_at", "last_fired_at")
-    table = [[str(s[c] if s[c] is not None else "-") for c in columns] for s in schedules]
-    widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(columns)]
-    for cells in [list(columns), *table]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip())
+    cli.print_table(columns, [[str(s[c] if s[c] is not None else "-") for c in columns] for s in schedules])
     for s in schedules:
         if s["last_skip_reason"]:
             print(f"{s['id']} last skipped {s['last_skipped_at']}: {s['last_skip_reason']}")
