@@ -39,16 +39,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 from redis.asyncio import Redis
-from sqlalchemy import text
 
 from app.clock import utcnow
-from app.db import migrate
 from app.db.orm import Agent
-from app.db.session import create_engine
 from app.graphql.ids import to_global_id
 from app.services import auth
 from app.services.runtime import open_runtime
 from app.settings import Settings
+from bench.support import create_database
 
 PLAIN_SERVER = """
 import uvicorn
@@ -259,17 +257,10 @@ async def main() -> None:
     parser.add_argument("--profile", help="write a cProfile of the API process to this file")
     args = parser.parse_args()
 
-    db = f"enverif_bench_{uuid.uuid4().hex[:8]}"
-    server = create_engine(args.server)
-    async with server.begin() as conn:
-        await conn.execute(text(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4"))
-    url = args.server.rsplit("/", 1)[0] + f"/{db}"
+    url, drop_database = await create_database(args.server)
     settings = Settings(database_url=url, redis_url=args.redis_url,
                         redis_prefix=f"enverif-bench-{uuid.uuid4().hex[:6]}")  # fmt: skip
     try:
-        engine = create_engine(url)
-        await migrate.upgrade(engine)
-        await engine.dispose()
         rt = await open_runtime(settings)
         try:
             async with rt.sessionmaker() as session:
@@ -294,9 +285,7 @@ async def main() -> None:
         async for key in redis.scan_iter(match=f"*{settings.redis_prefix}*"):
             await redis.delete(key)
         await redis.aclose()
-        async with server.begin() as conn:
-            await conn.execute(text(f"DROP DATABASE IF EXISTS `{db}`"))
-        await server.dispose()
+        await drop_database()
 
 
 def _agent(workspace_id: int, name: str) -> Agent:

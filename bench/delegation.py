@@ -27,16 +27,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import text
 
-from app.db import migrate
 from app.db.orm import Agent
-from app.db.session import create_engine
 from app.domain.agents import Role
 from app.keys import events_channel
 from app.services import auth, runs
 from app.services.runtime import open_runtime
 from app.settings import Settings
+from bench.support import create_database
 from workers.main import build_worker
 
 
@@ -93,16 +91,9 @@ async def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
 
-    db = f"enverif_bench_{uuid.uuid4().hex[:8]}"
-    server = create_engine(args.server)
-    async with server.begin() as conn:
-        await conn.execute(text(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4"))
-    url = args.server.rsplit("/", 1)[0] + f"/{db}"
+    url, drop_database = await create_database(args.server)
     settings = Settings(database_url=url, redis_url=args.redis_url, sweep_interval_s=30,
                         redis_prefix=f"enverif-bench-{uuid.uuid4().hex[:6]}")  # fmt: skip
-    engine = create_engine(url)
-    await migrate.upgrade(engine)
-    await engine.dispose()
     rt = await open_runtime(settings)
     worker = build_worker(settings, handle_signals=False)
     worker_task = asyncio.create_task(worker.main())
@@ -141,9 +132,7 @@ async def main() -> None:
         await asyncio.gather(worker_task, return_exceptions=True)
         await worker.close()
         await rt.close()
-        async with server.begin() as conn:
-            await conn.execute(text(f"DROP DATABASE IF EXISTS `{db}`"))
-        await server.dispose()
+        await drop_database()
 
 
 if __name__ == "__main__":

@@ -269,11 +269,10 @@ async def main() -> None:
     parser.add_argument("--profile", help="write a cProfile of the API process to this file")
     args = parser.parse_args()
 
-    from sqlalchemy import select, text
+    from sqlalchemy import select
 
     from app.clock import utcnow
-    from app.db import migrate, orm
-    from app.db.session import create_engine
+    from app.db import orm
     from app.domain.events import EventType
     from app.domain.runs import RunTrigger
     from app.events.publish import publish_events
@@ -283,17 +282,11 @@ async def main() -> None:
     from app.services.runtime import open_runtime
     from app.services.transitions import TreeTx
     from app.settings import Settings
+    from bench.support import create_database
 
-    db = f"enverif_bench_{uuid.uuid4().hex[:8]}"
-    server = create_engine(args.server)
-    async with server.begin() as conn:
-        await conn.execute(text(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4"))
-    url = args.server.rsplit("/", 1)[0] + f"/{db}"
+    url, drop_database = await create_database(args.server)
     prefix = f"enverif-bench-{uuid.uuid4().hex[:6]}"
     settings = Settings(database_url=url, redis_url=args.redis_url, redis_prefix=prefix)
-    engine = create_engine(url)
-    await migrate.upgrade(engine)
-    await engine.dispose()
     rt = await open_runtime(settings)
     procs: list[subprocess.Popen[bytes]] = []
     clients: list[Receiver] = []
@@ -429,9 +422,7 @@ async def main() -> None:
             proc.terminate()
         await asyncio.to_thread(stop_all, procs)
         await rt.close()
-        async with server.begin() as conn:
-            await conn.execute(text(f"DROP DATABASE IF EXISTS `{db}`"))
-        await server.dispose()
+        await drop_database()
 
 
 if __name__ == "__main__":

@@ -40,11 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arq import Worker
 from arq.connections import create_pool
-from sqlalchemy import select, text
+from sqlalchemy import select
 
-from app.db import migrate
 from app.db.orm import Agent
-from app.db.session import create_engine
 from app.domain.agents import Role
 from app.domain.runs import RunTrigger
 from app.keys import events_channel
@@ -52,6 +50,7 @@ from app.services import auth, runs
 from app.services.runtime import open_runtime, redis_settings
 from app.settings import Settings
 from bench.ceiling import ceiling
+from bench.support import create_database
 from workers.main import build_worker
 
 ENVERIF = str(Path(sys.executable).parent / "enverif")
@@ -347,11 +346,7 @@ async def main() -> None:
     args.port = args.port or _free_port()
     args.api_port = args.api_port or _free_port()
 
-    db = f"enverif_bench_{uuid.uuid4().hex[:8]}"
-    server = create_engine(args.server)
-    async with server.begin() as conn:
-        await conn.execute(text(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4"))
-    url = args.server.rsplit("/", 1)[0] + f"/{db}"
+    url, drop_database = await create_database(args.server, keep=args.keep)
     settings = Settings(
         database_url=url,
         redis_url=args.redis_url,
@@ -360,9 +355,6 @@ async def main() -> None:
         sweep_interval_s=30,
     )
     page = subprocess.Popen([sys.executable, "-c", PAGE_SERVER.format(port=args.port)])  # noqa: ASYNC220 - before any load
-    engine = create_engine(url)
-    await migrate.upgrade(engine)
-    await engine.dispose()
     rt = await open_runtime(settings)
     try:
         await asyncio.sleep(1.0)  # let the page server bind
@@ -491,12 +483,7 @@ async def main() -> None:
         await rt.close()
         page.terminate()
         page.wait()
-        if args.keep:
-            print(f"kept database {db}")
-        else:
-            async with server.begin() as conn:
-                await conn.execute(text(f"DROP DATABASE IF EXISTS `{db}`"))
-        await server.dispose()
+        await drop_database()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+"""What the benchmarks share: a fresh, migrated MariaDB database for one run."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+
+from sqlalchemy import text
+
+from app.db import migrate
+from app.db.session import create_engine
+
+
+async def create_database(
+    server_url: str, *, keep: bool = False
+) -> tuple[str, Callable[[], Awaitable[None]]]:
+    """A new database on ``server_url``'s server, migrated to head: its URL, and the coroutine
+    function that drops it (with ``keep``, it only prints the database's name instead)."""
+    name = f"enverif_bench_{uuid.uuid4().hex[:8]}"
+    server = create_engine(server_url)
+    async with server.begin() as conn:
+        await conn.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
+    url = server_url.rsplit("/", 1)[0] + f"/{name}"
+    engine = create_engine(url)
+    try:
+        await migrate.upgrade(engine)
+    finally:
+        await engine.dispose()
+
+    async def drop() -> None:
+        if keep:
+            print(f"kept database {name}")
+        else:
+            async with server.begin() as conn:
+                await conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+        await server.dispose()
+
+    return url, drop
