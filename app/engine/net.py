@@ -8,6 +8,10 @@ would be bypassed by a redirect to ``http://127.0.0.1/`` or by DNS that answers 
 the second time (rebinding). The connection then goes to the very address that was checked,
 while TLS still verifies the original host name.
 
+The client keeps no cookies. One client serves every run of every workspace in a worker, so
+a cookie a site set for one run would otherwise be sent on another workspace's request to
+that site; a tool that needs a session passes its credentials explicitly, per request.
+
 Errors::
 
     URLRefused          the target is not reachable under the policy (never retried)
@@ -151,6 +155,31 @@ class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
+class _NoCookies(httpx.Cookies):
+    """A cookie store that stays empty: responses' ``Set-Cookie`` headers are ignored."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+class _CookielessClient(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` that never stores or sends cookies (see the module docstring).
+    httpx's client always keeps a jar; this one's stays empty, which also saves parsing every
+    response's headers into a cookie jar."""
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return _NO_COOKIES
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        if cookies:
+            raise ValueError("this client keeps no cookies")
+
+
+_NO_COOKIES = _NoCookies()
+
+
 def guarded_client(
     settings: Settings,
     *,
@@ -159,7 +188,8 @@ def guarded_client(
     max_redirects: int = 5,
     max_connections: int = 20,
 ) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` whose every connection passes the address policy.
+    """An ``httpx.AsyncClient`` whose every connection passes the address policy, and that
+    keeps no cookies.
 
     Redirects are not followed unless a request asks for it (httpx's default), and when
     one is, the redirect target is checked again as its connection opens.
@@ -177,7 +207,7 @@ def guarded_client(
             keepalive_expiry=5.0,
             network_backend=_PublicOnlyBackend(httpcore.AnyIOBackend(), resolve_timeout_s=timeout_s),
         )
-    return httpx.AsyncClient(
+    return _CookielessClient(
         transport=transport,
         timeout=httpx.Timeout(timeout_s),
         trust_env=False,

@@ -85,6 +85,14 @@ def make_app(rec: Recorder) -> Starlette:
     async def hook_redirect(request: Request) -> Response:
         return RedirectResponse("/hook", status_code=307)
 
+    async def set_cookie(request: Request) -> Response:
+        response = RedirectResponse("/cookie", status_code=302)
+        response.set_cookie("session", "workspace-1-secret")
+        return response
+
+    async def cookie(request: Request) -> Response:
+        return PlainTextResponse(request.headers.get("cookie", "no cookie"))
+
     return Starlette(
         routes=[
             Route("/hello", hello),
@@ -96,6 +104,8 @@ def make_app(rec: Recorder) -> Starlette:
             Route("/slow", slow),
             Route("/hook", hook, methods=["POST"]),
             Route("/hook-redirect", hook_redirect, methods=["POST"]),
+            Route("/set-cookie", set_cookie),
+            Route("/cookie", cookie),
         ]
     )
 
@@ -183,6 +193,16 @@ async def test_cap_does_not_split_a_character(server: Server, get_tool: HttpGetT
 async def test_get_follows_redirects(server: Server, get_tool: HttpGetTool) -> None:
     result = await get_tool.run(CTX, {"url": f"{server.url}/redirect"})
     assert result == {"status": 200, "body": "hello", "truncated": False}
+
+
+async def test_cookies_are_never_kept_or_sent(server: Server, get_tool: HttpGetTool) -> None:
+    """One client serves every run of every workspace in a worker: a cookie one run's site
+    sets must not ride along on anyone's next request (nor on its own redirect)."""
+    first = await get_tool.run(CTX, {"url": f"{server.url}/set-cookie"})
+    assert first == {"status": 200, "body": "no cookie", "truncated": False}
+    other_workspace = ToolContext(workspace_id=2, agent_id=5, run_id=6, step_id=None, settings=None)
+    again = await get_tool.run(other_workspace, {"url": f"{server.url}/cookie"})
+    assert again["body"] == "no cookie"
 
 
 async def test_timeout_is_an_http_error(server: Server) -> None:
