@@ -110,13 +110,13 @@ def decode_message(raw: str | bytes) -> EventMessage:
         raise ValueError(f"malformed run event message: {exc}") from exc
 
 
-def encode_events(events: list[orm.RunEvent]) -> list[str]:
+def encode_events(events: list[EventMessage]) -> list[str]:
     """The messages of committed events, in the order they must be published (seq order)."""
     ordered = sorted(events, key=lambda e: (e.root_run_id, e.seq))
-    return [encode_message(event_to_message(e)) for e in ordered]
+    return [encode_message(e) for e in ordered]
 
 
-async def publish_events(redis: Redis, prefix: str, events: list[orm.RunEvent]) -> None:
+async def publish_events(redis: Redis, prefix: str, events: list[EventMessage]) -> None:
     """Publish committed events, in seq order. Never raises for Redis trouble."""
     if not events:
         return

@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from app.db import orm
 from app.embedded import redis_server_binary
 from app.events.hub import EventHub, HubStopped, Resync, SubscriberTooSlow, Subscription, hub_client_name
-from app.events.publish import EventMessage, decode_message, encode_message, event_to_message, publish_events
+from app.events.publish import EventMessage, decode_message, encode_message, publish_events
 from app.services.runtime import Runtime
 from app.settings import Settings
 
@@ -32,8 +31,8 @@ def fresh_id() -> int:
     return next(_ids)
 
 
-def event(workspace_id: int, root_run_id: int, seq: int, **extra: Any) -> orm.RunEvent:
-    return orm.RunEvent(
+def event(workspace_id: int, root_run_id: int, seq: int, **extra: Any) -> EventMessage:
+    return EventMessage(
         workspace_id=workspace_id,
         root_run_id=root_run_id,
         seq=seq,
@@ -211,11 +210,11 @@ async def test_publish_swallows_redis_failures(caplog: pytest.LogCaptureFixture)
 
 def test_message_round_trip_and_large_payloads_are_left_to_the_database() -> None:
     small = event(3, 4, 5, run_id=6, parent_run_id=4, step_id=9, payload={"ok": "é"})
-    decoded = decode_message(encode_message(event_to_message(small)))
-    assert decoded == event_to_message(small)
+    decoded = decode_message(encode_message(small))
+    assert decoded == small
 
     big = event(3, 4, 6, payload={"blob": "x" * 100_000})
-    wire = encode_message(event_to_message(big))
+    wire = encode_message(big)
     assert len(wire) < 1_000
     decoded_big = decode_message(wire)
     assert decoded_big.payload_omitted and decoded_big.payload is None and decoded_big.seq == 6
@@ -248,12 +247,12 @@ async def test_a_shorter_idle_timeout_after_a_longer_one_is_kept(hub: EventHub) 
     with hub.subscribe(1, root) as sub:
         waiting = asyncio.create_task(sub.get(timeout_s=60))
         await asyncio.sleep(0.05)
-        sub._offer(event_to_message(event(1, root, 1)))
+        sub._offer(event(1, root, 1))
         assert isinstance(await asyncio.wait_for(waiting, 5), EventMessage)
         assert await asyncio.wait_for(sub.get(timeout_s=0.2), 5) is None
         # A message arriving during a wait ends it at once, whatever timer is armed.
         waiting = asyncio.create_task(sub.get(timeout_s=60))
         await asyncio.sleep(0.05)
-        sub._offer(event_to_message(event(1, root, 2)))
+        sub._offer(event(1, root, 2))
         got = await asyncio.wait_for(waiting, 5)
         assert isinstance(got, EventMessage) and got.seq == 2

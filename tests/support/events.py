@@ -11,7 +11,7 @@ from app.db import orm
 from app.domain.agents import AgentStatus
 from app.domain.events import EventType
 from app.domain.runs import RunStatus, RunTrigger
-from app.events.publish import publish_events
+from app.events.publish import EventMessage, publish_events
 from app.graphql.ids import to_global_id
 from app.services import runs
 from app.services.runtime import Runtime
@@ -73,7 +73,7 @@ async def append(
     publish: bool = True,
     n: int = 1,
     payload_chars: int = 0,
-) -> list[orm.RunEvent]:
+) -> list[EventMessage]:
     """Append ``n`` events under the root's lock (TreeTx.emit) and, unless told not to,
     publish them after commit: a ``publish=False`` event is a lost pub/sub message.
     ``payload_chars`` pads each payload (to fill a socket quickly)."""

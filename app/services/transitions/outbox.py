@@ -22,8 +22,7 @@ from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 
 from app import keys
-from app.db.orm import RunEvent
-from app.events.publish import PUBLISH_TIMEOUT_S, encode_events
+from app.events.publish import PUBLISH_TIMEOUT_S, EventMessage, encode_events
 from app.services.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -49,7 +48,7 @@ class WakeUp:
     root_id: int | None
 
 
-async def after_commit(rt: Runtime, events: list[RunEvent], wakeups: list[WakeUp]) -> None:
+async def after_commit(rt: Runtime, events: list[EventMessage], wakeups: list[WakeUp]) -> None:
     """Publish and enqueue, in one round trip. Never raises for Redis trouble."""
     if events or wakeups:
         await send(rt, encode_events(events) if events else [], wakeups)

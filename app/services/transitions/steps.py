@@ -24,7 +24,7 @@ from app.domain.runs import (
 )
 
 if TYPE_CHECKING:
-    from app.db.orm import RunEvent
+    from app.events.publish import EventMessage
 
 
 class StepWrites:
@@ -37,7 +37,7 @@ class StepWrites:
 
     if TYPE_CHECKING:  # provided by TreeTx; declared for type checkers only
 
-        def emit(self, run: Run, type: EventType, **kwargs: Any) -> RunEvent: ...
+        def emit(self, run: Run, type: EventType, **kwargs: Any) -> EventMessage: ...
         async def steps(self, run_id: int) -> list[RunStep]: ...
 
     # -- new steps -----------------------------------------------------------------------

@@ -42,6 +42,7 @@ from app.domain.runs import (
     check_run_transition,
     waiting_status_for,
 )
+from app.events.publish import EventMessage
 from app.services.runtime import Runtime
 from app.services.transitions.children import ChildWrites
 from app.services.transitions.outbox import WakeUp, after_commit
@@ -59,8 +60,10 @@ class TreeTx(StepWrites, ChildWrites):
         self.session = session
         self.root = root
         self.now = now
-        # Events are numbered here and written in one multi-row INSERT just before commit.
-        self.events: list[RunEvent] = []
+        # Events are numbered here and written in one multi-row INSERT just before commit;
+        # after commit the same objects are published (plain messages, not ORM rows: a run
+        # emits a dozen, and an ORM object costs its instrumentation for nothing here).
+        self.events: list[EventMessage] = []
         self._seq = root.last_event_seq
         self.wakeups: list[WakeUp] = []
         self._runs: dict[int, Run] = {root.id: root}
@@ -116,9 +119,9 @@ class TreeTx(StepWrites, ChildWrites):
         status: str | None = None,
         step_id: int | None = None,
         payload: dict[str, Any] | None = None,
-    ) -> RunEvent:
+    ) -> EventMessage:
         self._seq += 1
-        event = RunEvent(
+        event = EventMessage(
             workspace_id=run.workspace_id,
             root_run_id=self.root.id,
             seq=self._seq,
@@ -335,7 +338,7 @@ def _utc(value: Any) -> datetime:
     return value.replace(tzinfo=UTC)
 
 
-def _event_row(event: RunEvent) -> dict[str, Any]:
+def _event_row(event: EventMessage) -> dict[str, Any]:
     return {c: getattr(event, c) for c in _EVENT_COLUMNS}
 
 
