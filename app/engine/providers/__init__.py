@@ -58,10 +58,9 @@ class Providers:
 
     def for_model(self, config: object) -> Provider:
         """The provider for a stored model config; ``ValidationFailed`` if it is not valid."""
-        checked = validate_model_config(config, self.settings)
-        if checked["provider"] == "scripted":
-            return ScriptedProvider(checked, self.templates)
-        return OpenAIProvider(checked, self.settings, client=self.http)
+        if isinstance(config, dict) and config.get("provider") == "scripted":
+            return ScriptedProvider(config, self.templates)  # validates (and copies) it once
+        return OpenAIProvider(validate_model_config(config, self.settings), self.settings, client=self.http)
 
     async def aclose(self) -> None:
         await self.templates.aclose()
