@@ -9,7 +9,9 @@ measured with a ``CpuMeter`` over exactly its timed window:
   number of cores busy;
 - the CPU per run of each named process group (``/proc/PID/stat``, user + system, all
   threads), and "other": the machine's busy CPU minus the groups' (the kernel's own work,
-  anything else running, and any group whose process could not be found or read);
+  anything else running, and any group whose process could not be found or read; it may
+  come out a little below zero, as the machine's and each process's CPU are counted in
+  separate clock ticks);
 - the bound that follows: the runs/s the machine would reach with every core busy and the
   same total CPU per run, ``cores / total CPU s per run``.
 
