@@ -1,23 +1,32 @@
 """Run throughput and latency, against a baseline measured in the same process.
 
-    .venv/bin/python bench/throughput.py [--runs 300] [--latency-runs 50] [--database-url URL]
+    .venv/bin/python bench/throughput.py [--runs 500] [--latency-runs 50] [--only procs,e2e]
+                                         [--server URL] [--profile FILE]
 
-1. Baselines: raw arq no-op jobs/s through one worker with the same tuning as ours; and the
-   ceiling (``bench/ceiling.py``): the READ scenario's runs done by a raw asyncmy script as
-   arq jobs (the worker's exact statements, the GETs, the publishes).
-2. Throughput: N runs of a 3-call scripted agent (three ``http.get`` calls to a local server
+1. Baselines (always run): raw arq no-op jobs/s through one worker with the same tuning as
+   ours; and the ceiling (``bench/ceiling.py``): the READ scenario's runs done by a raw
+   asyncmy script as arq jobs (the worker's exact statements, the GETs, the publishes).
+2. ``inproc``: N runs of a 3-call scripted agent (three ``http.get`` calls to a local server
    in another process, then a final answer) through one worker; runs/s and the ratio to (1).
    The same with three ``webhook.post`` calls (each step row written before its call).
-3. Worker processes: the READ and the write scenario through 1 and then 2 ``enverif worker``
-   processes (stopped with SIGSTOP while the queue fills, resumed together); runs/s and CPU
-   per run, and the READ figure's share of the ceiling.
-4. End to end: ``startRun`` over HTTP against ``enverif serve`` (a pooled client, 8 requests
-   in flight) with one worker process, until every run SUCCEEDED; runs/s and ratio to (1).
-5. Latency: p50/p95 from ``startRun`` to ``SUCCEEDED`` of a 1-call run, with a worker
+3. ``procs``: the READ and the write scenario through 1 and then 2 ``enverif worker``
+   processes (stopped with SIGSTOP while the queue fills, resumed together); runs/s, and the
+   READ figure's share of the ceiling. Over the timed window, where the machine's CPU went
+   (``bench/cpu.py``): cores busy on average, and CPU ms per run of the worker processes, the
+   page server, mariadbd, redis-server, this process (it subscribes to every event) and the
+   rest. The 2-process scaling is printed beside its bound: the runs/s the machine would reach
+   with every core busy at the 1-process CPU per run, over the 1-process runs/s. A bound near
+   1 means one worker process already keeps the machine busy, and a second has no core to use.
+4. ``e2e``: ``startRun`` over HTTP against ``enverif serve`` (a pooled client, 8 requests in
+   flight) with one worker process, until every run SUCCEEDED; runs/s, the ratio to (1), and
+   where the CPU went as in (3), the API process too.
+5. ``latency``: p50/p95 from ``startRun`` to ``SUCCEEDED`` of a 1-call run, with a worker
    waiting; completion is seen on the live event channel, as a subscriber would see it.
 
-The benchmark runs on uvloop, as ``enverif worker`` does. MariaDB by default (a fresh schema
-is created and dropped); Redis at 127.0.0.1:6379.
+``--only`` runs some of (2)-(5) (comma list; a profiler run can be limited to what it needs);
+the JSON report then holds the baselines and what ran. The benchmark runs on uvloop, as
+``enverif worker`` does. MariaDB by default (a fresh schema is created and dropped); Redis at
+127.0.0.1:6379. The machine's figures count everything running on it: run it on a quiet one.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +60,7 @@ from app.services import auth, runs
 from app.services.runtime import open_runtime, redis_settings
 from app.settings import Settings
 from bench.ceiling import ceiling
+from bench.cpu import CpuMeter, CpuShare, machine_busy_s, pids_named
 from bench.support import create_database
 from workers.main import build_worker
 
@@ -212,12 +223,6 @@ def _free_port() -> int:
         return port
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _env(settings: Settings) -> dict[str, str]:
     return {
         **os.environ,
@@ -243,9 +248,10 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 async def process_throughput(
-    rt: Any, principal: Any, agent_id: int, n: int, processes: int
-) -> tuple[float, float]:
-    """``n`` runs through ``processes`` worker processes, frozen while the queue fills."""
+    rt: Any, principal: Any, agent_id: int, n: int, processes: int, groups: dict[str, list[int] | None]
+) -> tuple[float, CpuShare]:
+    """``n`` runs through ``processes`` worker processes, frozen while the queue fills.
+    Returns runs/s and where the machine's CPU went (the worker processes and ``groups``)."""
     procs = [_spawn(rt.settings, "worker") for _ in range(processes)]
     try:
         await asyncio.sleep(4.0)  # start-up: imports, connections, the first sweep
@@ -254,21 +260,25 @@ async def process_throughput(
         ids = {(await runs.start_run(rt, principal, agent_id=agent_id, input=None)).id for _ in range(n)}
         watcher = asyncio.create_task(wait_statuses(rt, ids, timeout_s=600))
         await asyncio.sleep(0.2)
-        cpu = [_cpu_s(p.pid) for p in procs]
+        meter = CpuMeter({"workers": [p.pid for p in procs], **groups})
+        meter.start()
         started = time.perf_counter()
         for p in procs:
             p.send_signal(signal.SIGCONT)
         done = await watcher
-        used = sum(_cpu_s(p.pid) - c for p, c in zip(procs, cpu, strict=True))
+        share = meter.stop(len(done))
     finally:
         _stop(procs)
     if len(done) < n:
         raise RuntimeError(f"only {len(done)} of {n} runs succeeded")
-    return len(done) / (max(done.values()) - started), used * 1000 / len(done)
+    return len(done) / (max(done.values()) - started), share
 
 
-async def end_to_end(rt: Any, agent_id: int, token: str, n: int, port: int) -> float:
-    """startRun over HTTP (8 in flight on a pooled client) until every run SUCCEEDED."""
+async def end_to_end(
+    rt: Any, agent_id: int, token: str, n: int, port: int, groups: dict[str, list[int] | None]
+) -> tuple[float, CpuShare]:
+    """startRun over HTTP (8 in flight on a pooled client) until every run SUCCEEDED.
+    Returns runs/s and where the machine's CPU went (the API, the worker and ``groups``)."""
     import httpx
 
     from app.graphql.ids import from_global_id, to_global_id
@@ -307,6 +317,8 @@ async def end_to_end(rt: Any, agent_id: int, token: str, n: int, port: int) -> f
                                                                 "variables": {"a": to_global_id("Agent", agent_id)}})).json()  # fmt: skip
                     ids.add(from_global_id(body["data"]["startRun"]["id"], "Run"))
 
+            meter = CpuMeter({"api": [api.pid], "workers": [worker.pid], **groups})
+            meter.start()
             started = time.perf_counter()
             starters = [asyncio.create_task(starter()) for _ in range(8)]
             deadline = time.monotonic() + 600
@@ -319,13 +331,185 @@ async def end_to_end(rt: Any, agent_id: int, token: str, n: int, port: int) -> f
                 else:
                     await _succeeded_in_db(rt, ids - done.keys(), done)
             await asyncio.gather(*starters)
+            share = meter.stop(n)
             await pubsub.aclose()
     finally:
         _stop([worker, api])
     finished = [t for run_id, t in done.items() if run_id in ids]
     if len(finished) < n:
         raise RuntimeError(f"only {len(finished)} of {n} runs succeeded")
-    return n / (max(finished) - started)
+    return n / (max(finished) - started), share
+
+
+SCENARIOS = ("inproc", "procs", "e2e", "latency")
+
+TARGETS = {
+    "inproc": {"runs_per_s_3_read_calls": ">= 60 (aim 100)"},
+    "procs": {
+        "ratio_to_ceiling_3_read_calls_1_worker_process": ">= 0.5",
+        "runs_per_s_3_webhook_calls_1_worker_process": ">= 80",
+        "scaling_2_vs_1_worker_processes": ">= 1.6",
+    },
+    "e2e": {"ratio_to_arq_noop_end_to_end": ">= 0.10"},
+    "latency": {"p50_ms": "<= 35"},
+}
+
+
+def _scenarios(value: str) -> list[str]:
+    chosen = {name.strip() for name in value.split(",")}
+    if not chosen <= set(SCENARIOS):
+        raise argparse.ArgumentTypeError(f"choose among {','.join(SCENARIOS)}, not {value!r}")
+    return [name for name in SCENARIOS if name in chosen]
+
+
+@dataclass(frozen=True)
+class Agents:
+    reads: int  # three http.get calls, then a final answer
+    writes: int  # three webhook.post calls (ALLOW), then a final answer
+    one: int  # one http.get call (latency)
+
+
+async def in_process(
+    rt: Any, principal: Any, agents: Agents, n: int, worker: Any, profile: str | None,
+    noop_rate: float, ceiling_rate: float,
+) -> dict[str, Any]:  # fmt: skip
+    read_rate, read_cpu = await throughput(rt, principal, agents.reads, n, worker, profile=profile)
+    print(
+        f"3 READ calls (http.get): {read_rate:.1f} runs/s, {read_cpu:.1f} ms worker CPU per run",
+        flush=True,
+    )
+    write_rate, write_cpu = await throughput(
+        rt, principal, agents.writes, n, worker, profile=profile and f"{profile}.write"
+    )
+    print(
+        f"3 side-effecting calls (webhook.post): {write_rate:.1f} runs/s, {write_cpu:.1f} ms CPU/run",
+        flush=True,
+    )
+    return {
+        "runs_per_s_3_read_calls": round(read_rate, 1),
+        "ratio_to_arq_noop_3_read_calls": round(read_rate / noop_rate, 4),
+        "worker_cpu_ms_per_run_3_read_calls": round(read_cpu, 1),
+        "runs_per_s_3_webhook_calls": round(write_rate, 1),
+        "ratio_to_arq_noop_3_webhook_calls": round(write_rate / noop_rate, 4),
+        "worker_cpu_ms_per_run_3_webhook_calls": round(write_cpu, 1),
+        "ratio_to_ceiling_3_read_calls_in_process": round(read_rate / ceiling_rate, 3),
+    }
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """One agent's runs through 1 and then 2 worker processes."""
+
+    one_rate: float  # runs/s
+    one_cpu: CpuShare
+    two_rate: float
+    two_cpu: CpuShare
+
+    @property
+    def measured(self) -> float:
+        return self.two_rate / self.one_rate
+
+    @property
+    def bound(self) -> float:
+        """The most 2 processes could give if the CPU per run stayed as with 1: the machine's
+        spare cores at 1 process, not the worker, are then the limit."""
+        return self.one_cpu.bound_runs_per_s / self.one_rate
+
+    def report(self, calls: str, *, worker_cpu_keys: tuple[str, str], scaling_key: str) -> dict[str, Any]:
+        """The JSON report's entries; ``worker_cpu_keys`` and ``scaling_key`` keep the names
+        earlier reports gave them."""
+        return {
+            f"runs_per_s_{calls}_1_worker_process": round(self.one_rate, 1),
+            worker_cpu_keys[0]: self.one_cpu.rounded_ms_per_run("workers"),
+            f"runs_per_s_{calls}_2_worker_processes": round(self.two_rate, 1),
+            worker_cpu_keys[1]: self.two_cpu.rounded_ms_per_run("workers"),
+            scaling_key: round(self.measured, 2),
+            scaling_key.replace("scaling", "scaling_bound", 1): round(self.bound, 2),
+            **self.one_cpu.report(f"{calls}_1_worker_process"),
+            **self.two_cpu.report(f"{calls}_2_worker_processes"),
+        }
+
+
+async def one_then_two_processes(
+    rt: Any, principal: Any, agent_id: int, n: int, groups: dict[str, list[int] | None], label: str
+) -> Scaling:
+    """The agent's runs through 1 and then 2 worker processes; prints a line for each, the
+    second with its scaling beside the bound from the 1-process CPU per run."""
+    one_rate, one_cpu = await process_throughput(rt, principal, agent_id, n, 1, groups)
+    print(f"{label}, 1 worker process: {one_rate:.1f} runs/s; {one_cpu.line()}", flush=True)
+    two_rate, two_cpu = await process_throughput(rt, principal, agent_id, n, 2, groups)
+    scaling = Scaling(one_rate, one_cpu, two_rate, two_cpu)
+    print(
+        f"{label}, 2 worker processes: {two_rate:.1f} runs/s, x{scaling.measured:.2f} of 1 process "
+        f"(bound by the 1-process CPU per run: x{scaling.bound:.2f}); {two_cpu.line()}",
+        flush=True,
+    )
+    return scaling
+
+
+async def worker_processes(
+    rt: Any, principal: Any, agents: Agents, n: int, groups: dict[str, list[int] | None], ceiling_rate: float
+) -> dict[str, Any]:
+    reads = await one_then_two_processes(rt, principal, agents.reads, n, groups, "3 READ calls")
+    writes = await one_then_two_processes(rt, principal, agents.writes, n, groups, "3 webhook.post calls")
+    return {
+        **reads.report(
+            "3_read_calls",
+            worker_cpu_keys=(
+                "worker_cpu_ms_per_run_1_worker_process",
+                "worker_cpu_ms_per_run_2_worker_processes",
+            ),
+            scaling_key="scaling_2_vs_1_worker_processes",
+        ),
+        "ratio_to_ceiling_3_read_calls_1_worker_process": round(reads.one_rate / ceiling_rate, 3),
+        **writes.report(
+            "3_webhook_calls",
+            worker_cpu_keys=(
+                "worker_cpu_ms_per_run_3_webhook_calls_1_worker_process",
+                "worker_cpu_ms_per_run_3_webhook_calls_2_worker_processes",
+            ),
+            scaling_key="scaling_2_vs_1_worker_processes_webhook",
+        ),
+    }
+
+
+async def through_the_api(
+    rt: Any, agents: Agents, token: str, n: int, port: int, groups: dict[str, list[int] | None],
+    noop_rate: float,
+) -> dict[str, Any]:  # fmt: skip
+    rate, cpu = await end_to_end(rt, agents.reads, token, n, port, groups)
+    print(f"end to end (startRun over HTTP, 1 worker process): {rate:.1f} runs/s; {cpu.line()}", flush=True)
+    return {
+        "runs_per_s_end_to_end_api_3_read_calls": round(rate, 1),
+        "ratio_to_arq_noop_end_to_end": round(rate / noop_rate, 4),
+        **cpu.report("end_to_end"),
+    }
+
+
+async def latency(rt: Any, principal: Any, agent_id: int, n: int) -> dict[str, Any]:
+    """One run at a time with the worker idle and waiting."""
+    latencies = []
+    for _ in range(n):
+        pubsub = rt.redis.pubsub()
+        await pubsub.subscribe(events_channel(rt.settings.redis_prefix))
+        t0 = time.perf_counter()
+        run = await runs.start_run(rt, principal, agent_id=agent_id, input=None)
+        deadline = t0 + 10
+        while time.perf_counter() < deadline:
+            # None also comes back for the (ignored) subscribe confirmation: keep reading.
+            msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if msg and _finished(json.loads(msg["data"])) and json.loads(msg["data"])["run_id"] == run.id:
+                latencies.append((time.perf_counter() - t0) * 1000)
+                break
+        else:
+            raise RuntimeError(f"run {run.id} did not succeed within 10 s")
+        await pubsub.aclose()
+    p50, p95 = statistics.median(latencies), statistics.quantiles(latencies, n=20)[-1]
+    print(f"startRun -> SUCCEEDED, 1-call run: p50 {p50:.1f} ms, p95 {p95:.1f} ms", flush=True)
+    return {
+        "p50_start_to_succeeded_ms_1_call": round(p50, 1),
+        "p95_start_to_succeeded_ms_1_call": round(p95, 1),
+    }
 
 
 async def main() -> None:
@@ -337,6 +521,10 @@ async def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--port", type=int, default=0, help="page server port (default: a free one)")
     parser.add_argument("--api-port", type=int, default=0, help="API port (default: a free one)")
+    parser.add_argument(
+        "--only", type=_scenarios, default=list(SCENARIOS), metavar="SCENARIOS",
+        help=f"comma list among {','.join(SCENARIOS)} (default: all); the baselines always run",
+    )  # fmt: skip
     parser.add_argument(
         "--profile",
         help="write a cProfile of the in-process READ scenario to this file (and the write one to FILE.write)",
@@ -364,120 +552,69 @@ async def main() -> None:
         base = f"http://127.0.0.1:{args.port}"
         get = {"call": "http.get", "args": {"url": f"{base}/page"}}
         post = {"call": "webhook.post", "args": {"url": f"{base}/hook", "payload": {"n": 1}}}
-        reads = await make_agent(rt, workspace.id, "three-reads", [get, get, get, {"final": "done"}])
-        writes = await make_agent(
-            rt, workspace.id, "three-writes", [post, post, post, {"final": "done"}],
-            policy={"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]},
+        agents = Agents(
+            reads=await make_agent(rt, workspace.id, "three-reads", [get, get, get, {"final": "done"}]),
+            writes=await make_agent(
+                rt, workspace.id, "three-writes", [post, post, post, {"final": "done"}],
+                policy={"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]},
+            ),
+            one=await make_agent(rt, workspace.id, "one-call", [get, {"final": "done"}]),
         )  # fmt: skip
-        one = await make_agent(rt, workspace.id, "one-call", [get, {"final": "done"}])
+        # Besides the workers (and the API), the processes a run's CPU goes to; the bench
+        # process subscribes to every event (and holds the idle in-process worker, if any).
+        groups = {
+            "page_server": [page.pid],
+            "mariadbd": pids_named("mariadbd"),
+            "redis_server": pids_named("redis-server"),
+            "bench": [os.getpid()],
+        }
 
         noop_rate = await baseline_arq(settings, args.noop_jobs)
         print(f"baseline: raw arq no-op jobs: {noop_rate:.1f} jobs/s", flush=True)
-        fresh = await queued_runs(rt, reads, args.runs)
+        fresh = await queued_runs(rt, agents.reads, args.runs)
         ceiling_rate, ceiling_cpu = await ceiling(
             settings, f"{base}/page", fresh, lambda ids: wait_statuses(rt, ids, timeout_s=600)
         )
         print(f"ceiling (raw asyncmy script, 3 READ calls): {ceiling_rate:.1f} runs/s, "
               f"{ceiling_cpu:.1f} ms CPU/run", flush=True)  # fmt: skip
-
-        worker = build_worker(settings, handle_signals=False)
-        worker_task = asyncio.create_task(worker.main())
-        read_rate, read_cpu = await throughput(rt, principal, reads, args.runs, worker, profile=args.profile)
-        print(
-            f"3 READ calls (http.get): {read_rate:.1f} runs/s, {read_cpu:.1f} ms worker CPU per run",
-            flush=True,
-        )
-        write_rate, write_cpu = await throughput(
-            rt, principal, writes, args.runs, worker, profile=args.profile and f"{args.profile}.write"
-        )
-        print(
-            f"3 side-effecting calls (webhook.post): {write_rate:.1f} runs/s, {write_cpu:.1f} ms CPU/run",
-            flush=True,
-        )
-
-        worker.allow_pick_jobs = False  # the in-process worker sits out the process scenarios
-        one_proc, one_proc_cpu = await process_throughput(rt, principal, reads, args.runs, 1)
-        print(
-            f"3 READ calls, 1 worker process: {one_proc:.1f} runs/s, {one_proc_cpu:.1f} ms CPU/run",
-            flush=True,
-        )
-        two_proc, two_proc_cpu = await process_throughput(rt, principal, reads, args.runs, 2)
-        print(
-            f"3 READ calls, 2 worker processes: {two_proc:.1f} runs/s, {two_proc_cpu:.1f} ms CPU/run",
-            flush=True,
-        )
-        one_write, one_write_cpu = await process_throughput(rt, principal, writes, args.runs, 1)
-        print(f"3 webhook.post calls, 1 worker process: {one_write:.1f} runs/s, {one_write_cpu:.1f} ms CPU/run",
-              flush=True)  # fmt: skip
-        two_write, two_write_cpu = await process_throughput(rt, principal, writes, args.runs, 2)
-        print(f"3 webhook.post calls, 2 worker processes: {two_write:.1f} runs/s, {two_write_cpu:.1f} ms CPU/run",
-              flush=True)  # fmt: skip
-        e2e = await end_to_end(rt, reads, admin_token, args.runs, args.api_port)
-        print(f"end to end (startRun over HTTP, 1 worker process): {e2e:.1f} runs/s", flush=True)
-        worker.allow_pick_jobs = True
-
-        # Latency: one run at a time with the worker idle and waiting.
-        latencies = []
-        for _ in range(args.latency_runs):
-            pubsub = rt.redis.pubsub()
-            await pubsub.subscribe(events_channel(settings.redis_prefix))
-            t0 = time.perf_counter()
-            run = await runs.start_run(rt, principal, agent_id=one, input=None)
-            deadline = t0 + 10
-            while time.perf_counter() < deadline:
-                # None also comes back for the (ignored) subscribe confirmation: keep reading.
-                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                if msg and _finished(json.loads(msg["data"])) and json.loads(msg["data"])["run_id"] == run.id:
-                    latencies.append((time.perf_counter() - t0) * 1000)
-                    break
-            else:
-                raise RuntimeError(f"run {run.id} did not succeed within 10 s")
-            await pubsub.aclose()
-        worker_task.cancel()
-        try:
-            await worker_task
-        except asyncio.CancelledError:
-            pass
-        await worker.close()
-
-        report = {
+        report: dict[str, Any] = {
             "database": "mariadb",
             "event_loop": "uvloop",
+            "machine_cores": machine_busy_s()[1],
             "baseline_arq_noop_jobs_per_s": round(noop_rate, 1),
             "ceiling_runs_per_s_3_read_calls": round(ceiling_rate, 1),
             "ceiling_cpu_ms_per_run": round(ceiling_cpu, 1),
             "runs_per_scenario": args.runs,
-            "runs_per_s_3_read_calls": round(read_rate, 1),
-            "ratio_to_arq_noop_3_read_calls": round(read_rate / noop_rate, 4),
-            "worker_cpu_ms_per_run_3_read_calls": round(read_cpu, 1),
-            "runs_per_s_3_webhook_calls": round(write_rate, 1),
-            "ratio_to_arq_noop_3_webhook_calls": round(write_rate / noop_rate, 4),
-            "worker_cpu_ms_per_run_3_webhook_calls": round(write_cpu, 1),
-            "runs_per_s_3_read_calls_1_worker_process": round(one_proc, 1),
-            "worker_cpu_ms_per_run_1_worker_process": round(one_proc_cpu, 1),
-            "runs_per_s_3_read_calls_2_worker_processes": round(two_proc, 1),
-            "worker_cpu_ms_per_run_2_worker_processes": round(two_proc_cpu, 1),
-            "scaling_2_vs_1_worker_processes": round(two_proc / one_proc, 2),
-            "ratio_to_ceiling_3_read_calls_in_process": round(read_rate / ceiling_rate, 3),
-            "ratio_to_ceiling_3_read_calls_1_worker_process": round(one_proc / ceiling_rate, 3),
-            "runs_per_s_3_webhook_calls_1_worker_process": round(one_write, 1),
-            "worker_cpu_ms_per_run_3_webhook_calls_1_worker_process": round(one_write_cpu, 1),
-            "runs_per_s_3_webhook_calls_2_worker_processes": round(two_write, 1),
-            "worker_cpu_ms_per_run_3_webhook_calls_2_worker_processes": round(two_write_cpu, 1),
-            "scaling_2_vs_1_worker_processes_webhook": round(two_write / one_write, 2),
-            "runs_per_s_end_to_end_api_3_read_calls": round(e2e, 1),
-            "ratio_to_arq_noop_end_to_end": round(e2e / noop_rate, 4),
-            "p50_start_to_succeeded_ms_1_call": round(statistics.median(latencies), 1),
-            "p95_start_to_succeeded_ms_1_call": round(statistics.quantiles(latencies, n=20)[-1], 1),
-            "targets": {
-                "runs_per_s_3_read_calls": ">= 60 (aim 100)",
-                "p50_ms": "<= 35",
-                "ratio_to_ceiling_3_read_calls_1_worker_process": ">= 0.5",
-                "runs_per_s_3_webhook_calls_1_worker_process": ">= 80",
-                "scaling_2_vs_1_worker_processes": ">= 1.6",
-                "ratio_to_arq_noop_end_to_end": ">= 0.10",
-            },
         }
+
+        worker = None
+        if "inproc" in args.only or "latency" in args.only:
+            worker = build_worker(settings, handle_signals=False)
+            worker_task = asyncio.create_task(worker.main())
+        if "inproc" in args.only:
+            report |= await in_process(
+                rt, principal, agents, args.runs, worker, args.profile, noop_rate, ceiling_rate
+            )
+        if worker is not None:
+            worker.allow_pick_jobs = False  # the in-process worker sits out the process scenarios
+        if "procs" in args.only:
+            report |= await worker_processes(rt, principal, agents, args.runs, groups, ceiling_rate)
+        if "e2e" in args.only:
+            report |= await through_the_api(
+                rt, agents, admin_token, args.runs, args.api_port, groups, noop_rate
+            )
+        if worker is not None:
+            worker.allow_pick_jobs = True
+            if "latency" in args.only:
+                report |= await latency(rt, principal, agents.one, args.latency_runs)
+            worker_task.cancel()
+            try:
+                await worker_task
+            except asyncio.CancelledError:
+                pass
+            await worker.close()
+
+        report["targets"] = {key: target for name in args.only for key, target in TARGETS[name].items()}
         print(json.dumps(report, indent=2))
     finally:
         await rt.close()
