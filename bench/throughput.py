@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -512,6 +513,18 @@ async def latency(rt: Any, principal: Any, agent_id: int, n: int) -> dict[str, A
     }
 
 
+async def stop_worker(worker: Worker, task: asyncio.Task[None]) -> None:
+    """Stop the in-process worker once its jobs are done: a job cancelled mid-run would make
+    ``Worker.close`` raise (it gathers the cancelled job)."""
+    worker.allow_pick_jobs = False
+    if worker.tasks:
+        await asyncio.wait(list(worker.tasks.values()), timeout=30)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await worker.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=500)
@@ -607,12 +620,7 @@ async def main() -> None:
             worker.allow_pick_jobs = True
             if "latency" in args.only:
                 report |= await latency(rt, principal, agents.one, args.latency_runs)
-            worker_task.cancel()
-            try:
-                await worker_task
-            except asyncio.CancelledError:
-                pass
-            await worker.close()
+            await stop_worker(worker, worker_task)
 
         report["targets"] = {key: target for name in args.only for key, target in TARGETS[name].items()}
         print(json.dumps(report, indent=2))
