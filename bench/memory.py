@@ -5,9 +5,8 @@
 One agent with ``--agent-memories`` memories among ``--workspace-memories`` in its workspace
 (the rest spread over four other agents), on MariaDB (a fresh schema, dropped afterwards
 unless ``--keep``; ``--database NAME`` measures again on a kept one without loading). The
-rows are bulk-inserted, 5,000 a statement, into the migrated schema (its FULLTEXT index
-stays: dropped and re-created around the load, MariaDB 10.11 built one that matched nothing).
-Reported: p50/p95 of
+rows are bulk-inserted, 5,000 a statement, into the migrated schema, with their
+``memory_terms`` rows. Reported: p50/p95 of
 1. a primary-key lookup of one memory (the baseline),
 2. injection selection for a run's first start (the bounded candidate query plus the pure
    ranking within a budget of 20 items / 4000 characters), as the claim does it,
@@ -39,7 +38,7 @@ from app.clock import utcnow
 from app.db import migrate
 from app.db.orm import Agent, Memory, MemoryTerm, memory_term_rows
 from app.db.session import create_engine, create_read_sessionmaker, create_sessionmaker
-from app.domain.memory import injection_rank, search_document, select_for_injection
+from app.domain.memory import injection_rank, select_for_injection
 from app.services import auth
 from app.services.memory_injection import _bounded_candidates
 from app.services.memory_search import search
@@ -74,11 +73,10 @@ def _memory_row(
     value = " ".join(words)
     at = now - timedelta(days=rng.randint(0, 365))
     importance = round(rng.random(), 3)
-    # The ORM's write hooks derive search_text, injection_rank and the memory's terms; a bulk
+    # The ORM's write hooks derive injection_rank and the memory's terms; a bulk
     # insert does it here (explicit ids: the terms refer to them).
     return {"id": n, "workspace_id": workspace_id, "agent_id": agent_id, "key": key, "value": value, "tags": tags,
-            "importance": importance, "search_text": search_document(agent_id, key, value, tags),
-            "injection_rank": injection_rank(importance, at, None),
+            "importance": importance, "injection_rank": injection_rank(importance, at, None),
             "created_at": at, "updated_at": at, "last_used_at": None, "source_run_id": None}  # fmt: skip
 
 

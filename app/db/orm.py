@@ -34,7 +34,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from app.domain.memory import injection_rank, memory_terms, search_document, write_rank
+from app.domain.memory import injection_rank, memory_terms, write_rank
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -156,22 +156,16 @@ class Memory(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
-    # The agent's tokens for key, value and tags (``domain.memory.search_document``), indexed by
-    # a FULLTEXT index on MariaDB/MySQL and by the FTS5 table ``memories_fts`` (triggers) on
-    # SQLite, both created by the migrations only. Search no longer reads them (it reads
-    # ``memory_terms``); they are still written until a migration drops them.
-    search_text: Mapped[str] = mapped_column(LongText, default="")
     # ``domain.memory.injection_rank``: importance x recency as a key that does not age.
     injection_rank: Mapped[float] = mapped_column(Double, default=0.0, server_default="0")
 
 
 @event.listens_for(Memory, "before_insert")
 @event.listens_for(Memory, "before_update")
-def _keep_derived_columns(_mapper: Any, _connection: Any, memory: Memory) -> None:
-    """Every ORM write of a memory re-derives its search document and injection rank from
-    its final state, so no write path can forget them. Bulk ``update()`` statements bypass
-    this and must set them themselves (see ``services.memory_search.record_use``)."""
-    memory.search_text = search_document(memory.agent_id, memory.key, memory.value, memory.tags or [])
+def _keep_injection_rank(_mapper: Any, _connection: Any, memory: Memory) -> None:
+    """Every ORM write of a memory re-derives its injection rank from its final state, so no
+    write path can forget it. Bulk ``update()`` statements bypass this and must set it
+    themselves (see ``services.memory_search.record_use``)."""
     memory.injection_rank = injection_rank(memory.importance, memory.updated_at, memory.last_used_at)
 
 
@@ -236,11 +230,6 @@ def _keep_terms(_mapper: Any, connection: Any, memory: Memory) -> None:
                             memory.importance, memory.updated_at, memory.injection_rank)  # fmt: skip
     if rows:
         connection.execute(insert(MemoryTerm), rows)
-
-
-# Search objects the migration creates outside this metadata (dialect-specific), which a
-# schema comparison against this module must therefore ignore.
-SEARCH_INDEX_OBJECTS = frozenset({"ix_memories_search_text", "memories_fts"})
 
 
 class MemoryRevision(Base):

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -20,9 +21,10 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import migrate
-from app.db.orm import SEARCH_INDEX_OBJECTS, Base
-from app.db.session import create_engine
-from app.domain.memory import NO_VALUE_RANK, injection_rank, memory_terms, search_document, write_rank
+from app.db.orm import Base
+from app.db.session import create_engine, create_read_sessionmaker
+from app.domain.memory import NO_VALUE_RANK, injection_rank, memory_terms, write_rank
+from app.services.memory_search import search
 from tests.conftest import DB_KIND, MYSQL_SERVER_URL
 
 APP_TABLES = set(Base.metadata.tables)
@@ -55,16 +57,9 @@ async def empty_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
             await engine.dispose()
 
 
-def _is_search_object(name: str | None) -> bool:
-    """The full-text objects the migration adds outside the ORM's metadata (FTS5's table and
-    its shadow tables on SQLite, the FULLTEXT index on MariaDB)."""
-    return name is not None and any(name.startswith(prefix) for prefix in SEARCH_INDEX_OBJECTS)
-
-
 async def _tables(engine: AsyncEngine) -> set[str]:
     async with engine.connect() as conn:
-        names = await conn.run_sync(lambda sync: inspect(sync).get_table_names())
-    return {name for name in names if not _is_search_object(name)}
+        return set(await conn.run_sync(lambda sync: inspect(sync).get_table_names()))
 
 
 async def _revision(engine: AsyncEngine) -> str | None:
@@ -75,13 +70,7 @@ async def _revision(engine: AsyncEngine) -> str | None:
 def _schema_drift(sync: Connection) -> list[object]:
     """What autogenerate would add to make the database match the ORM (types aside: MariaDB
     reports JSON as LONGTEXT and SQLite has no real types, so those diffs are noise)."""
-    context = MigrationContext.configure(
-        sync,
-        opts={
-            "compare_type": False,
-            "include_object": lambda obj, name, *_: not _is_search_object(name),
-        },
-    )
+    context = MigrationContext.configure(sync, opts={"compare_type": False})
     return list(compare_metadata(context, Base.metadata))
 
 
@@ -185,6 +174,12 @@ async def seed_memories(engine: AsyncEngine, *, value: str, tags: str, search_te
             )
 
 
+def agent_scoped_document(id: int) -> str:
+    """Revision e5b8c2d47a19's search text of seeded memory ``id`` (value ``Café in Berlin``,
+    tag ``icp``): agent 7's token per word, then one per tag (sha256 of ``icp``)."""
+    return f"a7xk a7x{id} a7xcafe a7xin a7xberlin a7xicp a7y386abdf67acdc7922941"
+
+
 async def test_memories_get_agent_scoped_search_tokens_and_an_injection_rank(
     empty_engine: AsyncEngine,
 ) -> None:
@@ -193,16 +188,13 @@ async def test_memories_get_agent_scoped_search_tokens_and_an_injection_rank(
     await migrate.upgrade(empty_engine, "7a4e1c9b3f21")
     await seed_memories(empty_engine, value="Café in Berlin", tags='["icp"]', search_text="stale")
 
-    await migrate.upgrade(empty_engine)
+    await migrate.upgrade(empty_engine, "e5b8c2d47a19")
     async with empty_engine.connect() as conn:
         rows = (
             await conn.execute(text("SELECT id, search_text, injection_rank FROM memories ORDER BY id"))
         ).all()
     updated = datetime(2026, 1, 1, tzinfo=UTC)
-    assert [(r[0], r[1]) for r in rows] == [
-        (i, search_document(7, f"k_{i}", "Café in Berlin", ["icp"])) for i in (1, 2)
-    ]
-    assert rows[0][1].startswith("a7xk a7x1 a7xcafe a7xin a7xberlin a7xicp a7y")
+    assert [(r[0], r[1]) for r in rows] == [(i, agent_scoped_document(i)) for i in (1, 2)]
     assert rows[0][2] == pytest.approx(injection_rank(0.5, updated, None))
     assert rows[1][2] == NO_VALUE_RANK
 
@@ -238,3 +230,75 @@ async def test_memories_get_their_rows_in_the_term_index(empty_engine: AsyncEngi
     await migrate.upgrade(empty_engine)
     async with empty_engine.connect() as conn:
         assert len((await conn.execute(query)).all()) == len(expected)
+
+
+def _old_search_index(sync: Connection) -> dict[str, Any]:
+    """What revisions 5d7c0e2a91b4 and e5b8c2d47a19 built for full-text search: the column, the
+    FULLTEXT index (MariaDB), the FTS5 table and its triggers (SQLite). Column order and
+    SQLite's column default aside (see revision 7a1b53d7de74)."""
+    columns = {c["name"]: (str(c["type"]), c["nullable"]) for c in inspect(sync).get_columns("memories")}
+    indexes = inspect(sync).get_indexes("memories")
+    found: dict[str, Any] = {
+        "search_text": columns.get("search_text"),
+        "indexes": {i["name"]: tuple(i["column_names"]) for i in indexes},
+    }
+    if sync.dialect.name == "sqlite":
+        found["schema"] = sync.execute(
+            text("SELECT type, name, sql FROM sqlite_master WHERE name LIKE 'memories_fts%' ORDER BY name")
+        ).all()
+    return found
+
+
+async def _old_index_finds(engine: AsyncEngine, token: str) -> list[int]:
+    """The memories the old full-text index finds for one token."""
+    if engine.dialect.name == "sqlite":
+        query = "SELECT rowid FROM memories_fts WHERE memories_fts MATCH :token"
+    else:
+        query = "SELECT id FROM memories WHERE MATCH (search_text) AGAINST (:token IN BOOLEAN MODE)"
+    async with engine.connect() as conn:
+        return sorted((await conn.execute(text(query), {"token": token})).scalars())
+
+
+async def test_the_unread_search_index_is_dropped_and_restored(empty_engine: AsyncEngine) -> None:
+    """Revision 7a1b53d7de74 drops ``search_text`` and its index while search keeps finding
+    memories (through ``memory_terms``); its downgrade restores the column with each memory's
+    agent-scoped document and an index that finds them, kept in step with later writes."""
+    await migrate.upgrade(empty_engine, "e5b8c2d41f07")
+    await seed_memories(empty_engine, value="Café in Berlin", tags='["icp"]', search_text="stale")
+    await migrate.upgrade(empty_engine, "f3a9d6c1b8e2")
+    async with empty_engine.connect() as conn:
+        before = await conn.run_sync(_old_search_index)
+    assert before["search_text"] is not None and before["search_text"][1] is False
+    assert await _old_index_finds(empty_engine, "stale") == [1, 2]  # as seeded: the index is live
+
+    await migrate.upgrade(empty_engine)
+    async with empty_engine.connect() as conn:
+        after = await conn.run_sync(_old_search_index)
+    assert after["search_text"] is None
+    assert "ix_memories_search_text" not in after["indexes"]
+    assert after.get("schema", []) == []
+    async with create_read_sessionmaker(empty_engine)() as session:
+        for query, tags in (("berlin cafe", None), (None, ["icp"])):
+            found = await search(session, workspace_id=1, agent_id=7, query=query, tags=tags, limit=10,
+                                 now=datetime(2026, 1, 2, tzinfo=UTC), mark_used=False)  # fmt: skip
+            assert sorted(m.id for m in found) == [1, 2]
+
+    await migrate.downgrade(empty_engine, "f3a9d6c1b8e2")
+    async with empty_engine.connect() as conn:
+        assert await conn.run_sync(_old_search_index) == before
+        documents = (await conn.execute(text("SELECT id, search_text FROM memories ORDER BY id"))).all()
+    assert [tuple(r) for r in documents] == [(i, agent_scoped_document(i)) for i in (1, 2)]
+    assert await _old_index_finds(empty_engine, "stale") == []
+    assert await _old_index_finds(empty_engine, "a7xberlin") == [1, 2]
+    tag_token = agent_scoped_document(1).split()[-1]
+    assert await _old_index_finds(empty_engine, tag_token) == [1, 2]
+    # The index follows writes again (SQLite: the triggers).
+    async with empty_engine.begin() as conn:
+        await conn.execute(text("UPDATE memories SET search_text = 'a7xparis' WHERE id = 2"))
+        await conn.execute(text("DELETE FROM memories WHERE id = 1"))
+    assert await _old_index_finds(empty_engine, "a7xberlin") == []
+    assert await _old_index_finds(empty_engine, "a7xparis") == [2]
+
+    await migrate.upgrade(empty_engine)
+    async with empty_engine.connect() as conn:
+        assert await conn.run_sync(_old_search_index) == after
