@@ -89,7 +89,7 @@ def select_for_injection(
 # parts are in 0..1, so a memory that matches the words far better still wins, while among
 # similar matches the important, recently touched one comes first.
 RELEVANCE_WEIGHT = 0.7
-# A search word: letters and digits (``_`` splits words, as FTS5's tokenizer does).
+# A search word: letters and digits (``_`` and punctuation split words).
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -129,51 +129,24 @@ def rank_search_hits(hits: list[SearchHit], *, now: datetime, limit: int) -> lis
 
 
 def search_terms(query: str, *, max_terms: int = 16) -> list[str]:
-    """The words of a free-text query, deduplicated, in order: letters and digits only, so no
-    user input ever reaches a full-text engine's operator syntax (MariaDB boolean mode's
-    ``+-<>()~*"``, FTS5's ``AND OR NOT NEAR``, quotes, column filters)."""
+    """The words of a free-text query, deduplicated, in order: letters and digits only, folded
+    as a memory's terms are (``memory_terms``), so each is a prefix of the terms it finds."""
     words: dict[str, None] = {}
     for word in _words(query):
         words.setdefault(word, None)
     return list(words)[:max_terms]
 
 
-# -- the full-text document -------------------------------------------------------------------
-
-# Longer words are cut: MariaDB does not index tokens over 84 characters, and the agent
-# prefix takes up to 20 of them (an 18-digit id). A search word is cut the same way, so it
-# still finds them.
+# Longer words are cut (a term is at most 80 characters; a tag's term is 21). A search word
+# is cut the same way, so it still finds them.
 MAX_WORD_CHARS = 64
 
 
 def _words(text: str) -> list[str]:
-    """Lower-cased words without diacritics (``Café`` is ``cafe``), as both engines see them."""
+    """Lower-cased words without diacritics (``Café`` is ``cafe``)."""
     folded = unicodedata.normalize("NFKD", text.lower())
     plain = "".join(c for c in folded if not unicodedata.combining(c))
     return [w[:MAX_WORD_CHARS] for w in _WORD.findall(plain)]
-
-
-def word_token(agent_id: int, word: str) -> str:
-    """A word as the full-text index stores it: scoped to its agent (``a42xberlin``), so a
-    search reads only that agent's postings instead of the whole workspace's, and the term
-    statistics behind relevance are the agent's own. ``x`` ends the id: no agent's token is a
-    prefix of another agent's."""
-    return f"a{agent_id}x{word}"
-
-
-def tag_token(agent_id: int, tag: str) -> str:
-    """A tag as one exact token (a digest: tags may hold any characters): a tag filter becomes
-    a required term of the full-text match. A digest collision only adds a candidate, which
-    the SQL tag filter then drops."""
-    return f"a{agent_id}y{hashlib.sha256(tag.encode()).hexdigest()[:20]}"
-
-
-def search_document(agent_id: int, key: str, value: str, tags: Iterable[str]) -> str:
-    """What ``memories.search_text`` holds: the agent's tokens for every word of the key, the
-    value and the tags (repeats kept: term frequency counts), and one token per tag."""
-    tags = [str(t) for t in tags]
-    words = [*_words(key), *_words(value), *(w for t in tags for w in _words(t))]
-    return " ".join([*(word_token(agent_id, w) for w in words), *(tag_token(agent_id, t) for t in tags)])
 
 
 # -- the term index ---------------------------------------------------------------------------

@@ -16,12 +16,9 @@ from app.domain.memory import (
     injection_rank,
     injection_size,
     rank_search_hits,
-    search_document,
     search_terms,
     select_for_injection,
-    tag_token,
     value_score,
-    word_token,
 )
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -124,6 +121,8 @@ def test_rank_search_hits(hits: list[SearchHit], limit: int, order: list[int]) -
         ("%_%", []),
         ("Straße straße", ["straße"]),
         ("a a a", ["a"]),
+        ("Café MÜLLER", ["cafe", "muller"]),  # folded as memory terms are
+        ("x" * 100, ["x" * 64]),  # cut as memory terms are
     ],
 )
 def test_search_terms(query: str, terms: list[str]) -> None:
@@ -137,7 +136,7 @@ def test_search_terms_are_plain_words(query: str) -> None:
     assert all(t and all(c.isalnum() for c in t) for t in terms)
 
 
-# -- the stored injection rank and the full-text document ---------------------------------------
+# -- the stored injection rank ----------------------------------------------------------------
 
 _moments = st.floats(min_value=0, max_value=3 * 365, allow_nan=False)
 
@@ -186,20 +185,3 @@ def test_injection_rank_does_not_age() -> None:
         == NO_VALUE_RANK
         < injection_rank(1e-9, NOW - timedelta(days=3650), None)
     )
-
-
-def test_search_document() -> None:
-    document = search_document(42, "icp_decision", "Café MÜLLER, Berlin: 3 seats", ["vip", "Q3 list"])
-    words, tags = document.split()[:-2], document.split()[-2:]
-    assert words == [
-        f"a42x{w}" for w in ["icp", "decision", "cafe", "muller", "berlin", "3", "seats", "vip", "q3", "list"]
-    ]
-    assert tags == [tag_token(42, "vip"), tag_token(42, "Q3 list")]
-    assert tag_token(42, "vip") != tag_token(42, "VIP") != tag_token(4, "vip")
-    assert all(t.isalnum() for t in document.split())  # one token each, for both engines
-    # An agent's tokens are never a prefix of another agent's.
-    assert not word_token(4, "2xberlin").startswith(word_token(42, "")) and not word_token(
-        42, "b"
-    ).startswith(word_token(4, ""))
-    assert search_terms("Café MÜLLER") == ["cafe", "muller"]
-    assert len(search_document(1, "k", "x" * 100, [])) == len("a1xk a1x") + 64
