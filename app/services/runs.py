@@ -19,6 +19,7 @@ from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationF
 from app.domain.events import EventType
 from app.domain.memory import MemoryCandidate
 from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
+from app.events.publish import event_to_message
 from app.services import memory_injection
 from app.services.auth import Principal
 from app.services.runtime import Runtime
@@ -57,7 +58,7 @@ async def start_run(
             run, event = await create_root_run(
                 session, agent=agent, input=input, trigger=trigger, now=utcnow()
             )
-    await after_commit(rt, [event], [WakeUp(run.id, run.wake_count, run.id)])
+    await after_commit(rt, [event_to_message(event)], [WakeUp(run.id, run.wake_count, run.id)])
     return run
 
 

@@ -33,6 +33,7 @@ from app.db.orm import Agent, Run, Schedule, ScheduleFiring
 from app.domain.agents import OverlapPolicy
 from app.domain.runs import TERMINAL_RUN, RunTrigger
 from app.domain.schedules import FiringOutcome, due, skip_reason
+from app.events.publish import event_to_message
 from app.outages import is_outage
 from app.services.runs import create_root_run
 from app.services.runtime import Runtime
@@ -171,7 +172,7 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
         log.info("schedule %s: fire time already served", schedule_id)
         return None
     if run is not None and event is not None:
-        await after_commit(rt, [event], [WakeUp(run.id, run.wake_count, run.id)])
+        await after_commit(rt, [event_to_message(event)], [WakeUp(run.id, run.wake_count, run.id)])
     if when.missed:
         log.info(
             "schedule %s: %d missed fire times coalesced into %s", schedule_id, when.missed, when.fire_at
