@@ -9,7 +9,7 @@ opaque global ids.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -23,6 +23,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     delete,
@@ -86,6 +87,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON, list[Any]: JSON}
+
+    if TYPE_CHECKING:
+        # SQLAlchemy types it as any FromClause (a class may map a join or a subquery); every
+        # model here maps one Table, which Core's insert() and update() ask for.
+        __table__: ClassVar[Table]
 
 
 class Workspace(Base):

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.orm import Agent, Run
 from app.domain.events import EventType
 from app.domain.runs import RunStatus, RunTrigger
-from app.services.transitions.outbox import WakeUp
+from app.services.transitions.outbox import Emit, WakeUp
 
 
 class ChildWrites:
@@ -30,8 +30,7 @@ class ChildWrites:
     wakeups: list[WakeUp]
 
     if TYPE_CHECKING:  # provided by TreeTx; declared for type checkers only
-
-        def emit(self, run: Run, type: EventType, **kwargs: Any) -> Any: ...
+        emit: Emit
 
     async def create_child(
         self, parent: Run, *, agent: Agent, task: str, input: dict[str, Any], parent_step_id: int
@@ -66,10 +65,11 @@ class ChildWrites:
             "updated_at": self.now,
             "queued_at": self.now,
         }
+        # A Core INSERT returns a CursorResult; AsyncSession.execute is typed as the wider Result.
         done = await self.session.execute(_INSERT_RUN, row)
         # Detached (like the steps of ``add_steps``): a later lock in this transaction reads
         # the row itself (``TreeTx.run``).
-        child = Run(id=done.inserted_primary_key[0], **row)
+        child = Run(id=done.inserted_primary_key[0], **row)  # type: ignore[attr-defined]
         self.emit(child, EventType.RUN_CREATED, status=child.status,
                   payload={"agentId": agent.id, "agent": agent.name, "trigger": child.trigger, "depth": child.depth,
                            "parentStepId": parent_step_id, "task": task})  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from arq.constants import job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
@@ -24,6 +25,10 @@ from redis.exceptions import RedisError
 from app import keys
 from app.events.publish import PUBLISH_TIMEOUT_S, EventMessage, encode_events
 from app.services.runtime import Runtime
+
+if TYPE_CHECKING:
+    from app.db.orm import Run
+    from app.domain.events import EventType
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,21 @@ class WakeUp:
     run_id: int
     wake: int
     root_id: int | None
+
+
+class Emit(Protocol):
+    """``TreeTx.emit``: appends an event to the transaction's log. Its mixins declare it with
+    this one signature, so a change to it cannot leave them out of step."""
+
+    def __call__(
+        self,
+        run: Run,
+        type: EventType,
+        *,
+        status: str | None = None,
+        step_id: int | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> EventMessage: ...
 
 
 async def after_commit(rt: Runtime, events: list[EventMessage], wakeups: list[WakeUp]) -> None:

@@ -24,7 +24,7 @@ from app.domain.runs import (
 )
 
 if TYPE_CHECKING:
-    from app.events.publish import EventMessage
+    from app.services.transitions.outbox import Emit
 
 
 class StepWrites:
@@ -36,8 +36,8 @@ class StepWrites:
     _awaiting: list[tuple[int, int]]
 
     if TYPE_CHECKING:  # provided by TreeTx; declared for type checkers only
+        emit: Emit
 
-        def emit(self, run: Run, type: EventType, **kwargs: Any) -> EventMessage: ...
         async def steps(self, run_id: int) -> list[RunStep]: ...
 
     # -- new steps -----------------------------------------------------------------------
@@ -93,7 +93,11 @@ class StepWrites:
         if len(rows) > 1 and self.session.get_bind().dialect.insert_returning:
             ids = (await self.session.execute(_INSERT_STEPS_RETURNING, rows)).scalars().all()
         else:
-            ids = [(await self.session.execute(_INSERT_STEP, row)).inserted_primary_key[0] for row in rows]
+            # A Core INSERT returns a CursorResult; AsyncSession.execute is typed as the wider Result.
+            ids = [
+                (await self.session.execute(_INSERT_STEP, row)).inserted_primary_key[0]  # type: ignore[attr-defined]
+                for row in rows
+            ]
         return [RunStep(id=step_id, **row) for step_id, row in zip(ids, rows, strict=True)]
 
     # -- events --------------------------------------------------------------------------

@@ -309,10 +309,10 @@ _LIVE_CHILDREN = select(Run.id).where(
     Run.parent_run_id == bindparam("b_parent"),
     or_(*(Run.status == s.value for s in sorted(CANCELLABLE_RUN, key=lambda s: s.value))),
 )
-_LOCK_ROOTS: dict[str, Select[tuple[Run, datetime]]] = {}
+_LOCK_ROOTS: dict[str, Select[Run, datetime]] = {}
 
 
-def _lock_root_and_run(dialect: str) -> Select[tuple[Run, datetime]]:
+def _lock_root_and_run(dialect: str) -> Select[Run, datetime]:
     """The root row, the run's and its parent's (the same row for a root; the parent is the
     run itself when not asked for), locked in primary-key order, with the database's clock
     (one statement per dialect)."""
