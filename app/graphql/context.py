@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import strawberry
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -34,6 +35,9 @@ from app.graphql.request_session import RequestSession
 from app.services.auth import Principal, bearer_token, recheck, sign_in
 from app.services.runtime import Runtime
 from app.settings import Settings
+
+if TYPE_CHECKING:  # ws_auth imports this module
+    from app.graphql.ws_auth import TokenChecks
 
 
 class Context:
@@ -114,7 +118,7 @@ class Context:
         """
         principal = await self.principal()
         # One process-wide reader for every socket holding this token (app.graphql.ws_auth).
-        checks = getattr(self.request.app.state, "token_checks", None)
+        checks: TokenChecks | None = getattr(self.request.app.state, "token_checks", None)
         try:
             if checks is not None:
                 fresh = await checks.recheck(self.runtime, principal)

@@ -188,7 +188,7 @@ class Loaders:
                 groups[key_of(row)].append(row)
                 if prime is not None:
                     # Later `parent { ... }`/`root { ... }` lookups hit the cache, not the DB.
-                    prime.prime(row.id, row)  # type: ignore[attr-defined]
+                    prime.prime(row.id, row)
             return [groups.get(key, []) for key in keys]
 
         return DataLoader(load_fn=load, max_batch_size=MAX_BATCH)

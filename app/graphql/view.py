@@ -128,6 +128,10 @@ def _reject_constant(name: str) -> Any:
 # A \uD800-\uDFFF escape: only a pair of them is a character. Checked cheaply first.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
+# Accepts a websocket with a connection_ack that carries no payload. It is strawberry's UNSET
+# singleton, which strawberry types as Any (so that it can default a field of any type).
+_ACK_WITHOUT_PAYLOAD: Final[UnsetType] = UNSET
+
 
 class GraphQLView(GraphQL[Context, None]):
     # Re-checks the token of an open websocket: a revoked or expired one closes it (4403).
@@ -162,10 +166,10 @@ class GraphQLView(GraphQL[Context, None]):
                 # The database is away: keep the socket. Every operation authenticates again
                 # (only a rejected token is cached) and answers UNAVAILABLE until it returns.
                 logger.warning("websocket accepted unauthenticated for now: %s", type(exc).__name__)
-                return UNSET
+                return _ACK_WITHOUT_PAYLOAD
             logger.exception("authenticating a websocket failed")
             raise ConnectionRejectionError({"message": "Internal server error", "code": "INTERNAL"}) from None
-        return UNSET
+        return _ACK_WITHOUT_PAYLOAD
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -80,7 +80,7 @@ class Agent(Node):
             description=row.description,
             instructions=row.instructions,
             status=AgentStatus(row.status),
-            model=row.model,
+            model=JSON(row.model),
             tools=[str(t) for t in row.tools or []],
             policy=Policy.from_json(row.policy),
             memory_budget=MemoryBudget(max_items=row.memory_max_items, max_chars=row.memory_max_chars),

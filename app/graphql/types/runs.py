@@ -133,7 +133,7 @@ class Run(Node):
             error=row.error,
             cancel_reason=row.cancel_reason,
             depth=row.depth,
-            policy_chain=row.policy_chain or [],
+            policy_chain=JSON(row.policy_chain or []),
             turns=row.turns,
             created_at=row.created_at,
             updated_at=row.updated_at,
