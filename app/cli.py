@@ -331,7 +331,7 @@ async def _announce_revocation(settings: Settings, token_id: int) -> None:
 
     from app.services.token_cache import publish_revocation
 
-    client = aioredis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
+    client: aioredis.Redis = aioredis.Redis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
     try:
         await publish_revocation(client, settings, token_id)
     finally:
@@ -546,7 +546,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     # Quiet by default: the banner is the last thing printed at start-up and stays on screen
     # (no access log, no per-job lines); warnings and errors still show. --verbose or
     # ENVERIF_LOG_LEVEL show everything.
-    quiet = {} if args.verbose or "ENVERIF_LOG_LEVEL" in os.environ else {"log_level": "warning"}
+    quiet: dict[str, Any] = (
+        {} if args.verbose or "ENVERIF_LOG_LEVEL" in os.environ else {"log_level": "warning"}
+    )
     settings = _settings(dev_mode=True, graphiql=True, http_allow_private_networks=True, **quiet)
     host, port = _listen_address(args, settings)
     # The embedded Redis daemonizes; the one this command starts is stopped when it stops.

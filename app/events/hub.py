@@ -281,7 +281,7 @@ class EventHub:
         # Keepalive probes find a dead peer on a quiet TCP connection; unix socket
         # connections do not take the option (the embedded Redis listens on one).
         tcp_options = {} if url.startswith("unix://") else {"socket_keepalive": True}
-        self._client = aioredis.from_url(
+        self._client = aioredis.Redis.from_url(
             url,
             socket_connect_timeout=CONNECT_TIMEOUT_S,
             health_check_interval=HEALTH_CHECK_INTERVAL_S,

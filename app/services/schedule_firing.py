@@ -90,6 +90,7 @@ async def tick(rt: Runtime, *, batch: int = BATCH) -> TickReport:
                 )
             ).all()
         for schedule_id, expected in rows:
+            assert expected is not None  # the column is nullable, but NULL <= now is never true
             seen.add(schedule_id)
             try:
                 firing = await fire(rt, schedule_id, expected=expected)

@@ -116,7 +116,7 @@ class TokenCache:
             return
         url = self._settings.effective_redis_url
         tcp_options = {} if url.startswith("unix://") else {"socket_keepalive": True}
-        self._client = aioredis.from_url(
+        self._client = aioredis.Redis.from_url(
             url,
             socket_connect_timeout=CONNECT_TIMEOUT_S,
             health_check_interval=HEALTH_CHECK_INTERVAL_S,
