@@ -46,6 +46,8 @@ DEMO_WORKSPACE = "demo"
 DEV_TOKEN_NAME = "enverif dev"
 # How long open connections (websocket subscriptions, slow requests) may hold up shutdown.
 GRACEFUL_SHUTDOWN_S = 5
+# How long each half may take to stop before it is cancelled; the worker gets its jobs' grace
+# (ENVERIF_WORKER_STOP_GRACE_S) on top, for it lets them finish their step first.
 STOP_TIMEOUT_S = 15.0
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -455,9 +457,10 @@ async def run_stack(
         if worker_task is not None and not worker_task.done():
             worker_task.cancel()
         stop_task.cancel()
-        _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+        stop_timeout_s = STOP_TIMEOUT_S + (settings.worker_stop_grace_s if worker_task is not None else 0)
+        _, pending = await asyncio.wait(tasks, timeout=stop_timeout_s)
         for late in pending:
-            log.warning("%s did not stop within %.0f s; cancelling it", late.get_name(), STOP_TIMEOUT_S)
+            log.warning("%s did not stop within %.0f s; cancelling it", late.get_name(), stop_timeout_s)
             late.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         for sig in _SIGNALS:

@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     worker_poll_delay_s: float = Field(default=0.01, gt=0, le=5)
     job_timeout_s: int = Field(default=3600, ge=10)
     sweep_interval_s: int = Field(default=5, ge=1, le=3600)
+    # On SIGTERM a worker stops taking jobs and lets its running jobs finish the step they are
+    # in for up to this long; a run still going after it is handed back to the queue. Keep
+    # grace + about 10 s (the hand-back) under the supervisor's kill timeout (Kubernetes: 30 s).
+    worker_stop_grace_s: float = Field(default=10.0, ge=0, le=600)
     provider_max_retries: int = Field(default=4, ge=0, le=20)
     provider_timeout_s: float = Field(default=60.0, gt=0, le=600)
     # Response bodies of model providers are read up to this many bytes; a larger answer

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -63,7 +62,7 @@ from app.settings import Settings
 from bench.ceiling import ceiling
 from bench.cpu import CpuMeter, CpuShare, machine_busy_s, pids_named
 from bench.support import create_database
-from workers.main import build_worker
+from workers.main import build_worker, stop_worker
 
 ENVERIF = str(Path(sys.executable).parent / "enverif")
 
@@ -511,18 +510,6 @@ async def latency(rt: Any, principal: Any, agent_id: int, n: int) -> dict[str, A
         "p50_start_to_succeeded_ms_1_call": round(p50, 1),
         "p95_start_to_succeeded_ms_1_call": round(p95, 1),
     }
-
-
-async def stop_worker(worker: Worker, task: asyncio.Task[None]) -> None:
-    """Stop the in-process worker once its jobs are done: a job cancelled mid-run would make
-    ``Worker.close`` raise (it gathers the cancelled job)."""
-    worker.allow_pick_jobs = False
-    if worker.tasks:
-        await asyncio.wait(list(worker.tasks.values()), timeout=30)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await worker.close()
 
 
 async def main() -> None:

@@ -99,6 +99,8 @@ def settings(database_url: str, redis_prefix: str, tmp_path_factory: pytest.Temp
         provider_key_envs=("OPENAI_API_KEY", "TEST_OPENAI_KEY_FOR_ENVERIF"),
         lease_s=5.0,
         sweep_interval_s=1,
+        # A test that ends with a run in flight waits at most this for its step to end.
+        worker_stop_grace_s=3.0,
     )
 
 
@@ -223,16 +225,9 @@ async def worker(settings: Settings) -> AsyncIterator[Any]:
 
 
 async def stop_worker(w: Any, task: asyncio.Task[None]) -> None:
-    """Stop an in-process arq worker: its poll loop, then its in-flight jobs, then close it.
+    """Stop an in-process worker as SIGTERM stops a worker process (``workers.main.stop_worker``:
+    its jobs finish their step or hand their run back), then close it."""
+    from workers.main import stop_worker as stop
 
-    arq's close() cancels jobs still running and re-raises their CancelledError from its
-    gather, so the jobs are finished (cancelled and awaited) here first.
-    """
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    jobs = [t for t in w.tasks.values() if not t.done()]
-    for job in jobs:
-        job.cancel()
-    await asyncio.gather(*jobs, return_exceptions=True)
-    w.tasks.clear()
+    await stop(w, task)
     await w.close()

@@ -15,6 +15,13 @@ for ``job_timeout + 10 s``. So:
   the database says are stale (``services.sweeper``);
 - ``run_worker`` never exits on a connection error: it waits for Redis at start-up and
   restarts arq's poll loop (``Worker.main`` raises when Redis goes away) with backoff.
+
+Stopping (SIGTERM, a rolling restart) is ``stop_worker``'s: stop taking jobs, let the running
+ones finish their step within ``ENVERIF_WORKER_STOP_GRACE_S``, hand back the runs that did not,
+and only then close what the jobs use. arq's own stop (``Worker.close``, its signal handler)
+cancels its wrappers around the jobs instead, which cuts short their bookkeeping in Redis (the
+shielded ``finish_job`` goes on unattended, and is cut off when the pool closes: ``Unclosed
+Pipeline client``) and cancels the jobs a second time.
 """
 
 from __future__ import annotations
@@ -50,6 +57,33 @@ RUN_JOB_MAX_TRIES = 100
 # Backoff between attempts to reach Redis (start-up, poll loop restarts).
 BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 5.0
+# Stopping: the poll loop stops at its next turn, one Redis round trip and one poll delay
+# away unless Redis does not answer. Cancelled jobs each hand their run back in one short
+# transaction, and arq then records their end in Redis.
+POLL_STOP_S = 5.0
+HAND_BACK_S = 10.0
+
+
+class PollStopped(Exception):
+    """Ends ``Worker.main()`` at the poll loop's next turn once the worker is stopping."""
+
+
+class EnverifWorker(Worker):
+    """arq's Worker with a poll loop that stops between two turns. Cancelling ``main()``
+    could cut a turn short after it marked a job in progress but before it started the job,
+    which would then wait a lease for another worker."""
+
+    def __init__(self, *, stop_grace_s: float, **options: Any) -> None:
+        super().__init__(**options)
+        self.stop_grace_s = stop_grace_s
+        # Also the jobs' ``ctx["stopping"]``: run jobs hand their run back at the next step.
+        self.stopping = asyncio.Event()
+        self.ctx["stopping"] = self.stopping
+
+    async def _poll_iteration(self) -> None:
+        if self.stopping.is_set():
+            raise PollStopped
+        await super()._poll_iteration()
 
 
 def worker_id() -> str:
@@ -58,7 +92,7 @@ def worker_id() -> str:
 
 def build_worker(
     settings: Settings, *, burst: bool = False, runtime: Runtime | None = None, **overrides: Any
-) -> Worker:
+) -> EnverifWorker:
     """An arq Worker for this deployment. Its start-up hook opens the runtime (unless one is
     given) and starts the process's background tasks: sweeper, heartbeat, in-progress marks.
     The hook may run more than once (``run_worker`` restarts ``main()``); it is idempotent."""
@@ -132,7 +166,7 @@ def build_worker(
         "health_check_interval": 5,
     }
     options.update(overrides)
-    worker = Worker(**options)
+    worker = EnverifWorker(stop_grace_s=settings.worker_stop_grace_s, **options)
     # arq sets every in-progress key for its longest job timeout + 10 s and offers no option
     # for it (it reads this attribute when it starts a job). One lease is enough: this process
     # renews the keys of its own jobs, and a dead process's keys must not outlive its leases.
@@ -176,6 +210,41 @@ async def _stop_background(ctx: dict[str, Any]) -> None:
                 await health.forget(rt.redis, rt.settings.redis_prefix, ctx["owner"])
 
 
+async def stop_worker(worker: EnverifWorker, poll: asyncio.Task[None]) -> None:
+    """Stop ``worker``, whose poll loop is the task ``poll``, as SIGTERM should; its runtime
+    and Redis pool stay open, for the caller to close afterwards:
+
+    1. stop taking jobs: the poll loop ends at its next turn;
+    2. let the running jobs finish their current step, for up to ``worker.stop_grace_s``: a
+       run job then hands its run back to the queue (``engine.loop``), other jobs just end;
+    3. cancel the jobs still running (the job, not arq's wrapper around it): each hands its
+       run back at once, and arq's wrapper still records the job's end in Redis;
+    4. wait for arq's wrappers, so that nothing uses the runtime once this returns.
+    """
+    worker.stopping.set()
+    _, late = await asyncio.wait({poll}, timeout=POLL_STOP_S)
+    for task in late:
+        task.cancel()  # Redis does not answer; there is no turn of the loop to cut short
+    await asyncio.gather(poll, return_exceptions=True)
+    running = {t for t in worker.tasks.values() if not t.done()}
+    if running:
+        _, running = await asyncio.wait(running, timeout=worker.stop_grace_s)
+    if running:
+        log.info("worker: %d job(s) still running after the grace; handing their runs back", len(running))
+        for job in list(worker.job_tasks.values()):
+            job.cancel()
+        _, running = await asyncio.wait(running, timeout=HAND_BACK_S)
+    if running:
+        log.warning(
+            "worker: %d job(s) did not end within %.0f s of being cancelled", len(running), HAND_BACK_S
+        )
+        for task in running:
+            task.cancel()
+    # Also collects the outcome of the wrappers that ended, for nobody else will.
+    await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+    worker.tasks.clear()
+
+
 class Backoff:
     """Exponential backoff with jitter, reset after a success."""
 
@@ -210,43 +279,46 @@ async def open_runtime_when_reachable(settings: Settings) -> Runtime:
 
 
 async def run_worker(settings: Settings, *, burst: bool = False) -> None:
-    """Run until cancelled (the CLI owns SIGINT/SIGTERM and cancels this task).
-
-    arq's ``Worker.main()`` raises as soon as Redis fails (a poll, a job's bookkeeping); the
-    loop here restarts it with backoff instead of exiting. Jobs already running carry on
-    meanwhile: they need the database, not Redis, and their leases keep being renewed there.
-
-    On cancellation the in-flight runs are cancelled too: each hands its run straight back
-    to the queue (``engine.loop.execute_run``) instead of waiting for its lease to expire.
-    """
+    """Run until cancelled (the CLI owns SIGINT/SIGTERM and cancels this task), then stop
+    as ``stop_worker`` says: the runs in flight finish their step or are handed back."""
     runtime = await open_runtime_when_reachable(settings)
     worker = build_worker(settings, burst=burst, runtime=runtime, handle_signals=False)
-    backoff = Backoff()
-    loop = asyncio.get_running_loop()
+    poll = asyncio.create_task(_poll(worker), name="enverif-poll")
     try:
-        while True:
-            started = loop.time()
-            try:
-                await worker.main()
-                return  # --burst: the queue is empty
-            except Exception as exc:
-                if loop.time() - started > BACKOFF_MAX_S:
-                    backoff.reset()  # it had been working: a fresh outage starts small
-                if is_outage(exc):
-                    log.warning("worker: lost Redis (%s); reconnecting", type(exc).__name__)
-                else:
-                    log.exception("worker: the poll loop failed; restarting it")
-                await backoff.wait()
+        # Not `await poll`: that would cancel the poll loop with us, wherever it is.
+        await asyncio.wait({poll})
+        poll.result()  # --burst: the queue is empty
     except asyncio.CancelledError:
-        jobs = [t for t in worker.tasks.values() if not t.done()]
-        for task in jobs:
-            task.cancel()
-        await asyncio.gather(*jobs, return_exceptions=True)
+        await stop_worker(worker, poll)
         raise
     finally:
-        await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+        poll.cancel()  # only when stop_worker itself was cut short (a second cancellation)
+        await asyncio.gather(poll, *worker.tasks.values(), return_exceptions=True)
         worker.tasks.clear()
         try:
             await worker.on_shutdown(worker.ctx)  # type: ignore[misc]
         finally:
             await runtime.close()
+
+
+async def _poll(worker: EnverifWorker) -> None:
+    """arq's poll loop, restarted with backoff when it fails: ``Worker.main()`` raises as
+    soon as Redis does (a poll, a job's bookkeeping). Jobs already running carry on meanwhile:
+    they need the database, not Redis, and their leases keep being renewed there."""
+    backoff = Backoff()
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        try:
+            await worker.main()
+            return  # --burst: the queue is empty
+        except PollStopped:
+            return
+        except Exception as exc:
+            if loop.time() - started > BACKOFF_MAX_S:
+                backoff.reset()  # it had been working: a fresh outage starts small
+            if is_outage(exc):
+                log.warning("worker: lost Redis (%s); reconnecting", type(exc).__name__)
+            else:
+                log.exception("worker: the poll loop failed; restarting it")
+            await backoff.wait()

@@ -18,6 +18,12 @@ Durability rules this module keeps:
   next claim re-executes it (at-least-once, same idempotency key).
 - The lease renewer interrupts only I/O (a tool call, a model turn). Writes are fenced
   anyway, and the work after a commit (publishing, enqueueing) is never cut short.
+- A worker that is stopping (SIGTERM) sets ``stopping``: the run is handed back to the queue
+  at its next step boundary, where nothing done is left unrecorded. A run cancelled instead
+  (its worker's grace ran out) is handed back too, and that write is waited for to its end
+  even through a further cancellation: abandoned, its transaction would stay open on a
+  connection whose engine the worker is about to dispose (on SQLite, the whole database would
+  stay write-locked).
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ OPEN = frozenset({StepStatus.PENDING, StepStatus.RUNNING})
 READ_BATCH_MAX = 16
 READ_BATCH_S = 0.25
 
+SHUTDOWN_REASON = "worker shutting down"
+
 
 @dataclass
 class ReadCall:
@@ -84,20 +92,24 @@ async def execute_run(
     owner: str,
     root_id: int | None = None,
     providers: Providers | None = None,
+    stopping: asyncio.Event | None = None,
 ) -> None:
     """Entry point of the ``execute_run`` job. Safe to call any number of times.
 
     ``providers`` is the worker's factory (workers/main.py); callers without one (tests)
-    get a private one for this call.
+    get a private one for this call. ``stopping`` is set when the worker stops: the run is
+    then handed back at its next step boundary.
     """
     if providers is None:
         async with Providers(rt.settings) as own:
-            return await execute_run(rt, registry, run_id, owner=owner, root_id=root_id, providers=own)
+            return await execute_run(
+                rt, registry, run_id, owner=owner, root_id=root_id, providers=own, stopping=stopping
+            )
     claimed = await runs.claim(rt, run_id, owner=owner, root_id=root_id)
     if claimed is None:
         return  # duplicate delivery, or the run was cancelled / taken meanwhile
     attempt = claimed.attempt
-    executor = RunExecutor(rt, registry, claimed, providers)
+    executor = RunExecutor(rt, registry, claimed, providers, stopping)
     current = asyncio.current_task()
     assert current is not None
     renewer = asyncio.create_task(executor.keep_lease(current))
@@ -122,10 +134,7 @@ async def execute_run(
             log.info("run %s: cancelled or taken over; stopped", run_id)
             return
         # Worker shutdown: hand the run back now rather than after the lease expires.
-        with contextlib.suppress(Exception):
-            await asyncio.shield(
-                runs.release(rt, run_id, attempt=attempt, reason="worker shutting down", abandoned=False)
-            )
+        await _release_to_the_end(rt, run_id, attempt)
         raise
     finally:
         renewer.cancel()
@@ -133,11 +142,32 @@ async def execute_run(
             await renewer
 
 
+async def _release_to_the_end(rt: Runtime, run_id: int, attempt: int) -> None:
+    """Hand a cancelled run back, waiting for the write to end even if cancelled again (the
+    caller re-raises its cancellation afterwards). The write is one short transaction, bounded
+    by the database's lock timeouts."""
+    release = asyncio.ensure_future(
+        runs.release(rt, run_id, attempt=attempt, reason=SHUTDOWN_REASON, abandoned=False)
+    )
+    while not release.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({release})
+    if release.cancelled() or (exc := release.exception()) is None or isinstance(exc, LeaseLost):
+        return  # handed back, or no longer ours to hand back
+    log.warning("run %s: could not hand it back (%s); its lease will expire", run_id, type(exc).__name__)
+
+
 class RunExecutor(ModelTurns, RunWrites):
     def __init__(
-        self, rt: Runtime, registry: ToolRegistry, claimed: runs.Claim, providers: Providers
+        self,
+        rt: Runtime,
+        registry: ToolRegistry,
+        claimed: runs.Claim,
+        providers: Providers,
+        stopping: asyncio.Event | None = None,
     ) -> None:
         self.rt = rt
+        self.stopping = stopping
         self.registry = registry
         self.providers = providers
         self.run_id = claimed.run.id
@@ -208,6 +238,12 @@ class RunExecutor(ModelTurns, RunWrites):
         }
 
         while True:
+            if self._stop_here():
+                await runs.release(
+                    self.rt, self.run_id, attempt=self.attempt, reason=SHUTDOWN_REASON, abandoned=False
+                )
+                log.info("run %s: handed back at a step boundary (worker stopping)", self.run_id)
+                return
             calls = [s for s in self.steps if s.tool is not None]
             runnable = [s for s in calls if StepStatus(s.status) in OPEN]
             if runnable:
@@ -233,6 +269,13 @@ class RunExecutor(ModelTurns, RunWrites):
             plan = await self._next_plan()
             if plan is None or await self._apply(plan):
                 return
+
+    def _stop_here(self) -> bool:
+        """The worker is stopping and nothing done is waiting to be recorded with a later
+        write (a fast provider's last result, batched READ calls)."""
+        return (
+            self.stopping is not None and self.stopping.is_set() and self.recorded is None and not self.reads
+        )
 
     # -- tools ---------------------------------------------------------------------------
 

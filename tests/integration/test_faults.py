@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from pathlib import Path
 
 import redis.asyncio as aioredis
 from sqlalchemy import select
@@ -15,7 +16,7 @@ from sqlalchemy import select
 from app.db.orm import RunStep
 from tests.support.runs import create_agent, start_run, wait_run
 from tests.support.servers import sink_server
-from tests.support.workers import spawn_worker, wait_for
+from tests.support.workers import WORKER_LOGS, spawn_worker, wait_for
 
 ALLOW_WEBHOOK = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
 
@@ -80,19 +81,18 @@ async def test_flushall_while_queued_loses_no_run(gql, workspace, settings, proc
     assert [r["result"] for r in results] == list(range(5))
 
 
-async def test_sigterm_hands_the_run_back_at_once(gql, workspace, settings, processes) -> None:
-    """A graceful stop does not leave the run to wait out its (long) lease."""
+async def test_sigterm_finishes_the_call_then_hands_the_run_back_at_once(
+    gql, workspace, settings, processes
+) -> None:
+    """A graceful stop lets the call in flight finish and records it, then hands the run back
+    at once instead of leaving it to wait out its (long) lease; nothing is sent twice and the
+    stopped worker logs no error."""
     from tests.support.runs import get_run
 
     async with sink_server(delay_s=1.0) as (sink, url):
+        hook = {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}}
         agent = await create_agent(
-            gql,
-            workspace.admin,
-            steps=[
-                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}},
-                {"final": "done"},
-            ],
-            policy=ALLOW_WEBHOOK,
+            gql, workspace.admin, steps=[hook, hook, {"final": "done"}], policy=ALLOW_WEBHOOK
         )
         first = spawn_worker(settings, lease_s=600)
         processes.append(first)
@@ -100,9 +100,13 @@ async def test_sigterm_hands_the_run_back_at_once(gql, workspace, settings, proc
         await wait_for(lambda: sink.in_flight() >= 1, 30, "the delivery to be in flight")
         first.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(first.wait, 15) == 0
+        log = await asyncio.to_thread(Path(WORKER_LOGS[first.pid]).read_text, errors="replace")
+        assert "ERROR" not in log, log
         assert (await get_run(gql, workspace.viewer, run_id))["status"] == "QUEUED"
+        assert len(sink.deliveries) == 1 and sink.in_flight() == 0
         processes.append(spawn_worker(settings, lease_s=600))
         run = await wait_run(gql, workspace.viewer, run_id, timeout_s=30)
     assert run["status"] == "SUCCEEDED"
-    [key] = {d.key for d in sink.deliveries}
-    assert key is not None and sink.completions(key) == 1
+    keys = [d.key for d in sink.deliveries]
+    assert len(keys) == 2 and len(set(keys)) == 2, keys
+    assert all(key is not None and sink.completions(key) == 1 for key in keys)
