@@ -20,8 +20,9 @@ from app.cli import build_parser
 README = Path(__file__).parents[2] / "README.md"
 SECTION = "## Command line"
 
+_OPTION_NAME = re.compile(r"--[a-z][a-z0-9-]*")
 # `--option VALUE`: the value is the next word when it is not another bracket or option.
-_OPTION = re.compile(r"(--[a-z][a-z0-9-]*)(?: ([^\s\[\]()|-][^\s\[\]()|]*))?")
+_OPTION = re.compile(rf"({_OPTION_NAME.pattern})(?: ([^\s\[\]()|-][^\s\[\]()|]*))?")
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def test_each_command_shown_exists_as_shown(entry: Entry) -> None:
             f"{entry.where}: {option} is shown {'with value ' + value if value else 'without a value'}, "
             f"but the parser's {option} {'takes' if takes_value else 'takes no'} value"
         )
-    for option in re.findall(r"--[a-z][a-z0-9-]*", entry.description):
+    for option in _OPTION_NAME.findall(entry.description):
         assert option in options, f"{entry.where}: the description names {option}, which is not an option"
     for action in parser._actions:
         if not action.option_strings:
@@ -132,7 +133,7 @@ def test_each_command_shown_exists_as_shown(entry: Entry) -> None:
                 f"{entry.where}: the positional argument {action.metavar} is not shown"
             )
         elif action.required and not isinstance(action, argparse._HelpAction):
-            assert set(action.option_strings) & set(re.findall(r"--[a-z][a-z0-9-]*", entry.synopsis)), (
+            assert set(action.option_strings) & set(_OPTION_NAME.findall(entry.synopsis)), (
                 f"{entry.where}: the required option {action.option_strings[0]} is not shown"
             )
 
@@ -141,7 +142,7 @@ def test_every_command_and_option_is_shown() -> None:
     shown: dict[tuple[str, ...], set[str]] = {}
     for entry in ENTRIES:
         path, _ = command_of(entry)
-        shown.setdefault(path, set()).update(re.findall(r"--[a-z][a-z0-9-]*", entry.synopsis))
+        shown.setdefault(path, set()).update(_OPTION_NAME.findall(entry.synopsis))
     missing = []
     for path, parser in leaf_commands(build_parser()).items():
         if path not in shown:
