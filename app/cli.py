@@ -241,55 +241,6 @@ def cmd_workspace_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_token_create(args: argparse.Namespace) -> int:
-    from app.services import auth
-
-    role = auth.parse_role(args.role)
-    expires_at = _parse_expiry(args.expires_at)
-    settings = _settings(log=False)
-
-    async def run(engine: AsyncEngine) -> auth.IssuedToken:
-        async with create_sessionmaker(engine)() as session:
-            return await auth.issue_token(
-                session, workspace_name=args.workspace, role=role, name=args.name, expires_at=expires_at
-            )
-
-    issued: auth.IssuedToken = asyncio.run(_with_engine(settings, run))
-    if args.json:
-        described = _describe_token(issued.row)
-        print(json.dumps({"token": issued.secret, "workspace": args.workspace, **described}))
-    else:
-        until = f", expires {_iso(issued.row.expires_at)}" if issued.row.expires_at else ""
-        print(
-            f"Created {role.value} token {issued.row.name!r} for workspace {args.workspace!r}{until}, "
-            "shown only this once:"
-        )
-        print(issued.secret)
-    return 0
-
-
-def cmd_token_list(args: argparse.Namespace) -> int:
-    from app.services import auth
-
-    settings = _settings(log=False)
-
-    async def run(engine: AsyncEngine) -> list[dict[str, Any]]:
-        async with create_sessionmaker(engine)() as session:
-            rows = await auth.workspace_tokens(session, workspace_name=args.workspace)
-            return [_describe_token(row) for row in rows]
-
-    tokens: list[dict[str, Any]] = asyncio.run(_with_engine(settings, run))
-    if args.json:
-        print(json.dumps({"workspace": args.workspace, "tokens": tokens}))
-        return 0
-    if not tokens:
-        print(f"Workspace {args.workspace!r} has no tokens.")
-        return 0
-    columns = ("id", "name", "role", "state", "created_at", "expires_at", "last_used_at")
-    print_table(columns, [[str(t[c] or "-") for c in columns] for t in tokens])
-    return 0
-
-
 def print_table(columns: tuple[str, ...], rows: list[list[str]]) -> None:
     """A header and rows, each column padded to its widest cell."""
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
@@ -297,78 +248,8 @@ def print_table(columns: tuple[str, ...], rows: list[list[str]]) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip())
 
 
-def cmd_token_revoke(args: argparse.Namespace) -> int:
-    from app.graphql.ids import parse_global_id
-    from app.services import auth
-
-    token_id: int | None = None
-    if args.id is not None:
-        parsed = parse_global_id(args.id)
-        if parsed is None or parsed[0] != "ApiToken":
-            raise CliError(f"no token with id {args.id!r} in workspace {args.workspace!r}")
-        token_id = parsed[1]
-    settings = _settings(log=False)
-
-    async def run(engine: AsyncEngine) -> dict[str, Any]:
-        async with create_sessionmaker(engine)() as session:
-            row = await auth.revoke_token(
-                session, workspace_name=args.workspace, token_id=token_id, name=args.name
-            )
-        await _announce_revocation(settings, row.id)
-        return _describe_token(row)
-
-    token: dict[str, Any] = asyncio.run(_with_engine(settings, run))
-    if args.json:
-        print(json.dumps({"workspace": args.workspace, **token}))
-    else:
-        print(f"Revoked token {token['name']!r} ({token['id']}) of workspace {args.workspace!r}.")
-    return 0
-
-
-async def _announce_revocation(settings: Settings, token_id: int) -> None:
-    """Running API processes drop the token from their caches now (app.services.token_cache)."""
-    import redis.asyncio as aioredis
-
-    from app.services.token_cache import publish_revocation
-
-    client: aioredis.Redis = aioredis.Redis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
-    try:
-        await publish_revocation(client, settings, token_id)
-    finally:
-        await client.aclose()
-
-
-def _parse_expiry(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise CliError(f"--expires-at is not an ISO 8601 date and time: {value!r}") from None
-    if parsed.tzinfo is None:
-        raise CliError(f"--expires-at needs a timezone, e.g. {value}Z or {value}+02:00")
-    return parsed
-
-
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
-
-
-def _describe_token(row: Any) -> dict[str, Any]:
-    """A token for display: everything but its secret (and the secret's prefix)."""
-    from app.clock import utcnow
-    from app.domain.tokens import token_state
-
-    return {
-        "id": to_global_id("ApiToken", row.id),
-        "name": row.name,
-        "role": row.role,
-        "state": token_state(revoked_at=row.revoked_at, expires_at=row.expires_at, now=utcnow()).value,
-        "created_at": _iso(row.created_at),
-        "expires_at": _iso(row.expires_at),
-        "last_used_at": _iso(row.last_used_at),
-        "revoked_at": _iso(row.revoked_at),
-    }
 
 
 def cmd_run_start(args: argparse.Namespace) -> int:
@@ -713,28 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help='print {"workspace_id", "token"} as JSON')
     c.set_defaults(handler=cmd_workspace_create)
 
-    p = commands.add_parser("token", help="manage API tokens")
-    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    c = sub.add_parser("create", help="create an API token for a workspace")
-    c.add_argument("--workspace", required=True, metavar="NAME")
-    c.add_argument("--role", required=True, metavar="ROLE", help="viewer, operator or admin")
-    c.add_argument("--name", help="unique in the workspace (default: generated, e.g. viewer-1a2b3c4d)")
-    c.add_argument("--expires-at", metavar="ISO", help="when it stops working, e.g. 2027-01-31T00:00:00Z")
-    c.add_argument(
-        "--json", action="store_true", help='print {"token", "workspace", "id", "name", "role", ...} as JSON'
-    )
-    c.set_defaults(handler=cmd_token_create)
-    c = sub.add_parser("list", help="list a workspace's tokens (never their secrets)")
-    c.add_argument("--workspace", required=True, metavar="NAME")
-    c.add_argument("--json", action="store_true", help='print {"workspace", "tokens": [...]} as JSON')
-    c.set_defaults(handler=cmd_token_list)
-    c = sub.add_parser("revoke", help="revoke a token: it stops working everywhere within seconds")
-    c.add_argument("--workspace", required=True, metavar="NAME")
-    which = c.add_mutually_exclusive_group(required=True)
-    which.add_argument("--id", metavar="ID", help="the token's id, as `token list` shows it")
-    which.add_argument("--name", metavar="NAME", help="the token's name")
-    c.add_argument("--json", action="store_true", help="print the revoked token as JSON")
-    c.set_defaults(handler=cmd_token_revoke)
+    from app import cli_schedules, cli_tokens
+
+    cli_tokens.add_parser(commands)
 
     p = commands.add_parser("run", help="runs")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -744,8 +606,6 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--input", metavar="JSON", help="the run input, as JSON")
     c.add_argument("--json", action="store_true", help='print {"run_id", "status"} as JSON')
     c.set_defaults(handler=cmd_run_start)
-
-    from app import cli_schedules
 
     cli_schedules.add_parser(commands)
 
