@@ -46,6 +46,7 @@ from app.graphql.ids import to_global_id
 from app.services import auth
 from app.services.runtime import open_runtime
 from app.settings import Settings
+from bench.cpu import process_cpu_s
 from bench.support import create_database
 
 PLAIN_SERVER = """
@@ -108,12 +109,6 @@ async def _wait_ready(client: httpx.AsyncClient, path: str) -> None:
     raise RuntimeError(f"{client.base_url} did not come up")
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def latencies(
     servers: list[tuple[httpx.AsyncClient, int]], body: dict[str, Any], n: int
 ) -> list[tuple[list[float], float]]:
@@ -124,14 +119,14 @@ async def latencies(
         for _ in range(max(20, n // 10)):
             _check(await client.post("/graphql", json=body))
     found: list[list[float]] = [[] for _ in servers]
-    cpu = [_cpu_s(pid) for _, pid in servers]
+    cpu = [process_cpu_s(pid) for _, pid in servers]
     for _ in range(n):
         for (client, _), times in zip(servers, found, strict=True):
             t0 = time.perf_counter()
             response = await client.post("/graphql", json=body)
             times.append((time.perf_counter() - t0) * 1000)
             _check(response)
-    cpu_ms = [(_cpu_s(pid) - before) * 1000 / n for (_, pid), before in zip(servers, cpu, strict=True)]
+    cpu_ms = [(process_cpu_s(pid) - before) * 1000 / n for (_, pid), before in zip(servers, cpu, strict=True)]
     return list(zip(found, cpu_ms, strict=True))
 
 
