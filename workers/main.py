@@ -240,8 +240,14 @@ async def stop_worker(worker: EnverifWorker, poll: asyncio.Task[None]) -> None:
         )
         for task in running:
             task.cancel()
-    # Also collects the outcome of the wrappers that ended, for nobody else will.
-    await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+    # Also collects the outcome of the wrappers that ended, for nobody else will. Bounded: a
+    # stop must end even when the database or Redis stopped answering a job's last write.
+    wrappers = set(worker.tasks.values())
+    if wrappers:
+        _, stuck = await asyncio.wait(wrappers, timeout=HAND_BACK_S)
+        if stuck:
+            log.warning("worker: %d job(s) still had not ended; leaving them", len(stuck))
+        await asyncio.gather(*(t for t in wrappers if t.done()), return_exceptions=True)
     worker.tasks.clear()
 
 

@@ -71,6 +71,8 @@ READ_BATCH_MAX = 16
 READ_BATCH_S = 0.25
 
 SHUTDOWN_REASON = "worker shutting down"
+# How long a cancelled run waits for its hand-back write before giving it up.
+RELEASE_WAIT_S = 10.0
 
 
 @dataclass
@@ -144,14 +146,21 @@ async def execute_run(
 
 async def _release_to_the_end(rt: Runtime, run_id: int, attempt: int) -> None:
     """Hand a cancelled run back, waiting for the write to end even if cancelled again (the
-    caller re-raises its cancellation afterwards). The write is one short transaction, bounded
-    by the database's lock timeouts."""
+    caller re-raises its cancellation afterwards). The write is one short transaction; should
+    the database not answer it within ``RELEASE_WAIT_S``, it is given up (the lease expires
+    instead), so a stopping worker never hangs on it."""
     release = asyncio.ensure_future(
         runs.release(rt, run_id, attempt=attempt, reason=SHUTDOWN_REASON, abandoned=False)
     )
-    while not release.done():
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RELEASE_WAIT_S
+    while not release.done() and loop.time() < deadline:
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait({release})
+            await asyncio.wait({release}, timeout=deadline - loop.time())
+    if not release.done():
+        release.cancel()
+        log.warning("run %s: handing it back took over %.0f s; its lease will expire", run_id, RELEASE_WAIT_S)
+        return
     if release.cancelled() or (exc := release.exception()) is None or isinstance(exc, LeaseLost):
         return  # handed back, or no longer ours to hand back
     log.warning("run %s: could not hand it back (%s); its lease will expire", run_id, type(exc).__name__)

@@ -142,6 +142,38 @@ async def test_a_run_cancelled_twice_still_finishes_handing_itself_back(
     assert (await get_run(gql, workspace.operator, run_id))["status"] == "QUEUED"
 
 
+async def test_a_hand_back_the_database_never_answers_is_given_up(
+    gql, workspace, runtime, monkeypatch
+) -> None:
+    """A stopping worker must end even when its hand-back write hangs: after
+    ``RELEASE_WAIT_S`` the job gives the write up (the run's lease expires instead)."""
+    from app.engine import loop
+    from app.engine.tools.registry import default_registry
+    from app.services import runs
+
+    async def hanging_release(*args: Any, **kwargs: Any) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(runs, "release", hanging_release)
+    monkeypatch.setattr(loop, "RELEASE_WAIT_S", 0.3)
+    registry = default_registry(runtime.settings)
+    async with sink_server(delay_s=1.0) as (sink, url):
+        hook = {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}}
+        agent = await create_agent(gql, workspace.admin, steps=[hook, {"final": 1}], policy=ALLOW_WEBHOOK)
+        run_id = await start_run(gql, workspace.operator, agent)
+        job = asyncio.create_task(loop.execute_run(runtime, registry, pk(run_id), owner="w1"))
+        deadline = time.monotonic() + 30
+        while sink.in_flight() < 1:
+            assert time.monotonic() < deadline, "no call in flight"
+            await asyncio.sleep(0.02)
+        job.cancel()
+        job.cancel()  # a second signal changes nothing
+        done, _ = await asyncio.wait({job}, timeout=5)
+        assert done == {job} and job.cancelled()
+    await registry.aclose()
+    assert (await get_run(gql, workspace.operator, run_id))["status"] == "RUNNING"  # the lease will expire
+
+
 @pytest.mark.parametrize("after_start_ms", [0, 5, 20, 300])
 async def test_an_in_process_stop_mid_run_leaves_the_database_writable(
     gql, workspace, settings, after_start_ms
