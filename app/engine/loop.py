@@ -1,4 +1,4 @@
-"""The run loop (DESIGN §3): claim, ask the model, plan, persist, execute, record, repeat.
+"""The run loop (docs/architecture.md): claim, ask the model, plan, persist, execute, record, repeat.
 
 The model's turn is decided by the pure planner (``app.domain.planner``); its plans are
 applied in one fenced tree transaction (``app.services.transitions``, the only writer of

@@ -1,5 +1,5 @@
 """schema.graphql is generated from the code, and stays a compatible superset of the
-contract in shared/contract.graphql (DESIGN §8)."""
+public contract, ``contract.graphql``, which CI lays out beside the clone."""
 
 from __future__ import annotations
 
