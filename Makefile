@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make run      set up everything and start 'enverif dev' (API + worker + demo workspace)"
 	@echo "make test     set up everything and run the whole test suite (what CI runs)"
-	@echo "make unit     the fast loop: the unit tests only (no database, Redis or worker; seconds)"
+	@echo "make unit     the fast loop: the unit tests only (no database, Redis or worker; under a minute)"
 	@echo "make docs     build the manual in docs/ with mkdocs --strict (into site/; a broken link fails)"
 	@echo "make setup    create .venv and install Enverif with its dev tools"
 	@echo "make schema   regenerate schema.graphql from the code"
