@@ -43,8 +43,8 @@ from typing import Any, Final
 
 from app.domain.credentials.decode import MAX_DEPTH, decoded
 from app.domain.credentials.entropy import find_random, shannon_entropy
-from app.domain.credentials.formats import find_text, find_token
-from app.domain.credentials.normalise import fold, join_lines, lowered
+from app.domain.credentials.formats import find_broken_token, find_split_token, find_text, find_token
+from app.domain.credentials.normalise import fold, lowered
 from app.domain.credentials.phrases import find_phrase, is_prose_word
 from app.domain.credentials.seeds import find_seed
 from app.domain.credentials.vocabulary import (
@@ -65,12 +65,9 @@ __all__ = [
     "shannon_entropy",
 ]
 
-# Decoded text scanned per check, at most: encodings nest (base64 of URL-encoded text), and
+# Decoded text scanned per scan, at most: encodings nest (base64 of URL-encoded text), and
 # a 16 KB value of base64 runs must not cost more than a few scans of itself.
 MAX_DECODED_CHARS = 65_536
-# How much of a long value the fields-together scan reads at each end (where a split
-# secret meets the key or the tags).
-JOINED_EDGE_CHARS = 256
 # A credential-named key's value of more words than this is a note about it, not it.
 MAX_PASSPHRASE_WORDS = 8
 
@@ -116,21 +113,27 @@ def check_credentials(key: str, value: str | None, tags: Iterable[str] = ()) -> 
 def find_credential(
     fields: Sequence[tuple[str, str]], *, key: str | None, value: str | None
 ) -> Rejection | None:
-    """``fields``: (name, text) pairs, scanned alone and then together; ``key`` and ``value``
-    are also judged as a pair (a credential-named key with a credential-like value)."""
-    budget = _Budget()
-    for name, text in fields:
-        rule = _scan(text, budget)
-        if rule is not None:
-            return Rejection(rule, (name,))
-    names = tuple(dict.fromkeys(name for name, text in fields if text))
-    if len(names) > 1:
-        rule = _scan_together([text for _, text in fields if text])
-        if rule is not None:
-            return Rejection(rule, _value_first(names))
+    """``fields``: (name, text) pairs; ``key`` and ``value`` are also judged as a pair (a
+    credential-named key with a credential-like value).
+
+    The fields are scanned once, side by side: that finds what each holds alone and what
+    only shows across them (key ``wifi password``, value ``is tulip``), at the cost of one
+    scan, on every write. Only when something is found are the fields scanned one by one,
+    to name the field that holds it (a refusal is rare; its cost does not matter)."""
+    present = [(name, text) for name, text in fields if text]
+    joined = " ".join(text for _, text in present)
+    rule = _scan(joined, _Budget()) or find_split_token([fold(text.strip()) for _, text in present])
+    if rule is None:
+        if key is not None and value is not None and names_credential(key) and _reads_like_credential(value):
+            return Rejection("Credential-Named Key", ("value",))
+        return None
+    for name, text in present:
+        alone = _scan(text, _Budget())
+        if alone is not None:
+            return Rejection(alone, (name,))
     if key is not None and value is not None and names_credential(key) and _reads_like_credential(value):
         return Rejection("Credential-Named Key", ("value",))
-    return None
+    return Rejection(rule, _value_first(tuple(dict.fromkeys(name for name, _ in present))))
 
 
 def _scan(raw: str, budget: _Budget, depth: int = 0) -> str | None:
@@ -138,7 +141,7 @@ def _scan(raw: str, budget: _Budget, depth: int = 0) -> str | None:
     low = lowered(text)
     rule = (
         find_token(text)
-        or (find_token(join_lines(text)) if "\n" in text else None)
+        or (find_broken_token(text) if "\n" in text else None)
         or find_text(text, low)
         or find_seed(text, low)
         or find_phrase(text, low)
@@ -154,29 +157,6 @@ def _scan(raw: str, budget: _Budget, depth: int = 0) -> str | None:
             if inner is not None:
                 return f"{inner} ({encoding})"
     return "High-Entropy String" if find_random(text) else None
-
-
-def _scan_together(texts: list[str]) -> str | None:
-    """A credential that only shows with the fields side by side: words across them (key
-    ``wifi password``, value ``is tulip``), or a token cut into pieces (``ghp_Zx81…`` in the
-    key, the rest in the value). Long fields are read at their ends only."""
-    edges = [
-        t if len(t) <= 2 * JOINED_EDGE_CHARS else t[:JOINED_EDGE_CHARS] + "\n…\n" + t[-JOINED_EDGE_CHARS:]
-        for t in texts
-    ]
-    spaced = fold(" ".join(edges))
-    low = lowered(spaced)
-    rule = find_seed(spaced, low) or find_phrase(spaced, low) or find_text(spaced, low)
-    if rule is not None:
-        return rule
-    # Glued from each field on, so a token that starts a field is not stuck to the word
-    # before it.
-    pieces = [fold(e.strip()) for e in edges]
-    for start in range(len(pieces) - 1):
-        rule = find_token("".join(pieces[start:]))
-        if rule is not None:
-            return rule
-    return None
 
 
 def _value_first(names: tuple[str, ...]) -> tuple[str, ...]:

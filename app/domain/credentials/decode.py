@@ -15,6 +15,7 @@ from typing import Final
 from urllib.parse import unquote
 
 from app.domain.credentials.entropy import decodes_to_text
+from app.domain.credentials.text import long_chunks
 
 MAX_DEPTH = 2
 MAX_RUNS = 32
@@ -22,7 +23,9 @@ MAX_RUN_CHARS = 16_384
 MIN_RUN_CHARS = 12
 
 _PERCENT: Final = re.compile(r"%[0-9A-Fa-f]{2}")
-_BASE64_RUN: Final = re.compile(rf"[A-Za-z0-9+/_\-]{{{MIN_RUN_CHARS},}}={{0,2}}")
+# Each pattern starts where a run starts (the look-behind): without it, ``re`` tries every
+# position inside every word again, quadratic in the word's length.
+_BASE64_RUN: Final = re.compile(rf"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{{{MIN_RUN_CHARS},}}={{0,2}}")
 _HEX_RUN: Final = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
 _HEX_ESCAPES: Final = re.compile(r"(?:\\x[0-9A-Fa-f]{2}){4,}")
 
@@ -34,8 +37,9 @@ def decoded(text: str) -> Iterator[tuple[str, str]]:
         if plain != text:
             yield "URL-encoded", plain
     runs = 0
+    chunks = long_chunks(text, MIN_RUN_CHARS)
     for pattern, encoding in ((_BASE64_RUN, "base64"), (_HEX_RUN, "hex")):
-        for match in pattern.finditer(text):
+        for match in (m for chunk in chunks for m in pattern.finditer(chunk)):
             run = match.group()
             if len(run) > MAX_RUN_CHARS or run.isalpha() or run.isdigit():
                 continue  # a word or a number, not an encoding

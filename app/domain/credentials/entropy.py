@@ -47,8 +47,8 @@ _DIGEST_CONTEXT: Final = re.compile(
     r"(?i)(?:md5|sha-?(?:1|224|256|384|512)?|hash|digest|checksum|etag|fingerprint|integrity|crc32?|sum)\W{0,12}$"
 )
 
-_TOKEN: Final = re.compile(r"[^\s,;()\[\]{}<>\"'`|]{20,}")
-_URL: Final = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://\S+")
+# Inside a whitespace-separated chunk, what separates tokens (``a,b``, ``(x)``, ``"y"``).
+_TOKEN_SPLIT: Final = re.compile(r"[,;()\[\]{}<>\"'`|]+")
 # Public keys and certificates are published on purpose (their bodies look random); an SSH
 # public key line, or a PEM block that is not a private key.
 _PUBLIC_KEY: Final = re.compile(
@@ -56,7 +56,6 @@ _PUBLIC_KEY: Final = re.compile(
     r"|-----BEGIN (?P<kind>(?:RSA |EC |PGP )?PUBLIC KEY(?: BLOCK)?|CERTIFICATE(?: REQUEST)?|X509 CRL)-----"
     r"[A-Za-z0-9+/=\s:\-]*?-----END (?P=kind)-----"
 )
-_DATA_URI: Final = re.compile(r"(?i)\bdata:[\w/+.\-]+;base64,[A-Za-z0-9+/=]+")
 _TOKEN_TRIM = ".:!?*"
 _SEPARATOR: Final = re.compile(r"[-_./]+")
 _HEX: Final = re.compile(r"^[0-9a-fA-F]+$")
@@ -229,25 +228,36 @@ def high_entropy(token: str, before: str = "") -> bool:
     return shannon_entropy(token) > BASE64_ENTROPY_LIMIT and _class_switches(token) > CLASS_SWITCH_LIMIT
 
 
+_CHUNK_TRIM = ",;()[]{}<>\"'`|"
+_URL_START: Final = re.compile(r"(?i)^[a-z][a-z0-9+.\-]*://")
+
+
 def find_random(text: str) -> bool:
-    """Whether ``text`` holds a high-entropy token outside URLs and data URIs."""
+    """Whether ``text`` holds a high-entropy token outside URLs, data URIs and public keys."""
     if len(text) < MIN_ENTROPY_TOKEN_CHARS:
         return False
-    # URLs without a password are facts (their path segments are often long random-looking
-    # ids); those with one, and tokens in their query, are the other rules' business.
-    scanned = text
-    if "://" in text or "data:" in text:
-        scanned = _DATA_URI.sub(" ", _URL.sub(" ", scanned))
     if "AAAA" in text or "-----BEGIN" in text:
-        scanned = _PUBLIC_KEY.sub(" ", scanned)
-    for match in _TOKEN.finditer(scanned):
-        before = scanned[max(0, match.start() - 40) : match.start()]
-        # ``md5:<hex>``, ``host:port``, IPv6: each piece on its own, after the ones before it.
-        for piece in match.group().split(":"):
-            token = piece.strip(_TOKEN_TRIM)
-            if "=" in token.rstrip("="):
-                token = token.split("=", 1)[-1]  # ``name=value``: the value on its own
-            if len(token) >= MIN_ENTROPY_TOKEN_CHARS and high_entropy(token, before):
-                return True
-            before = piece + ":"
+        text = _PUBLIC_KEY.sub(" ", text)
+    chunks = text.split()
+    for index, chunk in enumerate(chunks):
+        if len(chunk) < MIN_ENTROPY_TOKEN_CHARS:
+            continue
+        # URLs without a password are facts (their path segments are often long random-looking
+        # ids); those with one, and tokens in their query, are the other rules' business.
+        for part in _TOKEN_SPLIT.split(chunk.strip(_CHUNK_TRIM)):
+            if (
+                len(part) < MIN_ENTROPY_TOKEN_CHARS
+                or _URL_START.match(part)
+                or part.lower().startswith("data:")
+            ):
+                continue
+            before = " ".join(chunks[max(0, index - 3) : index])[-40:] + " "
+            # ``md5:<hex>``, ``host:port``, IPv6: each piece on its own, after the ones before it.
+            for piece in part.split(":"):
+                token = piece.strip(_TOKEN_TRIM)
+                if "=" in token.rstrip("="):
+                    token = token.split("=", 1)[-1]  # ``name=value``: the value on its own
+                if len(token) >= MIN_ENTROPY_TOKEN_CHARS and high_entropy(token, before):
+                    return True
+                before = piece + ":"
     return False

@@ -6,20 +6,22 @@ stands. The providers are at least those that gitleaks' default rules know; thei
 are what a refusal and a redaction show.
 
 Most tokens are one run of token characters, so ``find_token`` looks at those runs only
-(``CANDIDATE``: at least 16 characters), and runs a rule's regex only when one of its
-literal ``hints`` is in the run: a 16 KB note costs one scan for runs plus a few
-substring tests per run. The formats that span spaces or punctuation (headers, connection
-strings, PEM blocks, JSON key files) are ``TEXT_RULES``, each behind a hint looked up in the
-whole text.
+(``CANDIDATE``: at least 16 characters, in the text's long chunks), and runs a rule's regex
+only when one of its literal ``hints`` is in the run: a 16 KB note of prose costs one
+``split`` and a few substring tests per long word. The formats that span spaces or
+punctuation (headers, connection strings, PEM blocks, JSON key files) are ``TEXT_RULES``,
+each run in windows around its hint (``text.windows``).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from app.domain.credentials.text import long_chunks, windows
 from app.domain.credentials.vocabulary import PLACEHOLDER, looks_like_secret
 
 
@@ -32,10 +34,14 @@ class Rule:
     # For a pattern with a group ``v``: a match counts only when its value passes this.
     value_check: Callable[[str], bool] | None = None
 
-    def fires(self, text: str) -> bool:
-        if self.value_check is None:
-            return self.pattern.search(text) is not None
-        return any(self.value_check(m["v"]) for m in self.pattern.finditer(text))
+    def fires(self, text: str, spans: list[tuple[int, int]]) -> bool:
+        for start, end in spans:
+            if self.value_check is None:
+                if self.pattern.search(text, start, end) is not None:
+                    return True
+            elif any(self.value_check(m["v"]) for m in self.pattern.finditer(text, start, end)):
+                return True
+        return False
 
 
 def _rule(
@@ -272,8 +278,14 @@ TOKEN_RULES: Final[tuple[Rule, ...]] = (
 )
 
 # A run of characters tokens are made of (``:`` and ``$`` for the few formats that use them).
-CANDIDATE: Final = re.compile(r"[A-Za-z0-9_\-.~+/=:$%]{16,}")
+CANDIDATE_MIN_CHARS = 16
+# From a run's start only (the look-behind), or ``re`` retries inside every word.
+CANDIDATE: Final = re.compile(rf"(?<![A-Za-z0-9_\-.~+/=:$%])[A-Za-z0-9_\-.~+/=:$%]{{{CANDIDATE_MIN_CHARS},}}")
 
+# How far around a hint a text rule's match may reach (a connection string's key, a header
+# line).
+TEXT_RULE_BEFORE = 64
+TEXT_RULE_AFTER = 512
 TEXT_RULES: Final[tuple[Rule, ...]] = (
     _rule("Private Key", r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----", "PRIVATE KEY"),
     _rule("PuTTY Private Key", r"PuTTY-User-Key-File-\d+:", "PuTTY-User-Key-File-"),
@@ -319,20 +331,64 @@ TEXT_RULES: Final[tuple[Rule, ...]] = (
 )
 
 
+# (hint, rule index) pairs: one comprehension of substring tests picks a run's rules.
+_HINTS: Final = tuple((hint, i) for i, rule in enumerate(TOKEN_RULES) for hint in rule.hints)
+
+
+def _match_run(run: str) -> str | None:
+    for i in sorted({i for hint, i in _HINTS if hint in run}):
+        if TOKEN_RULES[i].pattern.search(run):
+            return TOKEN_RULES[i].name
+    return None
+
+
 def find_token(text: str) -> str | None:
     """The name of the first token rule that matches a run of token characters in ``text``."""
-    for run in CANDIDATE.finditer(text):
-        candidate = run.group()
-        for rule in TOKEN_RULES:
-            if any(h in candidate for h in rule.hints) and rule.pattern.search(candidate):
-                return rule.name
+    for chunk in long_chunks(text, CANDIDATE_MIN_CHARS):
+        for run in CANDIDATE.finditer(chunk):
+            name = _match_run(run.group())
+            if name is not None:
+                return name
+    return None
+
+
+def find_broken_token(text: str) -> str | None:
+    """A token wrapped over lines (``ghp_Zx81…`` + newline + ``…Hs4J``): each line's last
+    chunk joined to the next line's first, when that makes a run long enough."""
+    lines = text.splitlines()
+    for line, following in itertools.pairwise(lines):
+        head, tail = line.rstrip().rstrip("\\").rsplit(None, 1)[-1:], following.split(None, 1)[:1]
+        if head and tail and len(head[0]) + len(tail[0]) >= CANDIDATE_MIN_CHARS:
+            name = find_token(head[0] + tail[0])
+            if name is not None:
+                return name
+    return None
+
+
+def find_split_token(pieces: list[str]) -> str | None:
+    """A token cut into consecutive ``pieces`` (key, value, tags): the runs of the glued
+    text that cross a seam, read from their start and from each seam they cross (so a
+    token that starts a piece is not read glued to the word before it)."""
+    glued = "".join(pieces)
+    seams = list(itertools.accumulate(len(p) for p in pieces[:-1]))
+    for run in CANDIDATE.finditer(glued):
+        inner = [seam for seam in seams if run.start() < seam < run.end()]
+        for start in [run.start(), *inner] if inner else ():
+            if run.end() - start >= CANDIDATE_MIN_CHARS:
+                name = _match_run(glued[start : run.end()])
+                if name is not None:
+                    return name
     return None
 
 
 def find_text(text: str, lowered: str) -> str | None:
+    aligned = len(text) == len(lowered)
     for rule in TEXT_RULES:
         source = lowered if rule.lowered else text
-        if any(h in source for h in rule.hints) and rule.fires(text):
+        spans = windows(source, rule.hints, before=TEXT_RULE_BEFORE, after=TEXT_RULE_AFTER)
+        if spans and not aligned and rule.lowered:
+            spans = [(0, len(text))]  # positions in ``lowered`` do not carry over to ``text``
+        if spans and rule.fires(text, spans):
             return rule.name
     return None
 

@@ -106,16 +106,6 @@ def fold(text: str) -> str:
     return text
 
 
-# A token broken over lines: the line break (with indentation, and a shell's trailing
-# backslash) between two token characters. Joining only matters for token formats, so the
-# joined copy is scanned by those rules alone (it also glues words, which is harmless there).
-_TOKEN_BREAK: Final = re.compile(r"(?<=[A-Za-z0-9_\-+/=.~])[ \t]*\\?\r?\n[ \t]*(?=[A-Za-z0-9_\-+/=.~])")
-
-
-def join_lines(text: str) -> str:
-    return _TOKEN_BREAK.sub("", text) if "\n" in text else text
-
-
 def lowered(text: str) -> str:
     """``fold``ed text in lower case, folded again: lower-casing turns capitals that have no
     Latin twin (Cyrillic П) into small letters that do (п), so keywords match in any case.

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from app.domain.credentials.normalise import fold, keyword, lowered
+from app.domain.credentials.text import occurrences, windows
 from app.domain.credentials.vocabulary import (
     KEY_QUALIFIERS,
     NON_VALUES,
@@ -61,6 +63,8 @@ def _groups(words: tuple[str, ...], kind: str) -> list[tuple[str, str, re.Patter
 
 
 _KEYWORD_GROUPS: Final = _groups(PASSWORD_WORDS, PASSWORD) + _groups(SECRET_WORDS, SECRET)
+# An ASCII text can only hold the ASCII words.
+_ASCII_KEYWORD_GROUPS: Final = [g for g in _KEYWORD_GROUPS if g[0].isascii()]
 
 _QUALIFIER = "|".join(sorted(KEY_QUALIFIERS, key=len, reverse=True))
 # After the keyword: identifier qualifiers (``_prod``), a closing quote (``"password":``), a
@@ -134,9 +138,10 @@ def _identifier_styled(word: str) -> bool:
 def _keyword_assignment(text: str, low: str) -> bool:
     aligned = len(text) == len(low)
     source = text if aligned else low
-    for stem, kind, pattern in _KEYWORD_GROUPS:
-        if stem not in low:
-            continue
+    groups = _ASCII_KEYWORD_GROUPS if low.isascii() else _KEYWORD_GROUPS
+    for _stem, kind, pattern in groups:
+        # Each pattern starts with its stem as a literal: ``re`` finds it with a substring
+        # search, so the pattern is its own pre-filter.
         for hit in pattern.finditer(low):
             start, end = hit.span()
             ascii_word = hit.group().isascii()
@@ -169,25 +174,6 @@ def _keyword_assignment(text: str, low: str) -> bool:
 # -- fixed shapes ----------------------------------------------------------------------------
 
 _NETRC: Final = re.compile(r"\b(?:(?:machine|host)\s+\S+\s+|default\s+)?login\s+\S+\s+password\s+(?P<v>\S+)")
-_COMMANDS: Final = (
-    re.compile(
-        r"(?:^|\s)(?:-u|--user|--proxy-user)[\s=]*['\"]?(?![\d:]+\s)[^\s:'\"]+:(?P<v>[^\s'\"]+)"
-    ),  # not uid:gid
-    re.compile(
-        r"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlsh)\b[^\n]*?\s-p(?P<v>[^\s'\"-][^\s'\"]*)"
-    ),
-    re.compile(r"\bsshpass\b[^\n]*?\s-p\s*(?P<v>\S+)"),
-    re.compile(r"\bredis-cli\b[^\n]*?\s(?:-a|--pass)\s+(?P<v>\S+)"),
-    re.compile(r"\bdocker\s+login\b[^\n]*?\s-p\s+(?P<v>\S+)"),
-    re.compile(r"\bldap\w*\b[^\n]*?\s-w\s+(?P<v>\S+)"),
-    re.compile(r"\bsmbclient\b[^\n]*?\s-U\s+[^\s%]+%(?P<v>\S+)"),
-    re.compile(r"-pass(?:in|out)?\s+pass:(?P<v>\S+)"),
-    re.compile(
-        r"(?:^|\s)--(?:password|passwd|pass|pwd|token|api-key|apikey|secret|auth-token|access-token)[\s=]+['\"]?(?P<v>[^\s'\"-]\S*)"
-    ),
-)
-_COMMAND_HINTS: Final = ("-u", "--user", "mysql", "mariadb", "sshpass", "redis-cli", "docker", "ldap", "smbclient",
-                         "-pass", "--")  # fmt: skip
 _URL_PASSWORD: Final = re.compile(r"\b[a-z][a-z0-9+.\-]*://[^\s/:@]*:(?P<v>[^\s/@]+)@")
 _USERINFO: Final = re.compile(
     r"(?<![\w/.:@%+\-])(?P<user>[a-z0-9._%+\-]{1,64}):(?P<v>[^\s:@/]{3,128})@"
@@ -208,60 +194,17 @@ _SESSION: Final = re.compile(
 )
 _PIN: Final = re.compile(
     r"\bPIN\b[ \t]*(?:code|number)?[ \t]*(?:is|was|[:=#\-])?[ \t]*(?P<v>\d{4,8})\b"
-    r"|(?i:\bpin[ _\-]?(?:code|number|nummer))[ \t]*(?:is|was|[:=#\-])?[ \t]*\d{4,8}\b"
-    r"|(?i:\bpin)[ \t]*(?:is|was|[:=#])[ \t]*\d{4,8}\b"
+    r"|(?i:\bpin[ _\-]?(?:code|number|nummer))[ \t]*(?:is|was|[:=#\-])?[ \t]*(?P<v2>\d{4,8})\b"
+    r"|(?i:\bpin)[ \t]*(?:is|was|[:=#])[ \t]*(?P<v3>\d{4,8})\b"
 )
+
+
+_LOGIN_WORDS = ("login", "log-in", "logon", "sign", "user", "account", "benutzer", "utilisateur", "usuario")
 
 
 def _plausible(value: str) -> bool:
     value = value.strip("'\"`").rstrip(SENTENCE_END)
     return bool(value) and not PLACEHOLDER.match(value) and not is_prose_word(value)
-
-
-def _values(pattern: re.Pattern[str], text: str, low: str) -> list[tuple[re.Match[str], str]]:
-    """Matches of ``pattern`` in ``low``, each with its value as written in ``text`` (its
-    case matters) when the two are aligned."""
-    source = text if len(text) == len(low) else low
-    return [(m, source[m.start("v") : m.end("v")]) for m in pattern.finditer(low)]
-
-
-def _netrc(text: str, low: str) -> bool:
-    return "login" in low and any(_plausible(v) for _, v in _values(_NETRC, text, low))
-
-
-def _command(text: str, low: str) -> bool:
-    # Matched as written: ``mysql -P3306`` is a port, ``-p3306`` a password.
-    if not any(h in low for h in _COMMAND_HINTS):
-        return False
-    return any(_plausible(m["v"]) for pattern in _COMMANDS for m in pattern.finditer(text))
-
-
-def _url_password(text: str, low: str) -> bool:
-    return "://" in text and any(_plausible(v) for _, v in _values(_URL_PASSWORD, text, low))
-
-
-def _userinfo(text: str, low: str) -> bool:
-    if "@" not in text or ":" not in text:
-        return False
-    return any(m["user"] not in _LABELS and _plausible(v) for m, v in _values(_USERINFO, text, low))
-
-
-def _login_slash(text: str, low: str) -> bool:
-    if "/" not in text and "|" not in text:
-        return False
-    return any(
-        _plausible(v) and ("@" in m["user"] or looks_like_secret(v))
-        for m, v in _values(_LOGIN_SLASH, text, low)
-    )
-
-
-def _session(text: str, low: str) -> bool:
-    if "=" not in text or not ("sess" in low or "sid" in low):
-        return False
-    return any(
-        not PLACEHOLDER.match(v) and not _slug(v) and (looks_like_secret(v) or len(v) >= 16)
-        for _, v in _values(_SESSION, text, low)
-    )
 
 
 def _slug(value: str) -> bool:
@@ -270,24 +213,94 @@ def _slug(value: str) -> bool:
     return len(parts) > 1 and all(p.isalpha() or p.isdigit() or (len(p) <= 3 and p.isalnum()) for p in parts)
 
 
-def _pin(text: str, low: str) -> bool:
-    return "pin" in low and _PIN.search(text) is not None
+def _any_value(m: re.Match[str], value: str) -> bool:
+    return _plausible(value)
 
 
-_RULES: Final[tuple[tuple[str, Callable[[str, str], bool]], ...]] = (
-    ("URL With Password", _url_password),
-    ("Credentials Before Host", _userinfo),
-    ("Netrc Line", _netrc),
-    ("Command-Line Password", _command),
-    ("Login And Password", _login_slash),
-    ("Session Identifier", _session),
-    ("PIN", _pin),
-    ("Keyword Assignment", _keyword_assignment),
-)
+def _userinfo_value(m: re.Match[str], value: str) -> bool:
+    return m["user"] not in _LABELS and _plausible(value)
+
+
+def _login_value(m: re.Match[str], value: str) -> bool:
+    return _plausible(value) and ("@" in m["user"] or looks_like_secret(value))
+
+
+def _session_value(m: re.Match[str], value: str) -> bool:
+    return (
+        not PLACEHOLDER.match(value) and not _slug(value) and (looks_like_secret(value) or len(value) >= 16)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A fixed shape: ``pattern`` (with a value group ``v``) runs around each occurrence
+    of a ``hint`` in the lowered text, and fires when ``accept`` takes a match."""
+
+    name: str
+    hints: tuple[str, ...]
+    pattern: re.Pattern[str]
+    accept: Callable[[re.Match[str], str], bool] = _any_value
+    written: bool = False  # matched in the text as written (case matters), not lowered
+    # The pattern starts with the hint: it is matched at each occurrence, not searched.
+    anchored: bool = False
+    before: int = 80
+    after: int = 240
+
+
+def _command(hints: tuple[str, ...], pattern: str) -> _Shape:
+    # Matched as written: ``mysql -P3306`` is a port, ``-p3306`` a password.
+    return _Shape("Command-Line Password", hints, re.compile(pattern), written=True, anchored=True)
+
+
+_SHAPES: Final[tuple[_Shape, ...]] = (
+    _Shape("URL With Password", ("://",), _URL_PASSWORD, before=32),
+    _Shape("Credentials Before Host", ("@",), _USERINFO, _userinfo_value, before=200, after=100),
+    _Shape("Netrc Line", ("login",), _NETRC, before=120),
+    # -u user:pw (curl, wget), not uid:gid (docker run -u 1000:1000).
+    _command(("-u", "--user", "--proxy-user"),
+             r"(?<!\S)(?:-u|--user|--proxy-user)[\s=]*['\"]?(?![\d:]+\s)[^\s:'\"]+:(?P<v>[^\s'\"]+)"),
+    _command(("mysql", "mariadb"),
+             r"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlsh)\b[^\n]*?\s-p(?P<v>[^\s'\"-][^\s'\"]*)"),
+    _command(("sshpass",), r"\bsshpass\b[^\n]*?\s-p\s*(?P<v>\S+)"),
+    _command(("redis-cli",), r"\bredis-cli\b[^\n]*?\s(?:-a|--pass)\s+(?P<v>\S+)"),
+    _command(("docker",), r"\bdocker\s+login\b[^\n]*?\s-p\s+(?P<v>\S+)"),
+    _command(("ldap",), r"\bldap\w*\b[^\n]*?\s-w\s+(?P<v>\S+)"),
+    _command(("smbclient",), r"\bsmbclient\b[^\n]*?\s-U\s+[^\s%]+%(?P<v>\S+)"),
+    _command(("-pass",), r"-pass(?:in|out)?\s+pass:(?P<v>\S+)"),
+    _command(("--pass", "--pwd", "--token", "--api", "--secret", "--auth", "--access"),
+             r"(?<!\S)--(?:password|passwd|pass|pwd|token|api-key|apikey|secret|auth-token|access-token)[\s=]+['\"]?(?P<v>[^\s'\"-]\S*)"),
+    _Shape("Login And Password",
+           _LOGIN_WORDS, _LOGIN_SLASH, _login_value, anchored=True),
+    _Shape("Session Identifier", ("sess", "sid"), _SESSION, _session_value, before=24),
+    _Shape("PIN", ("pin",), _PIN, written=True, anchored=True),
+)  # fmt: skip
+
+
+def _matches(shape: _Shape, source: str, low: str, aligned: bool) -> list[re.Match[str]]:
+    if shape.anchored:
+        starts = occurrences(low, shape.hints) if aligned else None
+        if starts is not None:
+            return [m for m in (shape.pattern.match(source, at) for at in starts) if m is not None]
+        if aligned and not any(h in low for h in shape.hints):
+            return []
+        return list(shape.pattern.finditer(source))
+    spans = windows(low, shape.hints, before=shape.before, after=shape.after)
+    if spans and not aligned:
+        spans = [(0, len(source))]  # positions in ``low`` do not carry over to ``text``
+    return [m for start, end in spans for m in shape.pattern.finditer(source, start, end)]
+
+
+def _find_shape(text: str, low: str) -> str | None:
+    aligned = len(text) == len(low)
+    for shape in _SHAPES:
+        source = text if shape.written or not aligned else low
+        for m in _matches(shape, source, low, aligned):
+            group = next(g for g in ("v", "v2", "v3") if g in m.re.groupindex and m[g] is not None)
+            value = (text if aligned else low)[m.start(group) : m.end(group)]
+            if shape.accept(m, value):
+                return shape.name
+    return None
 
 
 def find_phrase(text: str, low: str) -> str | None:
-    for name, rule in _RULES:
-        if rule(text, low):
-            return name
-    return None
+    return _find_shape(text, low) or ("Keyword Assignment" if _keyword_assignment(text, low) else None)

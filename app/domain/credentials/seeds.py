@@ -19,6 +19,8 @@ from functools import cache
 from importlib.resources import files
 from typing import Final
 
+from app.domain.credentials.text import occurrences
+
 BIP39_WORDS_FILE = "bip39_english.txt"
 MIN_SEED_WORDS = 12
 
@@ -33,8 +35,9 @@ _OTPAUTH: Final = re.compile(r"otpauth(?:-migration)?://\S*?(?:[?&](?:secret|dat
 _TOTP_CONTEXT: Final = re.compile(
     r"\b(?:totp|hotp|2fa|mfa|otp|authenticator|two[- ]factor|setup[- ]key|seed|secret[- ]key)\b"
 )
+# One unbroken run, or groups of four (``JBSW Y3DP EHPK 3PXP``) as authenticator apps show them.
 _BASE32_RUN: Final = re.compile(
-    r"(?<![A-Za-z0-9])(?:[A-Za-z2-7]{4}[ \-]?){3,}[A-Za-z2-7]{4,}=*(?![A-Za-z0-9])"
+    r"(?<![A-Za-z0-9])(?:[A-Za-z2-7]{16,}=*|[A-Za-z2-7]{4}(?:[ \-][A-Za-z2-7]{4}){3,})(?![A-Za-z0-9])"
 )
 _RECOVERY_CONTEXT: Final = re.compile(
     r"\b(?:recovery|backup|emergency|scratch|one[- ]time|2fa|mfa|two[- ]factor)[\s_\-]+(?:codes?|keys?)\b"
@@ -42,7 +45,12 @@ _RECOVERY_CONTEXT: Final = re.compile(
 _RECOVERY_CODE: Final = re.compile(
     r"(?<![A-Za-z0-9])(?:[A-Za-z0-9]{4,6}-[A-Za-z0-9]{4,6}|\d{4}[ \-]\d{4}|\d{8}|[a-z0-9]{10})(?![A-Za-z0-9])"
 )
-_WORDS: Final = re.compile(r"[a-z]+|[^a-z\s\d.,;:()\-]+")
+# Numbers and list punctuation between seed words (``1. abandon 2. ability``) are spaces.
+_SEPARATORS: Final = str.maketrans(dict.fromkeys("0123456789.,;:()-\n\t\r", " "))
+_TOTP_WORDS: Final = ("totp", "hotp", "2fa", "mfa", "otp", "authenticator", "two-factor", "two factor", "setup key",
+                      "setup-key", "seed", "secret key", "secret-key")  # fmt: skip
+_RECOVERY_WORDS: Final = ("recovery", "backup", "emergency", "scratch", "one time", "one-time", "2fa", "mfa",
+                          "two-factor", "two factor")  # fmt: skip
 
 
 def _seed_like(run: str) -> bool:
@@ -60,35 +68,38 @@ def _seed_like(run: str) -> bool:
 def _totp(text: str, low: str) -> bool:
     if "otpauth" in low and _OTPAUTH.search(text):
         return True
-    for context in _TOTP_CONTEXT.finditer(low):
-        window = (
-            text[context.end() : context.end() + 120]
-            if len(text) == len(low)
-            else low[context.end() : context.end() + 120]
-        )
-        if any(_seed_like(m.group()) for m in _BASE32_RUN.finditer(window)):
-            return True
+    source = text if len(text) == len(low) else low
+    starts = occurrences(low, _TOTP_WORDS)
+    contexts = (
+        _TOTP_CONTEXT.finditer(low) if starts is None else (_TOTP_CONTEXT.match(low, at) for at in starts)
+    )
+    for context in contexts:
+        if context is not None:
+            window = source[context.end() : context.end() + 64]
+            if any(_seed_like(m.group()) for m in _BASE32_RUN.finditer(window)):
+                return True
     return False
 
 
 def _seed_phrase(text: str, low: str) -> bool:
-    words = bip39_words()
-    run = 0
-    for token in _WORDS.findall(low):
-        if token in words:
-            run += 1
-            if run >= MIN_SEED_WORDS:
-                return True
-        else:
-            run = 0
-    return False
+    # One byte per word, 1 when it is on the list (map keeps the loop in C): a phrase is
+    # MIN_SEED_WORDS ones in a row.
+    on_list = bytes(map(bip39_words().__contains__, low.translate(_SEPARATORS).split()))
+    return b"\x01" * MIN_SEED_WORDS in on_list
 
 
 def _recovery_codes(text: str, low: str) -> bool:
-    for context in _RECOVERY_CONTEXT.finditer(low):
-        window = low[context.end() : context.end() + 200]
-        if any(any(c.isdigit() for c in m.group()) for m in _RECOVERY_CODE.finditer(window)):
-            return True
+    starts = occurrences(low, _RECOVERY_WORDS)
+    contexts = (
+        _RECOVERY_CONTEXT.finditer(low)
+        if starts is None
+        else (_RECOVERY_CONTEXT.match(low, at) for at in starts)
+    )
+    for context in contexts:
+        if context is not None:
+            window = low[context.end() : context.end() + 200]
+            if any(any(c.isdigit() for c in m.group()) for m in _RECOVERY_CODE.finditer(window)):
+                return True
     return False
 
 
