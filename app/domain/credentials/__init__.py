@@ -45,13 +45,14 @@ from app.domain.credentials.decode import MAX_DEPTH, decoded
 from app.domain.credentials.entropy import find_random, shannon_entropy
 from app.domain.credentials.formats import find_broken_token, find_split_token, find_text, find_token
 from app.domain.credentials.normalise import fold, lowered
-from app.domain.credentials.phrases import find_phrase, is_prose_word
+from app.domain.credentials.phrases import find_phrase
 from app.domain.credentials.seeds import find_seed
 from app.domain.credentials.vocabulary import (
     CREDENTIAL_KEY_PAIRS,
     CREDENTIAL_KEY_WORDS,
     KEY_QUALIFIERS,
     PLACEHOLDER,
+    is_prose_word,
 )
 
 __all__ = [
@@ -121,16 +122,19 @@ def find_credential(
     scan, on every write. Only when something is found are the fields scanned one by one,
     to name the field that holds it (a refusal is rare; its cost does not matter)."""
     present = [(name, text) for name, text in fields if text]
-    joined = " ".join(text for _, text in present)
-    rule = _scan(joined, _Budget()) or find_split_token([fold(text.strip()) for _, text in present])
+    split = find_split_token([fold(text.strip()) for _, text in present])
+    if split is not None:
+        split_rule, pieces = split
+        return Rejection(split_rule, _value_first(tuple(dict.fromkeys(present[i][0] for i in pieces))))
+    rule = _scan(" ".join(text for _, text in present), _Budget())
     if rule is None:
         if key is not None and value is not None and names_credential(key) and _reads_like_credential(value):
             return Rejection("Credential-Named Key", ("value",))
         return None
     for name, text in present:
-        alone = _scan(text, _Budget())
-        if alone is not None:
-            return Rejection(alone, (name,))
+        found = _scan(text, _Budget())
+        if found is not None:
+            return Rejection(found, (name,))
     if key is not None and value is not None and names_credential(key) and _reads_like_credential(value):
         return Rejection("Credential-Named Key", ("value",))
     return Rejection(rule, _value_first(tuple(dict.fromkeys(name for name, _ in present))))

@@ -27,15 +27,16 @@ _PERCENT: Final = re.compile(r"%[0-9A-Fa-f]{2}")
 # position inside every word again, quadratic in the word's length.
 _BASE64_RUN: Final = re.compile(rf"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{{{MIN_RUN_CHARS},}}={{0,2}}")
 _HEX_RUN: Final = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
+_HEX: Final = re.compile(r"^(?:[0-9A-Fa-f]{2})+$")
 _HEX_ESCAPES: Final = re.compile(r"(?:\\x[0-9A-Fa-f]{2}){4,}")
 
 
 def decoded(text: str) -> Iterator[tuple[str, str]]:
     """(encoding, decoded text) for the encoded runs of ``text`` that decode to text."""
     if _PERCENT.search(text):
-        plain = unquote(text)
-        if plain != text:
-            yield "URL-encoded", plain
+        unquoted = unquote(text)
+        if unquoted != text:
+            yield "URL-encoded", unquoted
     runs = 0
     chunks = long_chunks(text, MIN_RUN_CHARS)
     for pattern, encoding in ((_BASE64_RUN, "base64"), (_HEX_RUN, "hex")):
@@ -45,7 +46,7 @@ def decoded(text: str) -> Iterator[tuple[str, str]]:
                 continue  # a word or a number, not an encoding
             plain = decodes_to_text(run)
             if plain is not None:
-                yield f"{encoding}-encoded", plain
+                yield ("hex" if _HEX.match(run) else encoding) + "-encoded", plain
             runs += 1
             if runs >= MAX_RUNS:
                 return

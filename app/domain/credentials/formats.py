@@ -15,6 +15,7 @@ each run in windows around its hint (``text.windows``).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections.abc import Callable, Iterator
@@ -333,22 +334,28 @@ TEXT_RULES: Final[tuple[Rule, ...]] = (
 
 # (hint, rule index) pairs: one comprehension of substring tests picks a run's rules.
 _HINTS: Final = tuple((hint, i) for i, rule in enumerate(TOKEN_RULES) for hint in rule.hints)
+_RULE_BY_PATTERN: Final = {rule.pattern: rule for rule in TOKEN_RULES}
 
 
-def _match_run(run: str) -> str | None:
+def _match_run(run: str) -> re.Match[str] | None:
     for i in sorted({i for hint, i in _HINTS if hint in run}):
-        if TOKEN_RULES[i].pattern.search(run):
-            return TOKEN_RULES[i].name
+        found = TOKEN_RULES[i].pattern.search(run)
+        if found is not None:
+            return found
     return None
+
+
+def _rule_of(found: re.Match[str]) -> str:
+    return _RULE_BY_PATTERN[found.re].name
 
 
 def find_token(text: str) -> str | None:
     """The name of the first token rule that matches a run of token characters in ``text``."""
     for chunk in long_chunks(text, CANDIDATE_MIN_CHARS):
         for run in CANDIDATE.finditer(chunk):
-            name = _match_run(run.group())
-            if name is not None:
-                return name
+            found = _match_run(run.group())
+            if found is not None:
+                return _rule_of(found)
     return None
 
 
@@ -365,19 +372,26 @@ def find_broken_token(text: str) -> str | None:
     return None
 
 
-def find_split_token(pieces: list[str]) -> str | None:
-    """A token cut into consecutive ``pieces`` (key, value, tags): the runs of the glued
-    text that cross a seam, read from their start and from each seam they cross (so a
-    token that starts a piece is not read glued to the word before it)."""
+def find_split_token(pieces: list[str]) -> tuple[str, range] | None:
+    """A token cut into consecutive ``pieces`` (key, value, tags): (rule, the pieces it
+    spans), for a match in the glued text that crosses a seam. Runs are read from their
+    start and from each seam they cross, so a token that starts a piece is not read glued
+    to the word before it."""
     glued = "".join(pieces)
-    seams = list(itertools.accumulate(len(p) for p in pieces[:-1]))
+    ends = list(itertools.accumulate(len(p) for p in pieces))
+    seams = ends[:-1]
     for run in CANDIDATE.finditer(glued):
         inner = [seam for seam in seams if run.start() < seam < run.end()]
         for start in [run.start(), *inner] if inner else ():
-            if run.end() - start >= CANDIDATE_MIN_CHARS:
-                name = _match_run(glued[start : run.end()])
-                if name is not None:
-                    return name
+            found = _match_run(glued[start : run.end()])
+            if found is None:
+                continue
+            first, last = start + found.start(), start + found.end()
+            crossed = [seam for seam in seams if first < seam < last]
+            # A whole token that ends a piece, glued to the next one, is no split token.
+            if crossed and _match_run(glued[first : crossed[0]]) is None:
+                piece = bisect.bisect_right(ends, first)
+                return _rule_of(found), range(piece, bisect.bisect_left(ends, last) + 1)
     return None
 
 

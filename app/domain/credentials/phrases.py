@@ -83,7 +83,7 @@ _TAIL: Final = re.compile(
 )
 _VALUE: Final = re.compile(
     r"""(?P<quoted>"[^"\n]{1,256}"|'[^'\n]{1,256}'|`[^`\n]{1,256}`)
-    |(?P<word>[^\s'"`,;)\]}>]{1,256})(?P<rest>(?:[ \t]+[^\s'"`,;.!?)\]}>]{1,64}){0,7})""",
+    |(?P<word>[^\s'"`,;]{1,256})(?P<rest>(?:[ \t]+[^\s'"`,;.!?)\]}>]{1,64}){0,7})""",
     re.VERBOSE,
 )
 
@@ -92,18 +92,28 @@ def _bare_value(value: str, kind: str) -> bool:
     """``Passcode delta617``, ``password Tulip42!``: a keyword and a value with only a space
     between them count when the value cannot be a word of the sentence (``password 12
     characters``, ``token count``)."""
-    bare = value.strip().rstrip(SENTENCE_END)
-    if not looks_like_secret(bare) or bare.isdigit() or PLACEHOLDER.match(bare):
+    bare = _unwrap(value.strip()).rstrip(SENTENCE_END)
+    if not looks_like_secret(bare) or PLACEHOLDER.match(bare):
         return False
     if kind == PASSWORD:
-        return len(bare) >= 6
-    return len(bare) >= 12 and any(c.isdigit() for c in bare) and any(c.isalpha() for c in bare)
+        return len(bare) >= 6  # ``passcode 482913``; not ``password 12 characters``
+    return len(bare) >= 12 and not bare.isdigit() and any(c.isalpha() for c in bare)
+
+
+_CLOSERS = {")": "(", "]": "[", "}": "{", ">": "<"}
+
+
+def _unwrap(word: str) -> str:
+    # ``(password: x)``: a closing bracket the word did not open belongs to the sentence.
+    while word and word[-1] in _CLOSERS and _CLOSERS[word[-1]] not in word:
+        word = word[:-1]
+    return word
 
 
 def _credential_value(value: str, rest: str, *, kind: str, tight: bool, assigned: bool) -> bool:
     """Whether the value after a keyword is the credential. ``tight``: written like
     configuration (``API_KEY=…``, ``"password": …``); ``assigned``: with ``=``."""
-    first = value.strip()
+    first = _unwrap(value.strip())
     if first[:1] in "'\"`" and first[-1:] == first[:1] and len(first) > 1:
         first = first[1:-1].strip()
     bare = first.rstrip(SENTENCE_END)
