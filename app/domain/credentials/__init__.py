@@ -7,13 +7,13 @@ the planner screens a ``memory.remember`` call with it before its arguments are 
 (``screen_memory_write``): a refused call is kept with its arguments redacted. Pure: no
 I/O beyond reading the packaged BIP39 word list once.
 
-Each field (the key, the value, each tag) is scanned alone, then the fields together (a
-secret split across them, ``password`` in the key and ``is hunter2`` in the value). A
-scan, first rule wins:
+The fields (the key, the value, each tag) are scanned side by side, so a secret split
+across them is found too (``password`` in the key and ``is hunter2`` in the value; a token
+cut into pieces: ``formats.find_split_token``). A scan, first rule wins:
 
 1. ``normalise``: what is scanned is the text as it reads — format characters (zero-width,
-   soft hyphens) dropped, NFKC, lookalike letters folded to Latin; token formats also see
-   the text with line breaks inside tokens joined.
+   soft hyphens) dropped, NFKC, lookalike letters folded to Latin; token formats also read
+   tokens wrapped over two lines as one.
 2. ``formats``: provider token formats (GitHub, GitLab, Slack, Stripe, AWS, Google, npm,
    PyPI, Shopify, DigitalOcean, Hugging Face, Databricks, Doppler, Grafana, Atlassian,
    Linear, Postman, Pulumi, …) and structures (private keys, ``Authorization``/``Cookie``

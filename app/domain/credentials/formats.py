@@ -15,7 +15,6 @@ each run in windows around its hint (``text.windows``).
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import re
 from collections.abc import Callable, Iterator
@@ -374,24 +373,33 @@ def find_broken_token(text: str) -> str | None:
 
 def find_split_token(pieces: list[str]) -> tuple[str, range] | None:
     """A token cut into consecutive ``pieces`` (key, value, tags): (rule, the pieces it
-    spans), for a match in the glued text that crosses a seam. Runs are read from their
-    start and from each seam they cross, so a token that starts a piece is not read glued
-    to the word before it."""
-    glued = "".join(pieces)
-    ends = list(itertools.accumulate(len(p) for p in pieces))
-    seams = ends[:-1]
-    for run in CANDIDATE.finditer(glued):
-        inner = [seam for seam in seams if run.start() < seam < run.end()]
-        for start in [run.start(), *inner] if inner else ():
-            found = _match_run(glued[start : run.end()])
+    spans). At each seam, the last chunk before it is glued to the chunks after it (through
+    pieces that are one chunk each, as tags cut from one token are); a match counts when it
+    crosses a seam and its part before the seam is no token by itself."""
+    for left in range(len(pieces) - 1):
+        head = pieces[left].rsplit(None, 1)[-1:] if pieces[left] else []
+        if not head:
+            continue
+        parts, seams, right = [head[0]], [len(head[0])], left + 1
+        while right < len(pieces):
+            first = pieces[right].split(None, 1)[:1]
+            if not first:
+                break
+            parts.append(first[0])
+            seams.append(seams[-1] + len(first[0]))
+            if first[0] != pieces[right].strip():
+                break  # the piece goes on after its first chunk: the run ends there
+            right += 1
+        glued = "".join(parts)
+        for run in CANDIDATE.finditer(glued):
+            found = _match_run(run.group())
             if found is None:
                 continue
-            first, last = start + found.start(), start + found.end()
-            crossed = [seam for seam in seams if first < seam < last]
-            # A whole token that ends a piece, glued to the next one, is no split token.
-            if crossed and _match_run(glued[first : crossed[0]]) is None:
-                piece = bisect.bisect_right(ends, first)
-                return _rule_of(found), range(piece, bisect.bisect_left(ends, last) + 1)
+            first_at, last_at = run.start() + found.start(), run.start() + found.end()
+            crossed = [seam for seam in seams[:-1] if first_at < seam < last_at]
+            if crossed and _match_run(glued[first_at : crossed[0]]) is None:
+                spanned = sum(1 for seam in seams[:-1] if seam < last_at)
+                return _rule_of(found), range(left, left + spanned + 1)
     return None
 
 

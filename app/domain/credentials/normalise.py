@@ -3,7 +3,8 @@
 
 A secret is hidden from a pattern by characters that change its code points but not how it
 reads: a zero-width space or soft hyphen inside ``ghp_…``, a Cyrillic ``р`` in ``раssword``,
-fullwidth ``ｐａｓｓｗｏｒｄ``, a token wrapped over two lines. ``fold`` undoes those:
+fullwidth ``ｐａｓｓｗｏｒｄ``. ``fold`` undoes those (a token wrapped over two lines is
+``formats.find_broken_token``'s business):
 
 1. format characters are dropped (zero-width spaces and joiners, soft hyphens, bidi
    controls, variation selectors, Unicode tag characters: ``INVISIBLE``), and so are
