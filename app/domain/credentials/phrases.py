@@ -195,7 +195,7 @@ _LABELS: Final = frozenset(
     "user login account author maintainer reporter assignee".split()
 )
 _LOGIN_SLASH: Final = re.compile(
-    r"\b(?:login|log-in|logon|sign[ -]?in|user(?:name)?|account|benutzer(?:name)?|utilisateur|usuario)\s*[:=]\s*"
+    r"\b(?:login|log-in|logon|sign[ -]?in|user(?:name)?|account|creds|credentials?|benutzer(?:name)?|utilisateur|usuario)\s*[:=]\s*"
     r"(?P<user>[^\s/,|]+)\s*(?:/|\|)\s*(?P<v>[^\s/,|]+)"
 )
 _SESSION: Final = re.compile(
@@ -209,7 +209,8 @@ _PIN: Final = re.compile(
 )
 
 
-_LOGIN_WORDS = ("login", "log-in", "logon", "sign", "user", "account", "benutzer", "utilisateur", "usuario")
+_LOGIN_WORDS = ("login", "log-in", "logon", "sign", "user", "account", "creds", "credential", "benutzer", "utilisateur",
+                "usuario")  # fmt: skip
 
 
 def _plausible(value: str) -> bool:

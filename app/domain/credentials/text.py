@@ -22,6 +22,22 @@ MAX_ANCHORS: Final = 1024
 SHORT_TEXT_CHARS: Final = 512
 
 
+def _found(low: str, hints: Iterable[str], limit: int) -> list[tuple[int, int]] | None:
+    """(start, end) of each occurrence of a hint; None past ``limit`` occurrences of one."""
+    found: list[tuple[int, int]] = []
+    for hint in hints:
+        at = low.find(hint)
+        count = 0
+        while at >= 0:
+            count += 1
+            if count > limit:
+                return None
+            found.append((at, at + len(hint)))
+            at = low.find(hint, at + 1)
+    found.sort()
+    return found
+
+
 def windows(low: str, hints: Iterable[str], *, before: int, after: int) -> list[tuple[int, int]]:
     """(start, end) spans of ``low`` around each occurrence of a hint, overlapping ones
     merged, in order; [] when no hint occurs."""
@@ -29,26 +45,16 @@ def windows(low: str, hints: Iterable[str], *, before: int, after: int) -> list[
     if size <= SHORT_TEXT_CHARS:
         # A short text is one window: cheaper than finding where in it a hint is.
         return [(0, size)] if any(hint in low for hint in hints) else []
-    spans: list[tuple[int, int]] = []
-    for hint in hints:
-        at = low.find(hint)
-        found = 0
-        while at >= 0:
-            found += 1
-            if found > MAX_HINT_OCCURRENCES:
-                return [(0, size)]
-            spans.append((max(0, at - before), min(size, at + len(hint) + after)))
-            at = low.find(hint, at + 1)
-    if len(spans) <= 1:
-        return spans
-    spans.sort()
-    merged = [spans[0]]
-    for start, end in spans[1:]:
-        last_start, last_end = merged[-1]
-        if start <= last_end:
-            merged[-1] = (last_start, max(last_end, end))
+    found = _found(low, hints, MAX_HINT_OCCURRENCES)
+    if found is None:
+        return [(0, size)]
+    merged: list[tuple[int, int]] = []
+    for at, end in found:
+        start, stop = max(0, at - before), min(size, end + after)
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
         else:
-            merged.append((start, end))
+            merged.append((start, stop))
     return merged
 
 
@@ -60,15 +66,5 @@ def long_chunks(text: str, min_chars: int) -> list[str]:
 def occurrences(low: str, hints: Iterable[str]) -> list[int] | None:
     """Where each hint starts in ``low``, in order; None when a hint occurs more than
     ``MAX_ANCHORS`` times (the caller then scans the whole text)."""
-    found: list[int] = []
-    for hint in hints:
-        at = low.find(hint)
-        count = 0
-        while at >= 0:
-            count += 1
-            if count > MAX_ANCHORS:
-                return None
-            found.append(at)
-            at = low.find(hint, at + 1)
-    found.sort()
-    return found
+    found = _found(low, hints, MAX_ANCHORS)
+    return None if found is None else [at for at, _ in found]
