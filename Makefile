@@ -102,6 +102,7 @@ bench: setup
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/delegation.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/credentials.py
 	$(BIN)/python bench/events.py
 	$(BIN)/python bench/api.py
 

@@ -196,6 +196,17 @@ class StepWrites:
         step.started_at = step.started_at or self.now
         self.step_finished(run, step)
 
+    async def redact_arguments(self, step: RunStep, arguments: dict[str, Any]) -> None:
+        """Keep ``arguments`` (a redacted copy) instead of what the step was called with, on
+        the step and on its approval: a tool refused the call as holding a secret, and a
+        secret must not stay readable where the refusal is shown."""
+        await self.session.execute(update(RunStep).where(RunStep.id == step.id).values(arguments=arguments))
+        if step.approval_id is not None:
+            await self.session.execute(
+                update(Approval).where(Approval.id == step.approval_id).values(arguments=arguments)
+            )
+        step.arguments = arguments
+
     # -- approvals -----------------------------------------------------------------------
 
     async def request_approval(self, run: Run, step: RunStep, *, reason: str) -> Approval:
