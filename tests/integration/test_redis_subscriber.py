@@ -97,6 +97,7 @@ class FreezableProxy:
         self.connections = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
 
     async def __aenter__(self) -> FreezableProxy:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -109,11 +110,14 @@ class FreezableProxy:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for writer in self._writers:  # or Redis keeps the frozen connection's upstream side
+            writer.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         frozen_here = asyncio.Event()
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        self._writers += [writer, up_writer]
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(ConnectionError):
