@@ -19,29 +19,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from app import health
 from app.services.runtime import redis_settings
 from tests.conftest import DB_KIND
-from tests.integration.test_faults import ALLOW_WEBHOOK
-from tests.integration.test_resilience import (
-    api,
-    assert_no_recorded_step_repeated,
-    changed,
-    exited,
-    redis_server,
-    spawn_worker,
-    wait_all,
-    webhook_agent_steps,
-)
-from tests.support.runs import create_agent, start_run
-from tests.support.servers import sink_server
-from tests.support.throughput import NORMAL_SHARE, WINDOW_S, recovery
+from tests.integration.test_resilience import changed, redis_server
+from tests.support.throughput import Load, describe, redis_outage_recovery
 from workers.main import build_worker
 
 pytestmark = pytest.mark.timeout(240)
 
-LEASE_S = 3.0
-OUTAGE_S = 2.0
 # Generous (a loaded CI box), and still far below one stale error's 5 s stall.
 RECOVERY_BOUND_S = 2.5
-GAP_S = 6.0  # between Redis answering and the next kill
 
 
 # Redis-side behaviour, the same whatever the database: once is enough (the production leg).
@@ -49,57 +34,17 @@ GAP_S = 6.0  # between Redis answering and the next kill
 async def test_after_redis_returns_the_worker_is_back_to_its_pace_within_moments(
     workspace, settings, sessionmaker, processes, tmp_path
 ) -> None:
-    with redis_server(tmp_path) as (port, stop_redis, start_redis):
-        mine = changed(settings, redis_url=f"redis://127.0.0.1:{port}/0")
-        async with sink_server(delay_s=0.3) as (sink, url), api(mine) as gql:
-            agent = await create_agent(
-                gql, workspace.admin, steps=webhook_agent_steps(url, 2), policy=ALLOW_WEBHOOK
-            )
-            worker = spawn_worker(mine, lease_s=LEASE_S, max_jobs=4)
-            processes.append(worker)
-            started = 0
-            offering = asyncio.Event()
-
-            async def offer() -> None:  # about ten runs a second, more than one worker can take
-                nonlocal started
-                while not offering.is_set():
-                    await start_run(gql, workspace.operator, agent)
-                    started += 1
-                    await asyncio.sleep(0.1)
-
-            producer = asyncio.create_task(offer())
-            deadline = time.monotonic() + 60
-            while len(sink.deliveries) < 4:
-                assert time.monotonic() < deadline, "no call started"
-                await asyncio.sleep(0.05)
-            steady_from = time.time()
-            await asyncio.sleep(3.0)
-            baseline = (steady_from, time.time())
-            back_at: list[float] = []
-            for _ in range(2):
-                stop_redis()
-                await asyncio.sleep(OUTAGE_S)
-                start_redis()  # returns once the port accepts connections
-                back_at.append(time.time())
-                await asyncio.sleep(GAP_S)
-            offering.set()
-            await producer
-
-            measured = recovery(
-                [d.arrived_at for d in sink.deliveries],
-                baseline=baseline,
-                back_at=back_at,
-                horizon_s=GAP_S - WINDOW_S,
-            )
-            print(
-                f"\nredis outage recovery: {measured.baseline_per_s} calls/s before; back to "
-                f"{NORMAL_SHARE:.0%} of that pace {measured.recovered_after_s} s after Redis answered"
-            )
-            rows = await wait_all(sessionmaker, workspace.id, started, timeout_s=120)
-            assert [s for _, s in rows] == ["SUCCEEDED"] * started
-            await assert_no_recorded_step_repeated(sessionmaker, workspace.id, sink, 2 * started)
-            assert not exited([worker]), exited([worker])
-            assert measured.worst_s() < RECOVERY_BOUND_S, measured
+    load = Load(workers=1, max_jobs=4, runs_per_s=10, outages=2, outage_s=2.0, gap_s=6.0)
+    measured = await redis_outage_recovery(
+        load,
+        settings=settings,
+        workspace=workspace,
+        sessionmaker=sessionmaker,
+        processes=processes,
+        tmp_path=tmp_path,
+    )
+    print("\n" + describe(load, measured))
+    assert measured.recovery.worst_s() < RECOVERY_BOUND_S, measured
 
 
 async def test_a_start_that_fails_gives_its_concurrency_slot_back(settings, tmp_path) -> None:
