@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.throughput import Load, describe, redis_outage_recovery
-from tests.support.tree_chaos import Chaos, print_outcome, run_tree_chaos
+from tests.support.throughput import Load, assert_back_to_pace
+from tests.support.tree_chaos import Chaos, assert_trees_survive
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
@@ -22,29 +22,16 @@ RECOVERY_BOUND_S = 1.0
 async def test_trees_survive_worker_and_redis_kills(
     workspace, settings, sessionmaker, processes, tmp_path
 ) -> None:
-    outcome = await run_tree_chaos(
-        LONG,
-        settings=settings,
-        workspace=workspace,
-        sessionmaker=sessionmaker,
-        processes=processes,
-        tmp_path=tmp_path,
-    )
-    print_outcome("tree chaos", LONG, outcome)
-    assert (outcome.worker_kills, outcome.redis_kills) == (LONG.worker_kills, LONG.redis_kills)
+    await assert_trees_survive(
+        "tree chaos", LONG, settings=settings, workspace=workspace, sessionmaker=sessionmaker,
+        processes=processes, tmp_path=tmp_path,
+    )  # fmt: skip
 
 
 async def test_throughput_is_back_at_once_after_each_redis_outage(
     workspace, settings, sessionmaker, processes, tmp_path
 ) -> None:
-    load = Load(workers=2, max_jobs=4, runs_per_s=20, outages=3, outage_s=3.0, gap_s=15.0)
-    measured = await redis_outage_recovery(
-        load,
-        settings=settings,
-        workspace=workspace,
-        sessionmaker=sessionmaker,
-        processes=processes,
-        tmp_path=tmp_path,
-    )
-    print("\n" + describe(load, measured))
-    assert measured.recovery.worst_s() < RECOVERY_BOUND_S, measured
+    await assert_back_to_pace(
+        Load(workers=2, max_jobs=4, runs_per_s=20, outages=3, outage_s=3.0, gap_s=15.0), bound_s=RECOVERY_BOUND_S,
+        settings=settings, workspace=workspace, sessionmaker=sessionmaker, processes=processes, tmp_path=tmp_path,
+    )  # fmt: skip

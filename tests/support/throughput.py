@@ -157,3 +157,11 @@ def describe(load: Load, measured: Measured) -> str:
         f"before; back to {NORMAL_SHARE:.0%} of that pace {measured.recovery.recovered_after_s} s after Redis "
         f"answered; throughput lost {measured.lost_s} s (of normal pace) in the {load.gap_s:.0f} s after each"
     )
+
+
+async def assert_back_to_pace(load: Load, *, bound_s: float, **fixtures: Any) -> Measured:
+    """``redis_outage_recovery``, printed, and held to ``bound_s`` after every outage."""
+    measured = await redis_outage_recovery(load, **fixtures)
+    print("\n" + describe(load, measured))
+    assert measured.recovery.worst_s() < bound_s, measured
+    return measured

@@ -245,3 +245,11 @@ def print_outcome(name: str, chaos: Chaos, outcome: Outcome, emit: Callable[[str
         f"{outcome.approvals} approved / {outcome.rejections} rejected; all terminal and every invariant held, "
         f"{outcome.finished_after_s} s after the start"
     )
+
+
+async def assert_trees_survive(name: str, chaos: Chaos, **fixtures: Any) -> Outcome:
+    """``run_tree_chaos`` (which checks the invariants), printed; every planned fault happened."""
+    outcome = await run_tree_chaos(chaos, **fixtures)
+    print_outcome(name, chaos, outcome)
+    assert (outcome.worker_kills, outcome.redis_kills) == (chaos.worker_kills, chaos.redis_kills)
+    return outcome
