@@ -18,8 +18,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from app.events.hub import hub_client_name
 from app.events.publish import publish_events
+from app.events.subscriber import subscriber_client_name
 from app.services import auth, runs
 from app.services import events as event_log
 from app.services.runtime import Runtime
@@ -233,7 +233,7 @@ async def test_resync_after_the_servers_redis_subscriber_was_cut(
     # Cut the server's subscriber: on reconnect its hub tells every subscription to re-read.
     killed = 0
     for entry in await runtime.redis.client_list():
-        if entry.get("name") == hub_client_name(runtime.settings.redis_prefix):
+        if entry.get("name") == subscriber_client_name(runtime.settings.redis_prefix):
             killed += int(await runtime.redis.client_kill_filter(_id=entry["id"]))
     assert killed == 1
     [recovered] = await client.events("1", 1, timeout_s=FAST_S)
