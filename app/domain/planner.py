@@ -59,10 +59,6 @@ class CallPlan:
     result: Any = None  # what the model sees for REFUSE and DENY
     risk: RiskClass | None = None
 
-    @property
-    def runs_now(self) -> bool:
-        return self.action is Action.RUN_TOOL
-
 
 @dataclass(frozen=True, slots=True)
 class Calls:

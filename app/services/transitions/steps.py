@@ -80,10 +80,6 @@ class StepWrites:
             "finished_at": finished_at or (self.now if finished else None),
         }
 
-    async def add_step(self, run: Run, **columns: Any) -> RunStep:
-        [step] = await self.add_steps([self.step_row(run, **columns)])
-        return step
-
     async def add_steps(self, rows: list[dict[str, Any]]) -> list[RunStep]:
         """Insert steps without ORM flushes and return them detached, with their ids: one
         multi-row INSERT ... RETURNING where the database has it (MariaDB, SQLite), one
