@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.jsonvalue import NotStorable, strict_json
+from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.policy import Decision, PolicyLink, RiskClass, effective_decision
 
 
@@ -109,15 +110,14 @@ def plan_call(
     info = tools.get(call.tool)
     if info is None or not info.offered:
         why = "unknown tool" if info is None else "tool not offered to this agent"
-        return _refuse(call.tool, None, "UNKNOWN_TOOL", f"{why}: {call.tool}")
+        return _refuse(call.tool, None, ModelErrorCode.UNKNOWN_TOOL, f"{why}: {call.tool}")
     try:
         args = strict_json(call.args, max_bytes=limits.max_value_bytes, what="the arguments")
     except NotStorable as exc:
-        return _refuse(call.tool, None, "INVALID_ARGUMENTS", exc.message, risk=info.risk)
+        return _refuse(call.tool, None, ModelErrorCode.INVALID_ARGUMENTS, exc.message, risk=info.risk)
     if not isinstance(args, dict):
-        return _refuse(
-            call.tool, args, "INVALID_ARGUMENTS", "the arguments must be a JSON object", risk=info.risk
-        )
+        why = "the arguments must be a JSON object"
+        return _refuse(call.tool, args, ModelErrorCode.INVALID_ARGUMENTS, why, risk=info.risk)
     decision = effective_decision(chain, call.tool, info.risk)
     if decision.decision is Decision.DENY:
         action = Action.DENY
@@ -125,13 +125,14 @@ def plan_call(
         action = Action.AWAIT_APPROVAL
     else:
         action = Action.START_CHILD if info.delegates else Action.RUN_TOOL
-    denial = {"error": {"code": "DENIED", "message": decision.reason}} if action is Action.DENY else None
+    denial = model_error(ModelErrorCode.DENIED, decision.reason) if action is Action.DENY else None
     return CallPlan(action, call.tool, args, decision.decision, decision.reason, denial, info.risk)
 
 
-def _refuse(tool: str, args: Any, code: str, message: str, *, risk: RiskClass | None = None) -> CallPlan:
-    return CallPlan(Action.REFUSE, tool, args, reason=message, result={"error": {"code": code, "message": message}},
-                    risk=risk)  # fmt: skip
+def _refuse(
+    tool: str, args: Any, code: ModelErrorCode, message: str, *, risk: RiskClass | None = None
+) -> CallPlan:
+    return CallPlan(Action.REFUSE, tool, args, reason=message, result=model_error(code, message), risk=risk)
 
 
 def runs_ahead(plans: Sequence[CallPlan]) -> bool:

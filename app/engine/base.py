@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.domain.events import EventType
+from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.policy import RiskClass
 
 if TYPE_CHECKING:
@@ -166,12 +167,14 @@ class Tool(Protocol):
 
 
 class ToolError(Exception):
-    """A tool's refusal or failure, shown to the model as ``{"error": {"code", "message"}}``."""
+    """A tool's refusal or failure, shown to the model as ``{"error": {"code", "message"}}``
+    (``app.domain.model_errors``). Built-in tools use a ``ModelErrorCode``; a plugin may use
+    a code of its own, in upper snake case (``CRM_DOWN``)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ModelErrorCode | str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
 
     def as_result(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message}}
+        return model_error(self.code, self.message)

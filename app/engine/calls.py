@@ -26,15 +26,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.orm import Run, RunStep
 from app.domain.events import EventType
 from app.domain.jsonvalue import NotStorable, strict_json
+from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.runs import StepStatus
 from app.engine.base import ChildStarted, Tool, ToolContext, ToolError
 from app.engine.tools.registry import tool_timeout_s
 from app.services.transitions import TreeTx
 
 log = logging.getLogger(__name__)
-
-# An error message is for people and models; a tool's exception text can be anything.
-MAX_ERROR_CHARS = 2_000
 
 
 @dataclass
@@ -45,9 +43,10 @@ class Outcome:
     child_run_id: int | None = None  # WAITING_CHILD: the child this step waits for
 
 
-def failed(code: str, message: str) -> Outcome:
-    message = message[:MAX_ERROR_CHARS]
-    return Outcome(StepStatus.FAILED, {"error": {"code": code, "message": message}}, f"{code}: {message}")
+def failed(code: ModelErrorCode | str, message: str) -> Outcome:
+    """A FAILED step: the model sees ``model_error(code, message)``, people ``code: message``."""
+    result = model_error(code, message)
+    return Outcome(StepStatus.FAILED, result, f"{code}: {result['error']['message']}")
 
 
 def stored_outcome(raw: Any, *, max_bytes: int) -> Outcome:
@@ -67,7 +66,7 @@ async def call_tool(tool: Tool, ctx: ToolContext, args: dict[str, Any], *, setti
         return failed(exc.code, exc.message)
     except TimeoutError as exc:
         if deadline.expired():
-            return failed("TIMEOUT", f"{tool.name} did not finish within {limit_s:g} s")
+            return failed(ModelErrorCode.TIMEOUT, f"{tool.name} did not finish within {limit_s:g} s")
         return _crashed(tool, ctx, exc)
     except (asyncio.CancelledError, OperationalError, InterfaceError):
         # The database went away under a STATE tool: infrastructure, not the tool's fault;
@@ -82,7 +81,7 @@ async def call_tool(tool: Tool, ctx: ToolContext, args: dict[str, Any], *, setti
 
 def _crashed(tool: Tool, ctx: ToolContext, exc: Exception) -> Outcome:
     log.warning("run %s step %s: tool %s raised", ctx.run_id, ctx.step_id, tool.name, exc_info=exc)
-    return failed("TOOL_FAILED", f"{type(exc).__name__}: {exc}")
+    return failed(ModelErrorCode.TOOL_FAILED, f"{type(exc).__name__}: {exc}")
 
 
 @dataclass

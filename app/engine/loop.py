@@ -39,6 +39,7 @@ from typing import Any
 from app.clock import utcnow
 from app.db.orm import RunStep
 from app.domain.errors import EnverifError
+from app.domain.model_errors import ModelErrorCode
 from app.domain.planner import (
     CallPlan,
     Limits,
@@ -307,7 +308,7 @@ class RunExecutor(ModelTurns, RunWrites):
 
     async def _execute(self, step: RunStep, tool: Tool | None) -> Outcome:
         if tool is None:  # the tool was unregistered since the step was created
-            return failed("UNKNOWN_TOOL", f"unknown tool: {step.tool}")
+            return failed(ModelErrorCode.UNKNOWN_TOOL, f"unknown tool: {step.tool}")
         with self._io():
             return await call_tool(
                 tool, self._ctx(step.id), dict(step.arguments or {}), settings=self.rt.settings

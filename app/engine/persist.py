@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DataError, IntegrityError
 
 from app.db.orm import Agent, Run, RunStep
+from app.domain.model_errors import ModelErrorCode
 from app.domain.planner import Action, Calls, Fail, Finish, TurnPlan
 from app.domain.policy import Decision
 from app.domain.runs import TERMINAL_STEP, WAITING_STEP, RunStatus, StepStatus, waiting_status_for
@@ -230,7 +231,9 @@ class RunWrites:
         if self.recorded is None and not self.reads:
             return False
         log.warning("run %s: the database refused a result", self.run_id, exc_info=exc)
-        refusal = failed("RESULT_NOT_STORED", f"the database refused the result: {_db_reason(exc)}")
+        refusal = failed(
+            ModelErrorCode.RESULT_NOT_STORED, f"the database refused the result: {_db_reason(exc)}"
+        )
         if self.recorded is not None:
             self.recorded = (self.recorded[0], refusal)
         for read in self.reads:
