@@ -34,6 +34,7 @@ class ToolInfo:
     risk: RiskClass
     offered: bool  # matched by the agent's tool patterns
     delegates: bool = False  # its call starts a child run (agents.delegate)
+    state: bool = False  # it runs inside its step's transaction (a STATE tool: memory, delegation)
 
 
 @dataclass(frozen=True, slots=True)

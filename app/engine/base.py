@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.domain.engine_rules import HistoryItem
 from app.domain.events import EventType
 from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.policy import RiskClass
@@ -43,16 +44,6 @@ Turn = ToolCalls | FinalAnswer
 
 
 @dataclass(frozen=True, slots=True)
-class HistoryItem:
-    """One finished (or refused) tool call as the model sees it."""
-
-    tool: str
-    args: dict[str, Any]
-    status: str  # StepStatus value
-    result: Any  # what the model sees: the tool result, or {"error": {...}} for failures/denials
-
-
-@dataclass(frozen=True, slots=True)
 class ToolSpec:
     name: str
     description: str
@@ -72,8 +63,10 @@ class TurnContext:
     turn: int = 0  # index of the turn being asked for (0 = first)
 
 
-class Provider(Protocol):
-    # True for a provider that is local and quick (scripted): the loop then computes the next
+class Model(Protocol):
+    """One agent's configured model, as a provider built it for a run (``Provider.create``)."""
+
+    # True for a model that is local and quick (scripted): the loop then computes the next
     # turn before committing the previous result, and batches allowed READ calls. False for
     # one that goes over the network (openai): results are recorded before each call.
     fast: bool

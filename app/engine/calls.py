@@ -24,29 +24,16 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Run, RunStep
+from app.domain.engine_rules import Outcome, failed
 from app.domain.events import EventType
 from app.domain.jsonvalue import NotStorable, strict_json
-from app.domain.model_errors import ModelErrorCode, model_error
+from app.domain.model_errors import ModelErrorCode
 from app.domain.runs import StepStatus
 from app.engine.base import ChildStarted, Tool, ToolContext, ToolError
 from app.engine.tools.registry import tool_timeout_s
 from app.services.transitions import TreeTx
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Outcome:
-    status: StepStatus
-    result: Any
-    error: str | None = None
-    child_run_id: int | None = None  # WAITING_CHILD: the child this step waits for
-
-
-def failed(code: ModelErrorCode | str, message: str) -> Outcome:
-    """A FAILED step: the model sees ``model_error(code, message)``, people ``code: message``."""
-    result = model_error(code, message)
-    return Outcome(StepStatus.FAILED, result, f"{code}: {result['error']['message']}")
 
 
 def stored_outcome(raw: Any, *, max_bytes: int) -> Outcome:

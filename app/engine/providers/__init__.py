@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from app.domain.errors import ValidationFailed
-from app.engine.base import Provider
+from app.engine.base import Model
 from app.engine.net import guarded_client
 from app.engine.providers.openai import OpenAIProvider, validate_openai_config
 from app.engine.providers.scripted import ScriptedProvider, validate_scripted_config
@@ -56,7 +56,7 @@ class Providers:
             max_output_bytes=settings.template_max_output_bytes,
         )
 
-    def for_model(self, config: object) -> Provider:
+    def for_model(self, config: object) -> Model:
         """The provider for a stored model config; ``ValidationFailed`` if it is not valid."""
         if isinstance(config, dict) and config.get("provider") == "scripted":
             return ScriptedProvider(config, self.templates)  # validates (and copies) it once
