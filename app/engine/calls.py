@@ -31,7 +31,7 @@ from app.domain.model_errors import ModelErrorCode
 from app.domain.runs import StepStatus
 from app.engine.base import ChildStarted, Tool, ToolContext, ToolError
 from app.engine.tools.registry import tool_timeout_s
-from app.services.transitions import TreeTx
+from app.services.transitions import NewRun, TreeTx
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +110,8 @@ class StepWriter:
         self.events.append((type, payload))
 
     async def start_child(self, *, agent: Any, task: str, input: dict[str, Any]) -> int:
-        return await self.tx.create_child(
-            self.run, agent=agent, task=task, input=input, parent_step_id=self.step.id
-        )
+        new = NewRun.child(self.run, agent=agent, task=task, input=input, parent_step_id=self.step.id)
+        return (await self.tx.create_run(new)).id
 
 
 class _Undo(Exception):

@@ -216,6 +216,27 @@ async def test_leases_use_the_database_clock_not_the_hosts(
     assert timedelta(0) < row.lease_expires_at - now <= timedelta(seconds=settings.lease_s + 1)
 
 
+async def test_start_run_creates_the_run_on_the_database_clock(
+    gql, workspace, sessionmaker, monkeypatch
+) -> None:
+    """An API host whose clock is two hours ahead still creates runs at the database's time,
+    as schedules and delegations do: run creation goes through the chokepoint's clock."""
+    skewed = lambda: utcnow() + timedelta(hours=2)  # noqa: E731
+    agent = await create_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("app.") and hasattr(module, "utcnow"):
+            monkeypatch.setattr(module, "utcnow", skewed)
+    run_id = from_global_id(await start_run(gql, workspace.operator, agent), "Run")
+    async with sessionmaker() as session:
+        row = await session.get_one(Run, run_id)
+        [created] = await session.scalars(select(RunEvent).where(RunEvent.root_run_id == run_id))
+        now = await db_now(session)
+    assert row.root_run_id == run_id and row.last_event_seq == 1
+    assert (created.seq, created.type, created.status) == (1, "RUN_CREATED", "QUEUED")
+    for at in (row.created_at, row.queued_at, created.at):
+        assert at is not None and timedelta(0) <= now - at < timedelta(minutes=5), (at, now)
+
+
 async def test_finishing_never_cancels_its_own_after_commit_work(
     gql, workspace, settings, monkeypatch
 ) -> None:
