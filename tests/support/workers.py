@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +30,7 @@ def worker_env(settings: Settings, *, lease_s: float = 2.0, **extra: str) -> dic
         "ENVERIF_LEASE_S": str(lease_s),
         "ENVERIF_SWEEP_INTERVAL_S": "1",
         "ENVERIF_HTTP_ALLOW_PRIVATE_NETWORKS": "true",
+        "ENVERIF_PROVIDER_KEYS": json.dumps(settings.provider_keys),
         "ENVERIF_LOG_LEVEL": "warning",
         **extra,
     }

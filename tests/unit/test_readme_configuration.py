@@ -8,6 +8,7 @@ must be the field's default, and no row may name a variable that ``Settings`` do
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ SECTION = "## Configuration"
 DESCRIBED_IN_WORDS = {
     "ENVERIF_DATABASE_URL": "SQLite in `ENVERIF_HOME`",
     "ENVERIF_REDIS_URL": "embedded Redis in `ENVERIF_HOME`",
+    "ENVERIF_PROVIDER_KEY_ENVS": "unset (deprecated)",
 }
 
 # Fields that are deliberately not in the table, with the reason. None today: every field
@@ -89,7 +91,10 @@ def default_of(field: FieldInfo) -> object:
 
 
 def as_written(value: object) -> str:
-    """A default as the table writes it: 10.0 as 10, False as false, a tuple comma-separated."""
+    """A default as the table writes it: 10.0 as 10, False as false, a tuple comma-separated,
+    a mapping as JSON."""
+    if isinstance(value, dict):
+        return json.dumps(value)
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float) and value.is_integer():
