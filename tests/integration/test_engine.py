@@ -6,6 +6,7 @@ publish)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -296,6 +297,13 @@ async def test_a_result_the_database_refuses_fails_the_step_without_rerunning_it
         run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
     assert run["status"] == "SUCCEEDED" and run["result"] == "RESULT_NOT_STORED", run
     assert sink.completions(str(refused[0])) == 1 and len(sink.deliveries) == 1
+    # Our words, never the driver's message (which can quote the data being stored).
+    step = run["steps"][0]
+    assert (
+        step["result"]["error"]["message"]
+        == "the database refused the result: a value does not fit its column"
+    )
+    assert "Data too long" not in json.dumps(run)
 
 
 async def _steps(sessionmaker: Any, run_id: int) -> list[RunStep]:
