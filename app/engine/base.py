@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.domain.engine_rules import HistoryItem
+from app.domain.engine_rules import HistoryItem as HistoryItem  # part of the plugin API
 from app.domain.events import EventType
 from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.policy import RiskClass

@@ -22,10 +22,10 @@ from app.db.orm import Agent, Run, RunEvent, RunStep
 from app.graphql.ids import from_global_id, to_global_id
 from app.services.runtime import open_runtime
 from tests.conftest import stop_worker
-from tests.support.runs import CANCEL_RUN, DECIDE, create_agent, start_run, wait_run
+from tests.support.runs import CANCEL_RUN, CREATE_AGENT, DECIDE, create_agent, start_run, wait_run
 from tests.support.servers import sink_server
 from tests.support.trees import waiting_parent_with_child
-from tests.support.workers import install_plugins, spawn_worker
+from tests.support.workers import WORKER_LOGS, install_plugins, spawn_worker
 
 ALLOW_ALL = {"default": "ALLOW"}
 
@@ -121,6 +121,44 @@ async def test_a_hung_tool_is_a_failed_step_after_its_timeout(
     step = run["steps"][0]
     assert step["status"] == "FAILED" and "within 1 s" in step["result"]["error"]["message"]
     assert len(_calls(plugin_env)) == 1
+
+
+async def test_a_provider_plugin_runs_in_the_worker_that_installed_it(
+    gql, workspace, settings, sessionmaker, processes, tmp_path
+) -> None:
+    """``enverif.providers`` entry points, loaded by a real worker: a plugin's provider runs
+    agents there; one that takes a built-in's name (``openai``) is skipped, not obeyed; and a
+    process without the plugin (this API) still refuses the name as VALIDATION_FAILED."""
+    env = install_plugins(
+        tmp_path / "site",
+        {},
+        providers={
+            "echo": "tests.support.plugin_providers:EchoProvider",
+            "shadow": "tests.support.plugin_providers:ShadowOpenAI",
+        },
+    )
+    echo = {"provider": "echo", "answer": {"from": "the plugin"}}
+    error = await gql.error(
+        CREATE_AGENT, {"input": {"name": "echo-agent", "model": echo}}, token=workspace.admin
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model.provider"}
+    assert "scripted, openai" in error["message"]
+    # Written as an API process with the plugin installed would have written it.
+    agent = await create_agent(gql, workspace.admin, steps=[{"final": "not this"}])
+    async with sessionmaker() as session, session.begin():
+        await session.execute(
+            update(Agent).where(Agent.id == from_global_id(agent, "Agent")).values(model=echo)
+        )
+    worker = spawn_worker(settings, **env)
+    processes.append(worker)
+    run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent), timeout_s=60)
+    assert run["status"] == "SUCCEEDED" and run["result"] == {"echo": {"from": "the plugin"}, "turn": 0}, run
+    log = _worker_log(worker.pid)
+    assert "skipping provider plugin 'shadow'" in log and "already registered" in log
+
+
+def _worker_log(pid: int) -> str:
+    return Path(WORKER_LOGS[pid]).read_text()
 
 
 async def test_every_tool_call_has_the_default_timeout(gql, workspace, settings, processes) -> None:

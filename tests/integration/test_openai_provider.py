@@ -31,6 +31,7 @@ from app.engine.base import (
 from app.engine.providers import Providers, validate_model_config
 from app.engine.providers.openai import FunctionNames, OpenAIProvider, validate_openai_config
 from app.settings import Settings
+from enverif.testing import check_provider
 from tests.support.servers import serve_in_thread
 
 
@@ -462,6 +463,36 @@ async def test_providers_share_one_client_across_turns(server: Server, key_env: 
     # One keep-alive connection served both turns: the client is shared, not rebuilt.
     peers = {r["peer"] for r in server.api.requests}
     assert len(peers) == 1, peers
+
+
+# -- the conformance kit ----------------------------------------------------------------
+
+
+async def test_the_openai_provider_conforms(server: Server, key_env: str) -> None:
+    """``enverif.testing.check_provider`` against the local chat-completions server: a tool
+    call turn, a final turn, and a failure that is a ProviderError (never a crash)."""
+    server.api.replies += [
+        tool_call_reply(("http__get", '{"url": "http://127.0.0.1:8080/x"}')),
+        final_reply('{"ok": true}'),
+        Reply(400, {"error": {"message": "bad"}}),
+    ]
+    config = {"provider": "openai", "model": "m", "base_url": server.base_url, "api_key_env": key_env}
+    bound = settings(key_env=key_env, bound=server.base_url)
+    turns = await check_provider(
+        OpenAIProvider,
+        valid=[config],
+        invalid=[
+            {**config, "base_url": server.base_url + "-elsewhere"},  # not where the key may go
+            {**config, "api_key_env": "HOME"},
+            {"provider": "openai"},
+        ],
+        settings=bound,
+        contexts=[ctx(), ctx(), ctx()],
+    )
+    assert turns[0] == ToolCalls([ToolCall("http.get", {"url": "http://127.0.0.1:8080/x"})])
+    assert turns[1] == FinalAnswer({"ok": True})
+    assert isinstance(turns[2], ProviderError) and "HTTP 400" in str(turns[2])
+    assert len(server.api.requests) == 3
 
 
 # -- names and config ---------------------------------------------------------------------
