@@ -13,8 +13,8 @@
 6. finishes with a concise report.
 
 Consecutive pages of the feed overlap, so the second scheduled run meets two domains the
-first one screened and skips them. Everything is a scripted template (DESIGN §5), so the demo
-runs without a model key.
+first one screened and skips them. Everything is a scripted template
+(docs/extending/providers.md), so the demo runs without a model key.
 """
 
 from __future__ import annotations

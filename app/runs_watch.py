@@ -1,4 +1,4 @@
-"""``enverif runs watch RUN_ID``: a run tree, live, in a terminal (DESIGN §9, issue 11).
+"""``enverif runs watch RUN_ID``: a run tree, live, in a terminal (docs/operating/cli.md, issue 11).
 
 A client of the public API like any other: one GraphQL query over HTTP draws the tree as it
 is (and turns a bad token, an unknown run or a server that does not answer into one clear

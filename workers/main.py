@@ -2,7 +2,7 @@
 
 Who runs what is decided by the database lease (``services.runs.claim``), not by arq. arq's
 own bookkeeping is made to follow it, because arq's defaults let a dead worker wedge the
-queue (PITFALLS: arq): a worker reads only the oldest ``queue_read_limit`` entries and skips
+queue (docs/architecture.md): a worker reads only the oldest ``queue_read_limit`` entries and skips
 every entry whose in-progress key exists, and a SIGKILLed worker leaves its in-progress keys
 for ``job_timeout + 10 s``. So:
 
@@ -140,8 +140,9 @@ def build_worker(
                 timeout=settings.job_timeout_s,
             ),
         ],
-        # Schedules fire from an arq cron job (DESIGN §1): every minute on the minute, and once
-        # as the worker starts, so fire times missed while no worker ran are served at once.
+        # Schedules fire from an arq cron job (docs/concepts/schedules.md): every minute on the
+        # minute, and once as the worker starts, so fire times missed while no worker ran are
+        # served at once.
         "cron_jobs": [
             cron(
                 fire_schedules,

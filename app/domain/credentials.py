@@ -1,4 +1,4 @@
-"""The credential guard: memories must never hold secrets (DESIGN §2, §8 CREDENTIAL_REJECTED).
+"""The credential guard: memories must never hold secrets (docs/concepts/memory.md, CREDENTIAL_REJECTED).
 
 Memories are injected into later runs' prompts and shown to operators, so a token an agent
 saw once would otherwise live on in every future context. ``check_credentials`` is the one

@@ -1,4 +1,4 @@
-"""Deciding a model turn (DESIGN §3.3-3.6): pure, no I/O.
+"""Deciding a model turn (docs/architecture.md, the run loop): pure, no I/O.
 
 Given what the run can see of the tools, its policy chain, how many turns it used and the
 model's turn, ``plan_turn`` says what happens, call by call::

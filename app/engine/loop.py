@@ -1,4 +1,4 @@
-"""The run loop (DESIGN §3): claim, ask the model, plan, persist, execute, record, repeat.
+"""The run loop (docs/architecture.md): claim, ask the model, plan, persist, execute, record, repeat.
 
 This module only sequences I/O. What happens next is decided by pure functions: the loop's
 own moves (``app.domain.engine_rules``: which step runs next, when to park, which reads

@@ -1,4 +1,4 @@
-"""The per-process event hub and the publisher, against a real Redis (DESIGN §6)."""
+"""The per-process event hub and the publisher, against a real Redis (docs/architecture.md)."""
 
 from __future__ import annotations
 

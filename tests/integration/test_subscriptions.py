@@ -1,5 +1,5 @@
 """``runTree`` end to end: a real uvicorn server, a real websocket client speaking
-graphql-transport-ws, the real database and Redis (DESIGN §6, PITFALLS: Strawberry).
+graphql-transport-ws, the real database and Redis (docs/graphql/guide.md, docs/architecture.md).
 
 Events are written the way the chokepoint writes them: appended under the root row's lock in
 a ``TreeTx`` and published after commit. The helper can also leave an event unpublished, which

@@ -8,6 +8,7 @@ provider are checked against loopback servers in ``tests/integration``.)"""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from tests.support.plugin_tools import DatetimeTool, HangingTool, HugeTool
 pytest_plugins = ["enverif.testing.fixtures"]
 
 SETTINGS = Settings(http_allow_private_networks=True)
+EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
 
 
 @pytest.fixture
@@ -86,6 +88,18 @@ async def test_the_misbehaving_test_plugins_are_caught(
         await check_tool_call(HugeTool(SETTINGS), {}, settings=SETTINGS)
     with pytest.raises(ConformanceError, match="did not finish within its timeout of 1 s"):
         await check_tool_call(HangingTool(SETTINGS), {}, settings=SETTINGS)
+
+
+async def test_the_manuals_example_plugin_conforms() -> None:
+    """``docs/extending/tools.md`` shows this check on its example; it holds."""
+    spec = importlib.util.spec_from_file_location("text_stats_tool", EXAMPLES / "text_stats_tool.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    await check_tool(module.TextStatsTool(SETTINGS), settings=SETTINGS, cases=[
+        ToolCase({"text": "two words"}),
+        ToolCase({"text": 3}, error="INVALID_ARGUMENTS"),
+    ])  # fmt: skip
 
 
 class Shape:

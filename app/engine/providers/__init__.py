@@ -1,5 +1,5 @@
-"""Model providers, chosen by the ``provider`` key of an agent's model config (DESIGN §5,
-§13): a plug point like tools.
+"""Model providers, chosen by the ``provider`` key of an agent's model config: a plug point
+like tools (docs/extending/providers.md).
 
 A provider is an object that satisfies ``app.engine.base.Provider`` (``name``, ``validate``,
 ``create``). The built-ins (``scripted``, ``openai``) are listed here; plugins come from the

@@ -1,4 +1,4 @@
-"""The memory tools (DESIGN §4): ``memory.search`` (READ), ``memory.remember``
+"""The memory tools (docs/concepts/memory.md): ``memory.search`` (READ), ``memory.remember``
 (INTERNAL_WRITE), ``memory.forget`` (DESTRUCTIVE, so it always waits for an approval).
 
 STATE tools: they run inside their step's fenced transaction (``ToolContext.writer``), so a

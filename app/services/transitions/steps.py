@@ -110,7 +110,7 @@ class StepWrites:
 
     def step_started(self, run: Run, step: RunStep) -> None:
         # Tool, decision and approval id ride along so a live view can draw the step from its
-        # events alone (DESIGN §6), without querying the step.
+        # events alone (docs/graphql/guide.md), without querying the step.
         payload: dict[str, Any] = {"seq": step.seq, "tool": step.tool, "decision": step.decision}
         if step.approval_id is not None:
             payload["approvalId"] = step.approval_id
