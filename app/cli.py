@@ -51,7 +51,6 @@ from app.graphql.ids import to_global_id
 from app.settings import Settings, load_settings
 
 EXIT_USAGE = 2  # expected failures share argparse's exit code for a bad command line
-EXIT_FAILED = 1  # something broke that we did not foresee (logged with its traceback)
 
 
 class CliError(Exception):

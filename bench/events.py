@@ -278,9 +278,9 @@ async def main() -> None:
     from app.events.publish import publish_events
     from app.graphql.ids import to_global_id
     from app.keys import events_channel
-    from app.services import auth, runs
+    from app.services import auth
     from app.services.runtime import open_runtime
-    from app.services.transitions import TreeTx
+    from app.services.transitions import NewRun, NewTree, TreeTx
     from app.settings import Settings
     from bench.support import create_database
 
@@ -300,10 +300,10 @@ async def main() -> None:
                               memory_max_items=5, memory_max_chars=1000, created_at=now, updated_at=now)  # fmt: skip
             session.add(agent)
             await session.flush()
-            root, first = await runs.create_root_run(
-                session, agent=agent, input=None, trigger=RunTrigger.API, now=now
-            )
-        await publish_events(rt.redis, prefix, [first])
+            tree = NewTree(session)  # the path every run takes, minus its job after commit
+            root = await tree.create_run(NewRun(agent=agent, trigger=RunTrigger.API))
+            await tree.finish()
+        await publish_events(rt.redis, prefix, tree.events)
         seq = 1
         latest = 1
 

@@ -135,15 +135,15 @@ async def make_agent(
 
 async def queued_runs(rt: Any, agent_id: int, n: int) -> list[int]:
     """``n`` QUEUED runs of the agent with no job enqueued (for the ceiling's own jobs)."""
-    from app.clock import utcnow
+    from app.services.transitions import NewRun, NewTree
 
     ids = []
     async with rt.sessionmaker() as session, session.begin():
         agent = await session.get_one(Agent, agent_id)
         for _ in range(n):
-            run, _ = await runs.create_root_run(
-                session, agent=agent, input=None, trigger=RunTrigger.API, now=utcnow()
-            )
+            tree = NewTree(session)  # the path every run takes, minus its job after commit
+            run = await tree.create_run(NewRun(agent=agent, trigger=RunTrigger.API))
+            await tree.finish()
             ids.append(run.id)
     return ids
 

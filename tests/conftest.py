@@ -28,6 +28,8 @@ from app.domain.agents import Role
 from app.services import auth
 from app.services.runtime import Runtime, open_runtime
 from app.settings import Settings
+from tests.support.model_server import ModelServer, bindings
+from tests.support.model_server import model_server as serve_model_server
 
 # Real worker processes (the ``processes`` fixture) for fault and engine tests.
 pytest_plugins = ["tests.support.workers"]
@@ -87,16 +89,30 @@ def redis_prefix() -> str:
     return f"enverif-test-{uuid.uuid4().hex[:10]}"
 
 
+# The key variables the session's deployment binds to its model server (ENVERIF_PROVIDER_KEYS):
+# a key may go there, under its /bound prefix, and nowhere else.
+TEST_KEY_ENVS = ("OPENAI_API_KEY", "TEST_OPENAI_KEY_FOR_ENVERIF")
+
+
 @pytest.fixture(scope="session")
-def settings(database_url: str, redis_prefix: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+def model_server() -> Iterator[ModelServer]:
+    """A loopback stand-in for model vendors (``tests/support/model_server.py``)."""
+    with serve_model_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def settings(
+    database_url: str, redis_prefix: str, tmp_path_factory: pytest.TempPathFactory, model_server: ModelServer
+) -> Settings:
     return Settings(
         home=tmp_path_factory.mktemp("home"),
         database_url=database_url,
         redis_url=REDIS_URL,
         redis_prefix=redis_prefix,
         http_allow_private_networks=True,
-        # The deployment's allowlist of API key variables, plus the one the run tests set.
-        provider_key_envs=("OPENAI_API_KEY", "TEST_OPENAI_KEY_FOR_ENVERIF"),
+        # Where the deployment lets its API keys go: the session's model server, nowhere else.
+        provider_keys=bindings(model_server, *TEST_KEY_ENVS),
         lease_s=5.0,
         sweep_interval_s=1,
         # A test that ends with a run in flight waits at most this for its step to end.

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.domain.model_errors import ModelErrorCode
+
 MAX_TASK_CHARS = 20_000
 
 
@@ -22,11 +24,8 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    code: str
+    code: ModelErrorCode
     message: str
-
-    def as_result(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,15 +43,15 @@ def parse_request(args: Mapping[str, Any]) -> Request | Refusal:
     agent, task, extra = args.get("agent"), args.get("task"), args.get("input")
     unknown = set(args) - {"agent", "task", "input"}
     if unknown:
-        return Refusal("INVALID_ARGUMENTS", f"unknown arguments: {', '.join(sorted(unknown))}")
+        return Refusal(ModelErrorCode.INVALID_ARGUMENTS, f"unknown arguments: {', '.join(sorted(unknown))}")
     if not isinstance(agent, str) or not agent.strip():
-        return Refusal("INVALID_ARGUMENTS", "'agent' must be the name of an agent")
+        return Refusal(ModelErrorCode.INVALID_ARGUMENTS, "'agent' must be the name of an agent")
     if not isinstance(task, str) or not task.strip():
-        return Refusal("INVALID_ARGUMENTS", "'task' must be a non-empty string")
+        return Refusal(ModelErrorCode.INVALID_ARGUMENTS, "'task' must be a non-empty string")
     if len(task) > MAX_TASK_CHARS:
-        return Refusal("INVALID_ARGUMENTS", f"'task' is longer than {MAX_TASK_CHARS} characters")
+        return Refusal(ModelErrorCode.INVALID_ARGUMENTS, f"'task' is longer than {MAX_TASK_CHARS} characters")
     if extra is not None and not isinstance(extra, dict):
-        return Refusal("INVALID_ARGUMENTS", "'input' must be a JSON object")
+        return Refusal(ModelErrorCode.INVALID_ARGUMENTS, "'input' must be a JSON object")
     return Request(agent=agent, task=task, input=dict(extra or {}))
 
 
@@ -63,14 +62,19 @@ def check_delegation(
     itself included. Workspace isolation is the caller's: ``target`` is looked up in the
     delegating run's workspace only, so another workspace's agent is simply unknown."""
     if target is None:
-        return Refusal("UNKNOWN_AGENT", f"no agent named {name!r} in this workspace")
+        return Refusal(ModelErrorCode.UNKNOWN_AGENT, f"no agent named {name!r} in this workspace")
     if target.status != "ACTIVE":
-        return Refusal("AGENT_NOT_ACTIVE", f"agent {name!r} is {target.status}; only ACTIVE agents take work")
+        return Refusal(
+            ModelErrorCode.AGENT_NOT_ACTIVE,
+            f"agent {name!r} is {target.status}; only ACTIVE agents take work",
+        )
     if target.id in ancestors:
-        return Refusal("DELEGATION_CYCLE", f"agent {name!r} is already on this run's delegation path")
+        return Refusal(
+            ModelErrorCode.DELEGATION_CYCLE, f"agent {name!r} is already on this run's delegation path"
+        )
     if child_depth > max_depth:
         return Refusal(
-            "DELEGATION_DEPTH_EXCEEDED",
+            ModelErrorCode.DELEGATION_DEPTH_EXCEEDED,
             f"a child of this run would be at depth {child_depth}; the limit is {max_depth}",
         )
     return None

@@ -8,12 +8,12 @@
      ├── Conflict                     CONFLICT
      ├── CredentialRejected           CREDENTIAL_REJECTED
      ├── InvalidTransition            INVALID_TRANSITION
-     ├── RateLimited                  RATE_LIMITED
      └── Unavailable                  UNAVAILABLE (the database or Redis is unreachable;
                                       ``extensions.retryAfter`` says when to try again)
 
 The GraphQL edge maps ``code`` to ``extensions.code``; anything that is not an
-``EnverifError`` is unexpected and is masked before it reaches a client.
+``EnverifError`` is unexpected and is masked before it reaches a client. (``RATE_LIMITED``,
+one operation too many on a websocket, is answered by ``app.graphql.ws_auth`` itself.)
 """
 
 from __future__ import annotations
@@ -60,10 +60,6 @@ class CredentialRejected(EnverifError):
 
 class InvalidTransition(EnverifError):
     code = "INVALID_TRANSITION"
-
-
-class RateLimited(EnverifError):
-    code = "RATE_LIMITED"
 
 
 class Unavailable(EnverifError):

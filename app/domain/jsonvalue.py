@@ -13,21 +13,19 @@ import json
 import math
 from typing import Any
 
+from app.domain.model_errors import ModelErrorCode
+
+NOT_JSON = ModelErrorCode.NOT_JSON
+TOO_LARGE = ModelErrorCode.TOO_LARGE
+
 
 class NotStorable(ValueError):
     """The value is not strict JSON, or is over the size cap. ``code`` is what the model sees."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ModelErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
-
-    def as_result(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message}}
-
-
-NOT_JSON = "NOT_JSON"
-TOO_LARGE = "TOO_LARGE"
 
 
 def strict_json(value: Any, *, max_bytes: int, what: str = "value") -> Any:

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from app.domain.credentials import Screened, screen_memory_write
 from app.domain.jsonvalue import NotStorable, strict_json
+from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.policy import Decision, PolicyLink, RiskClass, effective_decision
 
 # Tools whose arguments the credential guard screens when the call is planned: what they
@@ -41,6 +42,7 @@ class ToolInfo:
     risk: RiskClass
     offered: bool  # matched by the agent's tool patterns
     delegates: bool = False  # its call starts a child run (agents.delegate)
+    state: bool = False  # it runs inside its step's transaction (a STATE tool: memory, delegation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +68,6 @@ class CallPlan:
     reason: str = ""  # the policy's reason (agent and rule), or why the call was refused
     result: Any = None  # what the model sees for REFUSE and DENY
     risk: RiskClass | None = None
-
-    @property
-    def runs_now(self) -> bool:
-        return self.action is Action.RUN_TOOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +119,14 @@ def plan_call(
     info = tools.get(call.tool)
     if info is None or not info.offered:
         why = "unknown tool" if info is None else "tool not offered to this agent"
-        return _refuse(call.tool, None, "UNKNOWN_TOOL", f"{why}: {call.tool}")
+        return _refuse(call.tool, None, ModelErrorCode.UNKNOWN_TOOL, f"{why}: {call.tool}")
     try:
         args = strict_json(call.args, max_bytes=limits.max_value_bytes, what="the arguments")
     except NotStorable as exc:
-        return _refuse(call.tool, None, "INVALID_ARGUMENTS", exc.message, risk=info.risk)
+        return _refuse(call.tool, None, ModelErrorCode.INVALID_ARGUMENTS, exc.message, risk=info.risk)
     if not isinstance(args, dict):
-        return _refuse(
-            call.tool, args, "INVALID_ARGUMENTS", "the arguments must be a JSON object", risk=info.risk
-        )
+        why = "the arguments must be a JSON object"
+        return _refuse(call.tool, args, ModelErrorCode.INVALID_ARGUMENTS, why, risk=info.risk)
     screen = CREDENTIAL_SCREENS.get(call.tool)
     screened = None if screen is None else screen(args)
     if screened is not None:
@@ -137,7 +134,11 @@ def plan_call(
         # store (and show an operator) the secret itself. Only the redacted arguments are
         # kept, so the secret never reaches the database.
         return _refuse(
-            call.tool, screened.arguments, "CREDENTIAL_REJECTED", screened.rejection.message, risk=info.risk
+            call.tool,
+            screened.arguments,
+            ModelErrorCode.CREDENTIAL_REJECTED,
+            screened.rejection.message,
+            risk=info.risk,
         )
     decision = effective_decision(chain, call.tool, info.risk)
     if decision.decision is Decision.DENY:
@@ -146,13 +147,14 @@ def plan_call(
         action = Action.AWAIT_APPROVAL
     else:
         action = Action.START_CHILD if info.delegates else Action.RUN_TOOL
-    denial = {"error": {"code": "DENIED", "message": decision.reason}} if action is Action.DENY else None
+    denial = model_error(ModelErrorCode.DENIED, decision.reason) if action is Action.DENY else None
     return CallPlan(action, call.tool, args, decision.decision, decision.reason, denial, info.risk)
 
 
-def _refuse(tool: str, args: Any, code: str, message: str, *, risk: RiskClass | None = None) -> CallPlan:
-    return CallPlan(Action.REFUSE, tool, args, reason=message, result={"error": {"code": code, "message": message}},
-                    risk=risk)  # fmt: skip
+def _refuse(
+    tool: str, args: Any, code: ModelErrorCode, message: str, *, risk: RiskClass | None = None
+) -> CallPlan:
+    return CallPlan(Action.REFUSE, tool, args, reason=message, result=model_error(code, message), risk=risk)
 
 
 def runs_ahead(plans: Sequence[CallPlan]) -> bool:

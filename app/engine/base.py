@@ -1,8 +1,11 @@
 """Plug points of the run loop: model providers and tools.
 
 The loop (``app/engine/loop.py``) owns persistence; providers and tools never touch the
-database. A provider turns the run's history into the next turn; a tool turns arguments into
-a JSON result. Both are Protocols so third parties can add their own.
+database. A provider (``Provider``, the ``enverif.providers`` entry-point group) checks an
+agent's model config and builds a ``Model`` for a run, which turns the run's history into
+the next turn; a tool (``Tool``, the ``enverif.tools`` group) turns arguments into a JSON
+result. All are Protocols so third parties can add their own; ``enverif.testing`` checks
+that a plugin keeps to them.
 """
 
 from __future__ import annotations
@@ -13,11 +16,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.domain.engine_rules import HistoryItem as HistoryItem  # part of the plugin API
 from app.domain.events import EventType
+from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.policy import RiskClass
 
 if TYPE_CHECKING:
+    import httpx
     from sqlalchemy.ext.asyncio import AsyncSession
+
+    from app.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,17 +46,10 @@ class FinalAnswer:
     value: Any
 
 
+# What a model answers. Facts about the turn as a whole (the tokens it used, say) will be
+# keyword fields with a default on both kinds, so a model that does not report them is
+# unchanged.
 Turn = ToolCalls | FinalAnswer
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryItem:
-    """One finished (or refused) tool call as the model sees it."""
-
-    tool: str
-    args: dict[str, Any]
-    status: str  # StepStatus value
-    result: Any  # what the model sees: the tool result, or {"error": {...}} for failures/denials
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +72,57 @@ class TurnContext:
     turn: int = 0  # index of the turn being asked for (0 = first)
 
 
-class Provider(Protocol):
-    # True for a provider that is local and quick (scripted): the loop then computes the next
+class Model(Protocol):
+    """One agent's configured model, as a provider built it for a run (``Provider.create``).
+
+    ``next_turn`` is asked outside any transaction and may be interrupted (the run's lease
+    was lost); it raises ``ProviderError`` when it cannot produce a turn. A model that streams
+    text as it comes will get a callback for it on ``TurnContext`` (optional: a model that
+    does not stream never calls it)."""
+
+    # True for a model that is local and quick (scripted): the loop then computes the next
     # turn before committing the previous result, and batches allowed READ calls. False for
     # one that goes over the network (openai): results are recorded before each call.
     fast: bool
 
     async def next_turn(self, ctx: TurnContext) -> Turn: ...
+
+
+class TemplateRenderer(Protocol):
+    """Renders scripted templates: (template tree, where) pairs with the run's variables
+    (``app.engine.providers.templates.TemplatePool`` in a worker)."""
+
+    async def render(self, items: list[tuple[Any, str]], variables: dict[str, Any]) -> list[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderResources:
+    """What every model of a worker shares for the worker's lifetime, created at start-up and
+    closed at shutdown (``app.engine.providers.Providers``): a provider makes no clients of
+    its own."""
+
+    settings: Settings
+    # The guarded client (``app.engine.net``): private addresses refused where the socket
+    # opens, no cookies. A remote model sends every request through it.
+    http: httpx.AsyncClient
+    templates: TemplateRenderer  # the scripted provider's render pool
+
+
+class Provider(Protocol):
+    """A model provider: what an ``enverif.providers`` entry point names (an object, or a
+    class with a static ``validate`` and a class method ``create``).
+
+    ``validate`` runs when an agent is written (the API) and again when a run starts (the
+    worker: the deployment's settings may have narrowed since), and does no I/O. It returns
+    the config to store, or raises ``app.domain.errors.ValidationFailed`` with
+    ``field="model.<key>"`` naming what is wrong. ``create`` builds a run's model from a
+    config ``validate`` returned."""
+
+    name: str  # the model config's "provider": [a-z][a-z0-9_-]{0,31}
+
+    def validate(self, config: Mapping[str, Any], settings: Settings) -> dict[str, Any]: ...
+
+    def create(self, config: dict[str, Any], resources: ProviderResources) -> Model: ...
 
 
 class ProviderError(Exception):
@@ -166,17 +211,21 @@ class Tool(Protocol):
 
 
 class ToolError(Exception):
-    """A tool's refusal or failure, shown to the model as ``{"error": {"code", "message"}}``.
+    """A tool's refusal or failure, shown to the model as ``{"error": {"code", "message"}}``
+    (``app.domain.model_errors``). Built-in tools use a ``ModelErrorCode``; a plugin may use
+    a code of its own, in upper snake case (``CRM_DOWN``).
 
     ``redacted_arguments``: the call's arguments as they may be kept, when the tool refused
     them for holding a secret; a STATE tool's step then stores these instead, in the
     transaction that records the refusal."""
 
-    def __init__(self, code: str, message: str, *, redacted_arguments: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, code: ModelErrorCode | str, message: str, *, redacted_arguments: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.redacted_arguments = redacted_arguments
 
     def as_result(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message}}
+        return model_error(self.code, self.message)

@@ -24,32 +24,16 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Run, RunStep
+from app.domain.engine_rules import Outcome, failed
 from app.domain.events import EventType
 from app.domain.jsonvalue import NotStorable, strict_json
+from app.domain.model_errors import ModelErrorCode
 from app.domain.runs import StepStatus
 from app.engine.base import ChildStarted, Tool, ToolContext, ToolError
 from app.engine.tools.registry import tool_timeout_s
-from app.services.transitions import TreeTx
+from app.services.transitions import NewRun, TreeTx
 
 log = logging.getLogger(__name__)
-
-# An error message is for people and models; a tool's exception text can be anything.
-MAX_ERROR_CHARS = 2_000
-
-
-@dataclass
-class Outcome:
-    status: StepStatus
-    result: Any
-    error: str | None = None
-    child_run_id: int | None = None  # WAITING_CHILD: the child this step waits for
-    # The tool refused arguments that hold a secret: what the step keeps instead of them.
-    redacted_arguments: dict[str, Any] | None = None
-
-
-def failed(code: str, message: str) -> Outcome:
-    message = message[:MAX_ERROR_CHARS]
-    return Outcome(StepStatus.FAILED, {"error": {"code": code, "message": message}}, f"{code}: {message}")
 
 
 def stored_outcome(raw: Any, *, max_bytes: int) -> Outcome:
@@ -71,7 +55,7 @@ async def call_tool(tool: Tool, ctx: ToolContext, args: dict[str, Any], *, setti
         return outcome
     except TimeoutError as exc:
         if deadline.expired():
-            return failed("TIMEOUT", f"{tool.name} did not finish within {limit_s:g} s")
+            return failed(ModelErrorCode.TIMEOUT, f"{tool.name} did not finish within {limit_s:g} s")
         return _crashed(tool, ctx, exc)
     except (asyncio.CancelledError, OperationalError, InterfaceError):
         # The database went away under a STATE tool: infrastructure, not the tool's fault;
@@ -86,7 +70,7 @@ async def call_tool(tool: Tool, ctx: ToolContext, args: dict[str, Any], *, setti
 
 def _crashed(tool: Tool, ctx: ToolContext, exc: Exception) -> Outcome:
     log.warning("run %s step %s: tool %s raised", ctx.run_id, ctx.step_id, tool.name, exc_info=exc)
-    return failed("TOOL_FAILED", f"{type(exc).__name__}: {exc}")
+    return failed(ModelErrorCode.TOOL_FAILED, f"{type(exc).__name__}: {exc}")
 
 
 @dataclass
@@ -128,9 +112,8 @@ class StepWriter:
         self.events.append((type, payload))
 
     async def start_child(self, *, agent: Any, task: str, input: dict[str, Any]) -> int:
-        return await self.tx.create_child(
-            self.run, agent=agent, task=task, input=input, parent_step_id=self.step.id
-        )
+        new = NewRun.child(self.run, agent=agent, task=task, input=input, parent_step_id=self.step.id)
+        return (await self.tx.create_run(new)).id
 
 
 class _Undo(Exception):

@@ -1,15 +1,18 @@
 """The run loop (docs/architecture.md): claim, ask the model, plan, persist, execute, record, repeat.
 
-The model's turn is decided by the pure planner (``app.domain.planner``); its plans are
-applied in one fenced tree transaction (``app.services.transitions``, the only writer of
-run, step and approval states); tools only execute (``app.engine.calls``). This module holds
-no SQL.
+This module only sequences I/O. What happens next is decided by pure functions: the loop's
+own moves (``app.domain.engine_rules``: which step runs next, when to park, which reads
+batch, what history the model sees) and the model's turn (``app.domain.planner``). The run's
+state is one object (``state.RunState``); its writes are fenced tree transactions
+(``persist.py`` over ``app.services.transitions``, the only writer of run, step and approval
+states); the model is asked through ``turns.py``; tools only execute (``calls.py``). This
+module holds no SQL.
 
 Durability rules this module keeps:
 - A step row exists (RUNNING, with its id) before an I/O tool runs, so a side-effecting tool
   always gets the same idempotency key, whichever worker (re)executes it. The exception:
   with a fast provider, consecutive turns of allowed READ I/O calls run first and are
-  recorded together with the next write (``_batchable``). They have no side effects, so a
+  recorded together with the next write (``engine_rules.batches``). They have no side effects, so a
   crash before that write only means they run again.
 - A STATE tool (memory, delegation) runs inside the transaction that records its result.
 - A result is recorded once: the write is fenced by the claimed attempt and only moves a
@@ -31,33 +34,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from app.clock import utcnow
 from app.db.orm import RunStep
+from app.domain.engine_rules import MoveKind, Outcome, ReadCall, batches, failed, model_history, next_move
 from app.domain.errors import EnverifError
-from app.domain.planner import (
-    CallPlan,
-    Limits,
-    ToolInfo,
-)
+from app.domain.model_errors import ModelErrorCode
+from app.domain.planner import CallPlan, Calls, Fail, ToolInfo, TurnPlan
 from app.domain.policy import parse_chain
-from app.domain.runs import TERMINAL_STEP, WAITING_STEP, StepStatus
-from app.engine.base import (
-    Provider,
-    Tool,
-    ToolContext,
-    ToolKind,
-)
-from app.engine.calls import Outcome, call_tool, failed
+from app.domain.runs import StepStatus
+from app.engine import turns
+from app.engine.base import Model, Tool, ToolKind
+from app.engine.calls import call_tool
 from app.engine.persist import RunWrites
 from app.engine.providers import Providers
+from app.engine.state import RunState
 from app.engine.tools.agents import DELEGATE
 from app.engine.tools.registry import ToolRegistry, tool_kind
-from app.engine.turns import ModelTurns
 from app.outages import OUTAGE_WARNINGS, is_outage, outage_of
 from app.services import runs
 from app.services.runtime import Runtime
@@ -65,26 +61,9 @@ from app.services.transitions import LeaseLost, read_steps
 
 log = logging.getLogger(__name__)
 
-OPEN = frozenset({StepStatus.PENDING, StepStatus.RUNNING})
-
-# Bounds of a batch of READ calls recorded together (see RunExecutor._batchable).
-READ_BATCH_MAX = 16
-READ_BATCH_S = 0.25
-
 SHUTDOWN_REASON = "worker shutting down"
 # How long a cancelled run waits for its hand-back write before giving it up.
 RELEASE_WAIT_S = 10.0
-
-
-@dataclass
-class ReadCall:
-    """A READ call that ran but is not recorded yet (it will be, with the next write)."""
-
-    turn: int
-    plan: CallPlan
-    outcome: Outcome
-    started_at: datetime
-    finished_at: datetime
 
 
 async def execute_run(
@@ -186,7 +165,11 @@ async def _release_to_the_end(rt: Runtime, run_id: int, attempt: int) -> None:
     log.warning("run %s: could not hand it back (%s); its lease will expire", run_id, type(exc).__name__)
 
 
-class RunExecutor(ModelTurns, RunWrites):
+class RunExecutor:
+    """Executes one claimed run: sequences its I/O (the model, tools, writes) as the pure
+    rules say, over one ``RunState``. ``lease_lost`` and ``interruptible`` are how the lease
+    renewer (``keep_lease``, a task of its own) and the loop tell each other what is going on."""
+
     def __init__(
         self,
         rt: Runtime,
@@ -199,24 +182,19 @@ class RunExecutor(ModelTurns, RunWrites):
         self.stopping = stopping
         self.registry = registry
         self.providers = providers
-        self.run_id = claimed.run.id
-        self.attempt = claimed.attempt
-        self.run = claimed.run
-        self.root_id = claimed.run.root_run_id or claimed.run.id
-        self.agent = claimed.agent
-        self.memories = claimed.memories
-        # This worker's view of the run's steps. While we hold the fence, nobody else adds
-        # or finishes our steps except by deciding an approval or ending a child (both only
-        # touch WAITING steps), so the view is only re-read after waiting.
-        self.steps = claimed.steps
-        # Done but not yet written: one step's result, and batched READ calls.
-        self.recorded: tuple[RunStep, Outcome] | None = None
-        self.reads: list[ReadCall] = []
-        self.asked_turn = 0
+        self.state = RunState.of_claim(claimed, rt.settings)
+        self.writes = RunWrites(rt, registry, self.state)
         self.lease_lost = False
         self.job_ended = False
         self.interruptible = False
-        self.limits = Limits(max_turns=rt.settings.max_turns, max_value_bytes=rt.settings.max_result_bytes)
+
+    @property
+    def run_id(self) -> int:
+        return self.state.run_id
+
+    @property
+    def attempt(self) -> int:
+        return self.state.attempt
 
     async def keep_lease(self, worker_task: asyncio.Task[Any]) -> None:
         """Renew the lease every third of its length. When it is gone, interrupt the run's
@@ -259,19 +237,22 @@ class RunExecutor(ModelTurns, RunWrites):
     # -- the loop ------------------------------------------------------------------------
 
     async def drive(self) -> None:
-        agent = self.agent
+        state = self.state
         try:
-            self.provider: Provider = self.providers.for_model(agent.model)
-            self.chain = parse_chain(self.run.policy_chain)
+            model = self.providers.for_model(state.agent.model)
+            state.chain = parse_chain(state.run.policy_chain)
         except EnverifError as exc:
-            await self._fail(f"agent configuration: {exc.message}")
+            await self.writes.fail(f"agent configuration: {exc.message}")
             return
-        self.fast = self.provider.fast
-        patterns = list(agent.tools or [])
-        self.offered = self.registry.specs(patterns)
-        self.tools = {
+        state.fast = model.fast
+        patterns = list(state.agent.tools or [])
+        state.offered = self.registry.specs(patterns)
+        state.tools = {
             name: ToolInfo(
-                risk=tool.risk, offered=self.registry.offered(patterns, name), delegates=name == DELEGATE
+                risk=tool.risk,
+                offered=self.registry.offered(patterns, name),
+                delegates=name == DELEGATE,
+                state=tool_kind(tool) is ToolKind.STATE,
             )
             for name in self.registry.names()
             if (tool := self.registry.get(name)) is not None
@@ -284,62 +265,79 @@ class RunExecutor(ModelTurns, RunWrites):
                 )
                 log.info("run %s: handed back at a step boundary (worker stopping)", self.run_id)
                 return
-            calls = [s for s in self.steps if s.tool is not None]
-            runnable = [s for s in calls if StepStatus(s.status) in OPEN]
-            if runnable:
-                step = runnable[0]
-                tool = self.registry.get(step.tool or "")
-                if tool is not None and tool_kind(tool) is ToolKind.STATE:
-                    await self._run_state_step(step, tool)
-                    continue
+            unrecorded = None if state.unrecorded is None else state.unrecorded[0].id
+            move = next_move(state.steps, tools=state.tools, fast=state.fast, unrecorded=unrecorded)
+            if move.kind is MoveKind.RUN_STATE_STEP:
+                assert move.step is not None
+                tool = self.registry.get(move.step.tool or "")
+                assert tool is not None  # the rules only say so for a registered STATE tool
+                await self.writes.run_state_step(move.step, tool)
+            elif move.kind is MoveKind.RUN_STEP:
+                step = move.step
+                assert step is not None
                 if step.status == StepStatus.PENDING:
-                    await self._mark_running(step)
-                outcome = await self._execute(step, tool)
-                others_open = any(StepStatus(s.status) not in TERMINAL_STEP for s in calls if s.id != step.id)
-                if others_open or not self.fast:
-                    await self._record(step, outcome)
-                    continue
-                # The result is committed together with whatever the model asks next.
-                self.recorded = (step, outcome)
-            elif any(StepStatus(s.status) in WAITING_STEP for s in calls):
-                if await self._park():
+                    await self.writes.start(step)
+                outcome = await self._execute(step, self.registry.get(step.tool or ""))
+                if move.record_now:
+                    await self.writes.record(step, outcome)
+                else:
+                    # The result is committed together with whatever the model asks next.
+                    state.unrecorded = (step, outcome)
+            elif move.kind is MoveKind.PARK:
+                if await self.writes.park():
                     return
-                self.steps = await read_steps(self.rt.read_sessionmaker, self.run_id)
-                continue
-            plan = await self._next_plan()
-            if plan is None or await self._apply(plan):
-                return
+                state.steps = await read_steps(self.rt.read_sessionmaker, self.run_id)
+            else:
+                plan = await self._next_plan(model)
+                if await self.writes.apply(plan):
+                    return
 
     def _stop_here(self) -> bool:
         """The worker is stopping and nothing done is waiting to be recorded with a later
         write (a fast provider's last result, batched READ calls)."""
-        return (
-            self.stopping is not None and self.stopping.is_set() and self.recorded is None and not self.reads
-        )
+        return self.stopping is not None and self.stopping.is_set() and not self.state.has_unrecorded
+
+    async def _next_plan(self, model: Model) -> TurnPlan:
+        """Ask the model and plan its turn; batchable READ turns are run on the spot and the
+        model asked again (``engine_rules.batches``)."""
+        state = self.state
+        batch_started = time.monotonic()
+        while True:
+            unrecorded = None if state.unrecorded is None else (state.unrecorded[0].id, state.unrecorded[1])
+            history, state.asked_turn = model_history(state.steps, unrecorded=unrecorded, reads=state.reads)
+            if state.asked_turn >= state.limits.max_turns:
+                return turns.out_of_turns(state)  # the model is not asked again
+            ctx = turns.turn_context(state, history, state.asked_turn)
+            turn = await turns.ask(model, ctx, io=self._io(), run_id=self.run_id)
+            if isinstance(turn, Fail):
+                return turn  # the provider failed: so does the run
+            plan = turns.plan(state, turn)
+            elapsed_s = time.monotonic() - batch_started
+            if not batches(
+                plan, fast=state.fast, batched=len(state.reads), elapsed_s=elapsed_s, tools=state.tools
+            ):
+                return plan
+            assert isinstance(plan, Calls)  # what batches() says yes to
+            for call in plan.plans:
+                state.reads.append(await self._execute_read(call))
 
     # -- tools ---------------------------------------------------------------------------
-
-    def _ctx(self, step_id: int | None) -> ToolContext:
-        return ToolContext(
-            workspace_id=self.run.workspace_id,
-            agent_id=self.run.agent_id,
-            run_id=self.run_id,
-            step_id=step_id,
-            settings=self.rt.settings,
-        )
 
     async def _execute_read(self, plan: CallPlan) -> ReadCall:
         tool = self.registry.get(plan.tool)
         assert tool is not None  # the planner only runs registered tools
+        settings = self.rt.settings
         started_at = utcnow()
         with self._io():
-            outcome = await call_tool(tool, self._ctx(None), plan.args, settings=self.rt.settings)
-        return ReadCall(self.asked_turn, plan, outcome, started_at, utcnow())
+            outcome = await call_tool(
+                tool, self.state.tool_context(None, settings), plan.args, settings=settings
+            )
+        return ReadCall(self.state.asked_turn, plan, outcome, started_at, utcnow())
 
     async def _execute(self, step: RunStep, tool: Tool | None) -> Outcome:
         if tool is None:  # the tool was unregistered since the step was created
-            return failed("UNKNOWN_TOOL", f"unknown tool: {step.tool}")
+            return failed(ModelErrorCode.UNKNOWN_TOOL, f"unknown tool: {step.tool}")
+        settings = self.rt.settings
+        ctx = self.state.tool_context(step.id, settings)
         with self._io():
-            return await call_tool(
-                tool, self._ctx(step.id), dict(step.arguments or {}), settings=self.rt.settings
-            )
+            return await call_tool(tool, ctx, dict(step.arguments or {}), settings=settings)

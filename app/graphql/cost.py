@@ -51,7 +51,6 @@ from app.graphql.types.node import DEFAULT_PAGE_SIZE
 from app.settings import Settings
 
 VALIDATION_FAILED = "VALIDATION_FAILED"
-DEFAULT_MAX_QUERY_COST: int = Settings.model_fields["max_query_cost"].default
 # What a list without a page size (Run.steps, Run.children, Memory.revisions ...) is assumed
 # to hold per parent. Most runs have a handful of steps and children; a deep nesting of such
 # lists still multiplies quickly past the limit (10 * 10 * 10 * 10 = 10,000).

@@ -280,23 +280,14 @@ def bearer_token(header: str | None) -> str | None:
     return value.strip()
 
 
-async def authenticate(session: AsyncSession, *, token: str | None, now: datetime | None = None) -> Principal:
-    """The principal of a live token, else UNAUTHENTICATED. Reads only; see ``sign_in``."""
-    if not token:
-        raise Unauthenticated("missing bearer token")
-    row = await session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
-    if row is None:
-        raise Unauthenticated("invalid token")
-    return _principal(row, now or utcnow())
-
-
 async def sign_in(
     rt: Runtime,
     *,
     token: str | None,
     sessions: Callable[[], AbstractAsyncContextManager[AsyncSession]] | None = None,
 ) -> Principal:
-    """``authenticate`` plus a (throttled) ``lastUsedAt`` record: what every request does.
+    """The principal of a live token, else UNAUTHENTICATED, plus a (throttled)
+    ``lastUsedAt`` record: what every request does.
 
     A token seen in the last ``token_cache_ttl_s`` comes from the process's token cache
     (``app.services.token_cache``); otherwise it is read in a session from ``sessions``

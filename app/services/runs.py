@@ -5,31 +5,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.clock import utcnow
 from app.db.clock import now_sql
-from app.db.orm import Agent, Run, RunEvent, RunStep
+from app.db.orm import Agent, Run, RunStep
 from app.domain.agents import AgentStatus, Role
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
-from app.domain.events import EventType
 from app.domain.memory import MemoryCandidate
 from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
-from app.events.publish import event_to_message
 from app.services import memory_injection
 from app.services.auth import Principal
 from app.services.runtime import Runtime
-from app.services.transitions import WakeUp, after_commit, tree_tx
+from app.services.transitions import NewRun, new_tree_tx, tree_tx
 
 MAX_INPUT_BYTES = 256_000
-
-
-def policy_link(agent: Agent) -> dict[str, Any]:
-    return {"agent_id": agent.id, "agent_name": agent.name, "policy": agent.policy}
 
 
 async def start_run(
@@ -40,75 +33,18 @@ async def start_run(
     input: Any,
     trigger: RunTrigger = RunTrigger.API,
 ) -> Run:
-    """Create a QUEUED root run and enqueue it (after commit)."""
+    """Create a QUEUED root run of an ACTIVE agent and enqueue it (after commit)."""
     principal.require(Role.OPERATOR)
     if len(json.dumps(input, default=str)) > MAX_INPUT_BYTES:
         raise ValidationFailed(f"input is larger than {MAX_INPUT_BYTES} bytes", field="input")
-    async with rt.sessionmaker() as session:
-        async with session.begin():
-            agent = await session.scalar(
-                select(Agent).where(Agent.id == agent_id, Agent.workspace_id == principal.workspace_id)
-            )
-            if agent is None:
-                raise NotFound("agent not found", field="agentId")
-            if agent.status != AgentStatus.ACTIVE:
-                raise Conflict(
-                    f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId"
-                )
-            run, event = await create_root_run(
-                session, agent=agent, input=input, trigger=trigger, now=utcnow()
-            )
-    await after_commit(rt, [event_to_message(event)], [WakeUp(run.id, run.wake_count, run.id)])
+    async with new_tree_tx(rt) as tree:
+        agent = await tree.read_agent(workspace_id=principal.workspace_id, agent_id=agent_id)
+        if agent is None:
+            raise NotFound("agent not found", field="agentId")
+        if agent.status != AgentStatus.ACTIVE:
+            raise Conflict(f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId")
+        run = await tree.create_run(NewRun(agent=agent, trigger=trigger, input=input))
     return run
-
-
-async def create_root_run(
-    session: AsyncSession,
-    *,
-    agent: Agent,
-    input: Any,
-    trigger: RunTrigger,
-    now: datetime,
-    schedule_id: int | None = None,
-) -> tuple[Run, RunEvent]:
-    """Insert a QUEUED root run and its RUN_CREATED event (seq 1) in the caller's transaction.
-
-    No lock is needed: nobody else can see the row before commit.
-    """
-    run = Run(
-        workspace_id=agent.workspace_id,
-        agent_id=agent.id,
-        status=RunStatus.QUEUED.value,
-        trigger=trigger.value,
-        input=input,
-        depth=0,
-        schedule_id=schedule_id,
-        policy_chain=[policy_link(agent)],
-        attempt=0,
-        wake_count=1,
-        turns=0,
-        last_event_seq=1,
-        created_at=now,
-        updated_at=now,
-        queued_at=now,
-    )
-    session.add(run)
-    await session.flush()
-    run.root_run_id = run.id
-    event = RunEvent(
-        workspace_id=run.workspace_id,
-        root_run_id=run.id,
-        seq=1,
-        run_id=run.id,
-        parent_run_id=None,
-        type=EventType.RUN_CREATED.value,
-        status=run.status,
-        payload={"agentId": agent.id, "agent": agent.name, "trigger": trigger.value, "depth": 0},
-        at=now,
-    )
-    session.add(event)
-    await session.flush()
-    return run, event
 
 
 async def get_run(session: AsyncSession, *, workspace_id: int, run_id: int) -> Run:

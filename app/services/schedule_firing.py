@@ -10,7 +10,7 @@ it costs when nothing is due), then serves each in its own transaction:
 2. work out the fire time to serve (missed ones coalesce into the latest, ``domain.schedules``)
    and whether it starts a run: not for an agent that is not ACTIVE, not under overlap
    ``SKIP`` while an earlier run of the schedule has not ended;
-3. in the same transaction: the run (``runs.create_root_run``, the path every root run takes:
+3. in the same transaction: the run (``transitions.NewTree``, the path every run takes:
    policy chain snapshot, RUN_CREATED event; memories are injected when a worker claims it),
    the firing row (unique per schedule and fire time: the database's backstop), and the
    schedule moved to its next fire time; then publish and enqueue after commit.
@@ -33,11 +33,9 @@ from app.db.orm import Agent, Run, Schedule, ScheduleFiring
 from app.domain.agents import OverlapPolicy
 from app.domain.runs import TERMINAL_RUN, RunTrigger
 from app.domain.schedules import FiringOutcome, due, skip_reason
-from app.events.publish import event_to_message
 from app.outages import is_outage
-from app.services.runs import create_root_run
 from app.services.runtime import Runtime
-from app.services.transitions import WakeUp, after_commit
+from app.services.transitions import NewRun, new_tree_tx
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +109,8 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
     """Serve the schedule's due fire time if ``next_fire_at`` is still ``expected``; None when
     another tick served it first, or it is no longer due (disabled, rescheduled, deleted)."""
     try:
-        async with rt.sessionmaker() as session, session.begin():
+        async with new_tree_tx(rt) as tree:
+            session = tree.session
             schedule = await session.scalar(
                 select(Schedule).where(Schedule.id == schedule_id).with_for_update()
             )
@@ -119,7 +118,7 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
                 return None
             if schedule.next_fire_at != expected:
                 return None  # served by another tick meanwhile, or changed by an operator
-            now = await db_now(session)
+            now = await tree.clock()
             when = due(schedule.cron, schedule.timezone, next_at=schedule.next_fire_at, now=now)
             if when is None:
                 return None
@@ -138,16 +137,12 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
                 overlap=OverlapPolicy(schedule.overlap_policy),
                 unfinished=unfinished,
             )
-            run = event = None
+            run = None
             if reason is None:
-                run, event = await create_root_run(
-                    session,
-                    agent=agent,
-                    input=schedule.input,
-                    trigger=RunTrigger.SCHEDULE,
-                    now=now,
-                    schedule_id=schedule.id,
+                new = NewRun(
+                    agent=agent, trigger=RunTrigger.SCHEDULE, input=schedule.input, schedule_id=schedule.id
                 )
+                run = await tree.create_run(new)
                 schedule.last_fired_at = when.fire_at
             else:
                 schedule.last_skipped_at = when.fire_at
@@ -172,8 +167,6 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
         # above were bypassed, and then this is what keeps the fire time from firing twice.
         log.info("schedule %s: fire time already served", schedule_id)
         return None
-    if run is not None and event is not None:
-        await after_commit(rt, [event_to_message(event)], [WakeUp(run.id, run.wake_count, run.id)])
     if when.missed:
         log.info(
             "schedule %s: %d missed fire times coalesced into %s", schedule_id, when.missed, when.fire_at

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.domain.policy import RiskClass
-from app.engine.base import ToolContext, ToolError, ToolKind
+from enverif import RiskClass, ToolContext, ToolError, ToolKind
 
 MAX_TEXT_CHARS = 100_000
 

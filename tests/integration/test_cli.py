@@ -25,6 +25,7 @@ from app.domain.agents import Role
 from app.domain.errors import Unauthenticated
 from app.graphql.ids import parse_global_id
 from app.services import auth
+from app.services.runtime import Runtime
 from tests.conftest import REDIS_URL
 
 _SCRIPT = Path(sys.executable).parent / "enverif"
@@ -90,7 +91,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str)
 
 
 async def test_workspace_create_json_prints_a_working_admin_token(
-    enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
+    enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession], runtime: Runtime
 ) -> None:
     name = _name()
     proc = await in_thread(enverif, "workspace", "create", name, "--json")
@@ -102,7 +103,7 @@ async def test_workspace_create_json_prints_a_working_admin_token(
         workspace = await session.scalar(select(Workspace).where(Workspace.name == name))
         assert workspace is not None
         assert parse_global_id(out["workspace_id"]) == ("Workspace", workspace.id)
-        principal = await auth.authenticate(session, token=out["token"])
+    principal = await auth.sign_in(runtime, token=out["token"])
     assert principal.workspace_id == workspace.id
     assert principal.role is Role.ADMIN
 
@@ -138,17 +139,14 @@ def test_invalid_workspace_name_is_a_one_line_error(enverif: Enverif) -> None:
     assert_one_line_error(enverif("workspace", "create", "no spaces allowed"), "workspace name")
 
 
-async def test_token_create_for_a_role(
-    enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
-) -> None:
+async def test_token_create_for_a_role(enverif: Enverif, runtime: Runtime) -> None:
     name = _name()
     assert (await in_thread(enverif, "workspace", "create", name)).returncode == 0
     proc = await in_thread(enverif, "token", "create", "--workspace", name, "--role", "operator", "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["workspace"] == name and out["role"] == "operator"
-    async with sessionmaker() as session:
-        principal = await auth.authenticate(session, token=out["token"])
+    principal = await auth.sign_in(runtime, token=out["token"])
     assert principal.role is Role.OPERATOR
     assert principal.role.allows(Role.VIEWER) and not principal.role.allows(Role.ADMIN)
 
@@ -263,9 +261,7 @@ def test_worker_names_an_unreachable_redis(enverif: Enverif) -> None:
 # -- token lifecycle: create, list, revoke ----------------------------------------------------
 
 
-async def test_token_create_list_revoke(
-    enverif: Enverif, sessionmaker: async_sessionmaker[AsyncSession]
-) -> None:
+async def test_token_create_list_revoke(enverif: Enverif, runtime: Runtime) -> None:
     name = _name()
     admin = json.loads((await in_thread(enverif, "workspace", "create", name, "--json")).stdout)["token"]
     proc = (await in_thread(enverif, 
@@ -299,18 +295,16 @@ async def test_token_create_list_revoke(
     proc = await in_thread(enverif, "token", "revoke", "--workspace", name, "--name", "ci-bot")
     assert proc.returncode == 0, proc.stderr
     assert "ci-bot" in proc.stdout
-    async with sessionmaker() as session:
-        with pytest.raises(Unauthenticated):
-            await auth.authenticate(session, token=secret)
+    with pytest.raises(Unauthenticated):
+        await auth.sign_in(runtime, token=secret)
 
     # Revoke by id, as `token list` printed it.
     admin_id = tokens[auth.INITIAL_TOKEN_NAME]["id"]
     proc = await in_thread(enverif, "token", "revoke", "--workspace", name, "--id", admin_id, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["state"] == "REVOKED"
-    async with sessionmaker() as session:
-        with pytest.raises(Unauthenticated):
-            await auth.authenticate(session, token=admin)
+    with pytest.raises(Unauthenticated):
+        await auth.sign_in(runtime, token=admin)
     states = {
         t["name"]: t["state"]
         for t in json.loads(

@@ -6,6 +6,7 @@ publish)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,10 +22,10 @@ from app.db.orm import Agent, Run, RunEvent, RunStep
 from app.graphql.ids import from_global_id, to_global_id
 from app.services.runtime import open_runtime
 from tests.conftest import stop_worker
-from tests.support.runs import CANCEL_RUN, DECIDE, create_agent, start_run, wait_run
+from tests.support.runs import CANCEL_RUN, CREATE_AGENT, DECIDE, create_agent, start_run, wait_run
 from tests.support.servers import sink_server
 from tests.support.trees import waiting_parent_with_child
-from tests.support.workers import install_plugins, spawn_worker
+from tests.support.workers import WORKER_LOGS, install_plugins, spawn_worker
 
 ALLOW_ALL = {"default": "ALLOW"}
 
@@ -122,6 +123,44 @@ async def test_a_hung_tool_is_a_failed_step_after_its_timeout(
     assert len(_calls(plugin_env)) == 1
 
 
+async def test_a_provider_plugin_runs_in_the_worker_that_installed_it(
+    gql, workspace, settings, sessionmaker, processes, tmp_path
+) -> None:
+    """``enverif.providers`` entry points, loaded by a real worker: a plugin's provider runs
+    agents there; one that takes a built-in's name (``openai``) is skipped, not obeyed; and a
+    process without the plugin (this API) still refuses the name as VALIDATION_FAILED."""
+    env = install_plugins(
+        tmp_path / "site",
+        {},
+        providers={
+            "echo": "tests.support.plugin_providers:EchoProvider",
+            "shadow": "tests.support.plugin_providers:ShadowOpenAI",
+        },
+    )
+    echo = {"provider": "echo", "answer": {"from": "the plugin"}}
+    error = await gql.error(
+        CREATE_AGENT, {"input": {"name": "echo-agent", "model": echo}}, token=workspace.admin
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model.provider"}
+    assert "scripted, openai" in error["message"]
+    # Written as an API process with the plugin installed would have written it.
+    agent = await create_agent(gql, workspace.admin, steps=[{"final": "not this"}])
+    async with sessionmaker() as session, session.begin():
+        await session.execute(
+            update(Agent).where(Agent.id == from_global_id(agent, "Agent")).values(model=echo)
+        )
+    worker = spawn_worker(settings, **env)
+    processes.append(worker)
+    run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent), timeout_s=60)
+    assert run["status"] == "SUCCEEDED" and run["result"] == {"echo": {"from": "the plugin"}, "turn": 0}, run
+    log = _worker_log(worker.pid)
+    assert "skipping provider plugin 'shadow'" in log and "already registered" in log
+
+
+def _worker_log(pid: int) -> str:
+    return Path(WORKER_LOGS[pid]).read_text()
+
+
 async def test_every_tool_call_has_the_default_timeout(gql, workspace, settings, processes) -> None:
     async with sink_server(delay_s=5.0) as (_sink, url):
         agent = await create_agent(
@@ -216,6 +255,27 @@ async def test_leases_use_the_database_clock_not_the_hosts(
     assert timedelta(0) < row.lease_expires_at - now <= timedelta(seconds=settings.lease_s + 1)
 
 
+async def test_start_run_creates_the_run_on_the_database_clock(
+    gql, workspace, sessionmaker, monkeypatch
+) -> None:
+    """An API host whose clock is two hours ahead still creates runs at the database's time,
+    as schedules and delegations do: run creation goes through the chokepoint's clock."""
+    skewed = lambda: utcnow() + timedelta(hours=2)  # noqa: E731
+    agent = await create_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("app.") and hasattr(module, "utcnow"):
+            monkeypatch.setattr(module, "utcnow", skewed)
+    run_id = from_global_id(await start_run(gql, workspace.operator, agent), "Run")
+    async with sessionmaker() as session:
+        row = await session.get_one(Run, run_id)
+        [created] = await session.scalars(select(RunEvent).where(RunEvent.root_run_id == run_id))
+        now = await db_now(session)
+    assert row.root_run_id == run_id and row.last_event_seq == 1
+    assert (created.seq, created.type, created.status) == (1, "RUN_CREATED", "QUEUED")
+    for at in (row.created_at, row.queued_at, created.at):
+        assert at is not None and timedelta(0) <= now - at < timedelta(minutes=5), (at, now)
+
+
 async def test_finishing_never_cancels_its_own_after_commit_work(
     gql, workspace, settings, monkeypatch
 ) -> None:
@@ -275,6 +335,13 @@ async def test_a_result_the_database_refuses_fails_the_step_without_rerunning_it
         run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
     assert run["status"] == "SUCCEEDED" and run["result"] == "RESULT_NOT_STORED", run
     assert sink.completions(str(refused[0])) == 1 and len(sink.deliveries) == 1
+    # Our words, never the driver's message (which can quote the data being stored).
+    step = run["steps"][0]
+    assert (
+        step["result"]["error"]["message"]
+        == "the database refused the result: a value does not fit its column"
+    )
+    assert "Data too long" not in json.dumps(run)
 
 
 async def _steps(sessionmaker: Any, run_id: int) -> list[RunStep]:

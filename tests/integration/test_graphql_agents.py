@@ -113,7 +113,7 @@ async def test_rename_and_policy_update(gql: Any, workspace: Any) -> None:
         ({"name": "x" * 101}, "name"),
         ({"description": "d" * 100_001}, "description"),
         ({"instructions": "i" * 100_001}, "instructions"),
-        ({"model": {"provider": "nope"}}, "model"),
+        ({"model": {"provider": "nope"}}, "model.provider"),
         ({"model": "scripted"}, "model"),
         ({"tools": [""]}, "tools"),
         ({"memoryBudget": {"maxItems": 201}}, "memoryBudget.maxItems"),

@@ -25,6 +25,7 @@ from app.engine.tools import registry as registry_module
 from app.engine.tools.http import HttpGetTool, URLRefused, WebhookPostTool, resolve_public
 from app.engine.tools.registry import ToolRegistry, default_registry
 from app.settings import Settings
+from enverif.testing import ToolCase, check_tool
 from tests.support.servers import serve_in_thread
 
 CAP = 2_048
@@ -153,6 +154,37 @@ async def post_tool(server: Server) -> AsyncIterator[WebhookPostTool]:
     tool = WebhookPostTool(settings(allow_private=True))
     yield tool
     await tool.aclose()
+
+
+# -- the conformance kit, on loopback ----------------------------------------------------
+
+
+async def test_the_http_tools_conform_against_a_real_server(
+    server: Server, get_tool: HttpGetTool, post_tool: WebhookPostTool
+) -> None:
+    """``enverif.testing.check_tool`` with calls that go out: results are strict JSON under
+    the cap, a refused address is a ToolError, an unreachable one too (never a crash)."""
+    allowed = settings(allow_private=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/"
+    await check_tool(get_tool, settings=allowed, cases=[
+        ToolCase({"url": f"{server.url}/hello"}),
+        ToolCase({"url": f"{server.url}/big"}),  # capped, not an error
+        ToolCase({"url": f"{server.url}/status/500"}),  # a result with its status
+        ToolCase({"url": closed}, error="HTTP_ERROR"),
+    ])  # fmt: skip
+    await check_tool(post_tool, settings=allowed, cases=[
+        ToolCase({"url": f"{server.url}/hook", "payload": {"n": 1}}, step_id=77),
+        ToolCase({"url": f"{server.url}/hook", "payload": None}, step_id=None, error="NO_IDEMPOTENCY_KEY"),
+    ])  # fmt: skip
+    guarded = HttpGetTool(settings(allow_private=False))
+    try:
+        await check_tool(
+            guarded, settings=allowed, cases=[ToolCase({"url": f"{server.url}/hello"}, error="URL_REFUSED")]
+        )
+    finally:
+        await guarded.aclose()
 
 
 # -- http.get -----------------------------------------------------------------------------

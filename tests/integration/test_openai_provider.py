@@ -31,6 +31,7 @@ from app.engine.base import (
 from app.engine.providers import Providers, validate_model_config
 from app.engine.providers.openai import FunctionNames, OpenAIProvider, validate_openai_config
 from app.settings import Settings
+from enverif.testing import check_provider
 from tests.support.servers import serve_in_thread
 
 
@@ -94,13 +95,24 @@ def key_env(monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
+# Where the deployment of these tests lets a key go when a test names no URL: a loopback
+# address nothing listens on.
+NOWHERE = "http://127.0.0.1:9/v1"
+
+
 def settings(
-    *, retries: int = 3, timeout_s: float = 2.0, key_env: str = "OPENAI_API_KEY", **overrides: Any
+    *,
+    retries: int = 3,
+    timeout_s: float = 2.0,
+    key_env: str = "OPENAI_API_KEY",
+    bound: str = NOWHERE,
+    **overrides: Any,
 ) -> Settings:
-    # The server is on 127.0.0.1: private networks allowed unless a test says otherwise.
+    """``key_env`` bound to ``bound`` (ENVERIF_PROVIDER_KEYS). The server is on 127.0.0.1:
+    private networks are allowed unless a test says otherwise."""
     values: dict[str, Any] = {"http_allow_private_networks": True, **overrides}
     return Settings(
-        provider_max_retries=retries, provider_timeout_s=timeout_s, provider_key_envs=(key_env,), **values
+        provider_max_retries=retries, provider_timeout_s=timeout_s, provider_keys={key_env: [bound]}, **values
     )
 
 
@@ -120,10 +132,9 @@ def provider(
         "api_key_env": key_env,
         **cfg,
     }
+    bound = {"bound": server.base_url, **(overrides or {})}
     return OpenAIProvider(
-        config,
-        settings(retries=retries, timeout_s=timeout_s, key_env=key_env, **(overrides or {})),
-        backoff_base_s=0.01,
+        config, settings(retries=retries, timeout_s=timeout_s, key_env=key_env, **bound), backoff_base_s=0.01
     )
 
 
@@ -255,11 +266,22 @@ async def test_no_tools_means_no_tools_field(server: Server, key_env: str) -> No
     assert "tools" not in body and "temperature" not in body and "max_tokens" not in body
 
 
-@pytest.mark.parametrize("arguments", ["{not json", '"a string"', "[1]"])
-async def test_bad_tool_arguments_are_provider_errors(server: Server, key_env: str, arguments: str) -> None:
-    server.api.replies.append(tool_call_reply(("http__get", arguments)))
-    with pytest.raises(ProviderError, match="arguments for 'http__get'"):
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ('{"secret": "' + "internal-secret-4f2a", "not valid JSON"),
+        ('"internal-secret-4f2a"', "not a JSON object"),
+        ('["internal-secret-4f2a"]', "not a JSON object"),
+    ],
+)
+async def test_bad_tool_arguments_are_provider_errors(
+    server: Server, key_env: str, arguments: str, says: str
+) -> None:
+    server.api.replies.append(tool_call_reply(("http__get", "{}"), ("http__get", arguments)))
+    with pytest.raises(ProviderError) as info:
         await provider(server, key_env).next_turn(ctx())
+    assert f"the arguments of tool call 2 are {says}" in str(info.value)
+    assert "internal-secret-4f2a" not in str(info.value)  # nothing of the answer is quoted
 
 
 async def test_response_without_choices_is_a_provider_error(server: Server, key_env: str) -> None:
@@ -336,9 +358,9 @@ async def test_connection_errors_are_retried_then_fail(key_env: str) -> None:
     }
     started = time.monotonic()
     with pytest.raises(ProviderError, match=r"after 3 attempt\(s\).*ConnectError"):
-        await OpenAIProvider(config, settings(retries=2, key_env=key_env), backoff_base_s=0.01).next_turn(
-            ctx()
-        )
+        await OpenAIProvider(
+            config, settings(retries=2, key_env=key_env, bound=config["base_url"]), backoff_base_s=0.01
+        ).next_turn(ctx())
     assert time.monotonic() - started < 1.5
 
 
@@ -387,20 +409,24 @@ async def test_answers_larger_than_the_cap_fail_the_turn(server: Server, key_env
     assert len(server.api.requests) == 1  # not retried
 
 
-async def test_credentials_in_base_url_are_not_shown_in_errors(server: Server, key_env: str) -> None:
-    server.api.replies.append(Reply(400, {}))
-    base = server.base_url.replace("http://", "http://admin:hunter2@")
-    with pytest.raises(ProviderError) as info:
-        await provider(server, key_env, base_url=base + "?token=abc").next_turn(ctx())
-    assert "hunter2" not in str(info.value) and "token=abc" not in str(info.value)
+@pytest.mark.parametrize(("suffix", "prefix"), [("", "http://admin:hunter2@"), ("?token=hunter2", "http://")])
+def test_credentials_in_base_url_are_refused_and_not_shown(
+    server: Server, key_env: str, suffix: str, prefix: str
+) -> None:
+    base = server.base_url.replace("http://", prefix) + suffix
+    with pytest.raises(ValidationFailed) as info:
+        provider(server, key_env, base_url=base)
+    assert info.value.field == "model.base_url"
+    assert "hunter2" not in info.value.message
+    assert server.api.requests == []
 
 
 @pytest.mark.parametrize("name", ["HOME", "PATH", "AWS_SECRET_ACCESS_KEY"])
 def test_key_variables_outside_the_allowlist_are_refused(server: Server, name: str) -> None:
     config = {"provider": "openai", "model": "m", "base_url": server.base_url, "api_key_env": name}
     with pytest.raises(ValidationFailed) as info:
-        OpenAIProvider(config, settings())
-    assert info.value.field == "model"
+        OpenAIProvider(config, settings(bound=server.base_url))
+    assert info.value.field == "model.api_key_env"
     assert f"model.api_key_env {name!r} is not allowed" in info.value.message
     assert "OPENAI_API_KEY" in info.value.message  # says what is allowed
     assert server.api.requests == []
@@ -428,7 +454,7 @@ async def test_providers_share_one_client_across_turns(server: Server, key_env: 
         final_reply("ok"),
     ]
     config = {"provider": "openai", "model": "m", "base_url": server.base_url, "api_key_env": key_env}
-    async with Providers(settings(key_env=key_env)) as providers:
+    async with Providers(settings(key_env=key_env, bound=server.base_url)) as providers:
         turn = await providers.for_model(config).next_turn(ctx())
         assert turn == ToolCalls([ToolCall("http.get", {"url": "http://127.0.0.1:8080/x"})])
         assert await providers.for_model(config).next_turn(ctx()) == FinalAnswer("ok")
@@ -437,6 +463,36 @@ async def test_providers_share_one_client_across_turns(server: Server, key_env: 
     # One keep-alive connection served both turns: the client is shared, not rebuilt.
     peers = {r["peer"] for r in server.api.requests}
     assert len(peers) == 1, peers
+
+
+# -- the conformance kit ----------------------------------------------------------------
+
+
+async def test_the_openai_provider_conforms(server: Server, key_env: str) -> None:
+    """``enverif.testing.check_provider`` against the local chat-completions server: a tool
+    call turn, a final turn, and a failure that is a ProviderError (never a crash)."""
+    server.api.replies += [
+        tool_call_reply(("http__get", '{"url": "http://127.0.0.1:8080/x"}')),
+        final_reply('{"ok": true}'),
+        Reply(400, {"error": {"message": "bad"}}),
+    ]
+    config = {"provider": "openai", "model": "m", "base_url": server.base_url, "api_key_env": key_env}
+    bound = settings(key_env=key_env, bound=server.base_url)
+    turns = await check_provider(
+        OpenAIProvider,
+        valid=[config],
+        invalid=[
+            {**config, "base_url": server.base_url + "-elsewhere"},  # not where the key may go
+            {**config, "api_key_env": "HOME"},
+            {"provider": "openai"},
+        ],
+        settings=bound,
+        contexts=[ctx(), ctx(), ctx()],
+    )
+    assert turns[0] == ToolCalls([ToolCall("http.get", {"url": "http://127.0.0.1:8080/x"})])
+    assert turns[1] == FinalAnswer({"ok": True})
+    assert isinstance(turns[2], ProviderError) and "HTTP 400" in str(turns[2])
+    assert len(server.api.requests) == 3
 
 
 # -- names and config ---------------------------------------------------------------------
@@ -468,34 +524,51 @@ def test_function_names_round_trip() -> None:
     ],
 )
 def test_valid_openai_configs(config: dict[str, Any]) -> None:
-    assert validate_openai_config(config) == config
-    allowed = settings(key_env=config.get("api_key_env", "OPENAI_API_KEY"))
-    assert validate_model_config(config, allowed) == config
+    assert validate_openai_config(config) == config  # the shape alone
+    if "base_url" in config:  # where the key may go too (the default URL is no test's to bind)
+        allowed = settings(key_env=config["api_key_env"], bound=config["base_url"])
+        assert validate_model_config(config, allowed) == config
 
 
 @pytest.mark.parametrize(
-    ("config", "fragment"),
+    ("config", "fragment", "field"),
     [
-        ({"provider": "openai"}, "model.model"),
-        ({"provider": "openai", "model": ""}, "model.model"),
-        ({"provider": "openai", "model": 4}, "model.model"),
-        ({"provider": "openai", "model": "m", "base_url": "ftp://x"}, "base_url"),
-        ({"provider": "openai", "model": "m", "base_url": "not a url"}, "base_url"),
-        ({"provider": "openai", "model": "m", "base_url": 3}, "base_url"),
-        ({"provider": "openai", "model": "m", "api_key_env": "has space"}, "api_key_env"),
-        ({"provider": "openai", "model": "m", "api_key_env": ""}, "api_key_env"),
-        ({"provider": "openai", "model": "m", "api_key_env": "ENVERIF_DATABASE_URL"}, "ENVERIF_"),
-        ({"provider": "openai", "model": "m", "api_key_env": "enverif_redis_url"}, "ENVERIF_"),
-        ({"provider": "openai", "model": "m", "temperature": 3}, "temperature"),
-        ({"provider": "openai", "model": "m", "temperature": "hot"}, "temperature"),
-        ({"provider": "openai", "model": "m", "temperature": True}, "temperature"),
-        ({"provider": "openai", "model": "m", "max_tokens": 0}, "max_tokens"),
-        ({"provider": "openai", "model": "m", "max_tokens": 1.5}, "max_tokens"),
-        ({"provider": "openai", "model": "m", "api_key": "sk-inline"}, "unknown keys: api_key"),
+        ({"provider": "openai"}, "model.model", "model.model"),
+        ({"provider": "openai", "model": ""}, "model.model", "model.model"),
+        ({"provider": "openai", "model": 4}, "model.model", "model.model"),
+        ({"provider": "openai", "model": "m", "base_url": "ftp://x"}, "base_url", "model.base_url"),
+        ({"provider": "openai", "model": "m", "base_url": "not a url"}, "base_url", "model.base_url"),
+        ({"provider": "openai", "model": "m", "base_url": 3}, "base_url", "model.base_url"),
+        (
+            {"provider": "openai", "model": "m", "api_key_env": "has space"},
+            "api_key_env",
+            "model.api_key_env",
+        ),
+        ({"provider": "openai", "model": "m", "api_key_env": ""}, "api_key_env", "model.api_key_env"),
+        (
+            {"provider": "openai", "model": "m", "api_key_env": "ENVERIF_DATABASE_URL"},
+            "ENVERIF_",
+            "model.api_key_env",
+        ),
+        (
+            {"provider": "openai", "model": "m", "api_key_env": "enverif_redis_url"},
+            "ENVERIF_",
+            "model.api_key_env",
+        ),
+        ({"provider": "openai", "model": "m", "temperature": 3}, "temperature", "model.temperature"),
+        ({"provider": "openai", "model": "m", "temperature": "hot"}, "temperature", "model.temperature"),
+        ({"provider": "openai", "model": "m", "temperature": True}, "temperature", "model.temperature"),
+        ({"provider": "openai", "model": "m", "max_tokens": 0}, "max_tokens", "model.max_tokens"),
+        ({"provider": "openai", "model": "m", "max_tokens": 1.5}, "max_tokens", "model.max_tokens"),
+        (
+            {"provider": "openai", "model": "m", "api_key": "sk-inline"},
+            "unknown keys: api_key",
+            "model.api_key",
+        ),
     ],
 )
-def test_invalid_openai_configs(config: dict[str, Any], fragment: str) -> None:
+def test_invalid_openai_configs(config: dict[str, Any], fragment: str, field: str) -> None:
     with pytest.raises(ValidationFailed) as info:
         validate_model_config(config, settings())
-    assert info.value.field == "model"
+    assert info.value.field == field
     assert fragment in info.value.message

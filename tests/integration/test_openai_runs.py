@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tests.support.runs import create_agent, start_run, wait_run
-from tests.support.servers import serve, sink_server
+from tests.support.servers import sink_server
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -45,13 +45,12 @@ def chat_server(page_url: str, seen: list[dict[str, Any]]) -> Starlette:
     return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
 
 
-async def test_an_openai_model_calls_a_tool_then_answers(gql, workspace, monkeypatch) -> None:
+async def test_an_openai_model_calls_a_tool_then_answers(gql, workspace, model_server, monkeypatch) -> None:
     monkeypatch.setenv("TEST_OPENAI_KEY_FOR_ENVERIF", "sk-test-not-stored")
     seen: list[dict[str, Any]] = []
-    async with (
-        sink_server() as (sink, sink_url),
-        serve(chat_server(sink_url + "/page?n=7", seen)) as model_url,
-    ):
+    async with sink_server() as (sink, sink_url):
+        # Where the session binds the key (tests/conftest.py): the model server's /bound.
+        model_url = model_server.mount(chat_server(sink_url + "/page?n=7", seen))
         agent = await create_agent(
             gql,
             workspace.admin,

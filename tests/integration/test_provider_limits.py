@@ -1,7 +1,9 @@
 """Model providers as a user meets their limits, through GraphQL and a real arq worker:
 
-- the openai provider's API key variables are the deployment's allowlist (createAgent,
-  updateAgent, and again in the worker for rows written before the allowlist);
+- the openai provider's API key variables, and where each may be sent, are the deployment's
+  (ENVERIF_PROVIDER_KEYS): refused at createAgent and updateAgent, and again in the worker
+  for rows written before (or by hand), before a byte is sent; a loopback receiver outside
+  the binding never sees the key;
 - its requests go through the network guard (a loopback ``base_url`` is refused unless
   private networks are allowed) and its errors never show the remote body;
 - scripted templates fail their run with a clear error at the output cap or the time
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
@@ -34,7 +37,9 @@ from tests.conftest import stop_worker
 from tests.support.runs import create_agent, start_run, wait_run
 from tests.support.servers import serve
 
-KEY_ENV = "TEST_OPENAI_KEY_FOR_ENVERIF"  # allowed by the session settings (tests/conftest.py)
+# Bound by the session settings (tests/conftest.py) to the model server's /bound prefix.
+KEY_ENV = "TEST_OPENAI_KEY_FOR_ENVERIF"
+KEY = "sk-bound-key-must-not-leave"
 SECRET_BODY = "db_password=hunter2-internal"
 
 CREATE_AGENT = """
@@ -88,42 +93,143 @@ def seconds(run: dict[str, Any], start: str = "startedAt", end: str = "finishedA
 
 
 @pytest.mark.parametrize("name", ["HOME", "PATH", "AWS_SECRET_ACCESS_KEY"])
-async def test_create_agent_refuses_key_variables_outside_the_allowlist(gql, workspace, name: str) -> None:
-    spec = {"name": f"a-{name.lower()}", "model": openai_model("http://127.0.0.1:9", name)}
+async def test_create_agent_refuses_key_variables_outside_the_allowlist(
+    gql, workspace, model_server, name: str
+) -> None:
+    spec = {"name": f"a-{name.lower()}", "model": openai_model(model_server.bound_url, name)}
     error = await gql.error(CREATE_AGENT, {"input": spec}, token=workspace.admin)
-    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model"}
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model.api_key_env"}
     assert f"model.api_key_env {name!r} is not allowed" in error["message"]
     assert "OPENAI_API_KEY" in error["message"]
 
 
-async def test_update_agent_refuses_key_variables_outside_the_allowlist(gql, workspace) -> None:
-    agent = await create_agent(gql, workspace.admin, model=openai_model("http://127.0.0.1:9"))
+async def test_update_agent_refuses_key_variables_outside_the_allowlist(gql, workspace, model_server) -> None:
+    agent = await create_agent(gql, workspace.admin, model=openai_model(model_server.bound_url))
     error = await gql.error(
         UPDATE_AGENT,
-        {"id": agent, "input": {"model": openai_model("http://127.0.0.1:9", "HOME")}},
+        {"id": agent, "input": {"model": openai_model(model_server.bound_url, "HOME")}},
         token=workspace.admin,
     )
-    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model"}
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model.api_key_env"}
     view = await gql.ok("query($id: ID!) { agent(id: $id) { model } }", {"id": agent}, token=workspace.admin)
     assert view["agent"]["model"]["api_key_env"] == KEY_ENV  # nothing was written
 
 
+# Loopback base URLs the session's binding (http://127.0.0.1:PORT/bound) does not cover, each a
+# way an admin might try to have the key sent to a server of their own (OTHER: a listener on
+# another loopback port).
+TRICKS = {
+    "another port": "http://127.0.0.1:{other}/bound",
+    "another path": "http://127.0.0.1:{port}/elsewhere",
+    "a prefix not at a segment boundary": "http://127.0.0.1:{port}/bound-evil",
+    "dot segments": "http://127.0.0.1:{port}/bound/../elsewhere",
+    "encoded dot segments": "http://127.0.0.1:{port}/bound/%2e%2e/elsewhere",
+    "an encoded slash": "http://127.0.0.1:{port}/bound%2f..%2felsewhere",
+    "userinfo naming the bound host": "http://127.0.0.1:{port}@127.0.0.1:{other}/bound",
+    "another name for the host": "http://localhost:{port}/bound",
+    "another scheme": "https://127.0.0.1:{port}/bound",
+    "a query": "http://127.0.0.1:{port}/bound?next=http://127.0.0.1:{other}",
+}
+
+
+@pytest.mark.parametrize("trick", list(TRICKS))
+async def test_create_and_update_agent_refuse_a_base_url_the_key_is_not_bound_to(
+    gql, workspace, model_server, trick: str
+) -> None:
+    seen: list[dict[str, Any]] = []
+    async with serve(listener(seen)) as other:
+        url = TRICKS[trick].format(port=model_server.port, other=other.rsplit(":", 1)[1])
+        spec = {"name": f"a-{uuid.uuid4().hex[:8]}", "model": openai_model(url)}
+        error = await gql.error(CREATE_AGENT, {"input": spec}, token=workspace.admin)
+        assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model.base_url"}, error
+        agent = await create_agent(gql, workspace.admin, model=openai_model(model_server.bound_url))
+        error = await gql.error(
+            UPDATE_AGENT, {"id": agent, "input": {"model": openai_model(url)}}, token=workspace.admin
+        )
+        assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model.base_url"}, error
+    assert seen == []
+
+
+async def test_the_key_goes_to_its_bound_url_only(
+    gql, workspace, sessionmaker, model_server, make_worker, monkeypatch
+) -> None:
+    """The legitimate case beside the refused one: the bound receiver gets the key; a run
+    whose stored config points elsewhere (a row written by hand, or before the binding
+    narrowed) fails before a byte is sent, and neither its receiver on this server nor one on
+    another port ever sees the key."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    bound_seen: list[dict[str, Any]] = []
+    other_seen: list[dict[str, Any]] = []
+    bound_url = model_server.mount(listener(bound_seen))
+    unbound_url = model_server.mount_unbound(listener(other_seen))
+    async with serve(listener(other_seen)) as other_port_url:
+        good = await create_agent(gql, workspace.admin, model=openai_model(bound_url), tools=[])
+        bad = [
+            await create_agent(gql, workspace.admin, model=openai_model(bound_url), tools=[])
+            for _ in range(2)
+        ]
+        async with sessionmaker() as session, session.begin():
+            for agent, url in zip(bad, (unbound_url, other_port_url), strict=True):
+                await session.execute(
+                    update(orm.Agent)
+                    .where(orm.Agent.id == from_global_id(agent, "Agent"))
+                    .values(model=openai_model(url))
+                )
+        async with make_worker():
+            ok = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, good))
+            refused = [
+                await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, a))
+                for a in bad
+            ]
+    assert ok["status"] == "SUCCEEDED", ok
+    assert [s["auth"] for s in bound_seen] == [f"Bearer {KEY}"]
+    for run in refused:
+        assert run["status"] == "FAILED", run
+        assert "model.base_url" in run["error"] and f"not where {KEY_ENV} may be sent" in run["error"], run
+        assert KEY not in json.dumps(run)
+    assert other_seen == []
+    assert model_server.seen(unbound_url) == []
+    assert all(
+        r.authorization != f"Bearer {KEY}" for r in model_server.requests if r.path.startswith("/elsewhere")
+    )
+
+
+async def test_a_worker_whose_binding_narrowed_refuses_before_sending(
+    gql, workspace, model_server, make_worker, monkeypatch
+) -> None:
+    """Checked again at call time, under the worker's own settings: an agent the API accepted
+    runs under a deployment that no longer binds its key there."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    seen: list[dict[str, Any]] = []
+    url = model_server.mount(listener(seen))
+    agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
+    narrowed = {
+        KEY_ENV: [model_server.origin + "/bound/someone-else"],
+        "OPENAI_API_KEY": [model_server.bound_url],
+    }
+    async with make_worker(provider_keys=narrowed):
+        run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
+    assert run["status"] == "FAILED", run
+    assert run["error"].startswith("agent configuration: model.base_url"), run
+    assert seen == [] and model_server.seen(url) == []
+
+
 async def test_a_stored_config_naming_another_variable_fails_the_run_without_sending(
-    gql, workspace, sessionmaker, make_worker, monkeypatch
+    gql, workspace, sessionmaker, make_worker, model_server, monkeypatch
 ) -> None:
     monkeypatch.setenv("HOME_LIKE_SECRET_FOR_ENVERIF", "s3cr3t-value")
     seen: list[dict[str, Any]] = []
-    async with serve(listener(seen)) as url:
-        agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
-        # An old row, written before the allowlist existed (or by hand): the API would refuse it.
-        async with sessionmaker() as session, session.begin():
-            await session.execute(
-                update(orm.Agent)
-                .where(orm.Agent.id == from_global_id(agent, "Agent"))
-                .values(model=openai_model(url, "HOME_LIKE_SECRET_FOR_ENVERIF"))
-            )
-        async with make_worker():
-            run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
+    url = model_server.mount(listener(seen))
+    agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
+    # An old row, written before the allowlist existed (or by hand): the API would refuse it.
+    async with sessionmaker() as session, session.begin():
+        await session.execute(
+            update(orm.Agent)
+            .where(orm.Agent.id == from_global_id(agent, "Agent"))
+            .values(model=openai_model(url, "HOME_LIKE_SECRET_FOR_ENVERIF"))
+        )
+    async with make_worker():
+        run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
     assert run["status"] == "FAILED", run
     assert "api_key_env 'HOME_LIKE_SECRET_FOR_ENVERIF' is not allowed" in run["error"]
     assert seen == []  # nothing reached the listener
@@ -134,14 +240,14 @@ async def test_a_stored_config_naming_another_variable_fails_the_run_without_sen
 
 
 async def test_a_loopback_base_url_is_refused_when_private_networks_are_not_allowed(
-    gql, workspace, make_worker, monkeypatch
+    gql, workspace, make_worker, model_server, monkeypatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-must-not-leave")
     seen: list[dict[str, Any]] = []
-    async with serve(listener(seen)) as url:
-        agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
-        async with make_worker(http_allow_private_networks=False):
-            run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
+    url = model_server.mount(listener(seen))
+    agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
+    async with make_worker(http_allow_private_networks=False):
+        run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
     assert run["status"] == "FAILED", run
     assert "model provider failed" in run["error"]
     assert (
@@ -151,15 +257,15 @@ async def test_a_loopback_base_url_is_refused_when_private_networks_are_not_allo
 
 
 async def test_a_provider_error_shows_the_status_but_never_the_body(
-    gql, workspace, make_worker, monkeypatch
+    gql, workspace, make_worker, model_server, monkeypatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-test")
     seen: list[dict[str, Any]] = []
     body = {"error": {"message": SECRET_BODY, "type": SECRET_BODY}, "detail": SECRET_BODY}
-    async with serve(listener(seen, status=500, body=body)) as url:
-        agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
-        async with make_worker(provider_max_retries=0):
-            run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
+    url = model_server.mount(listener(seen, status=500, body=body))
+    agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
+    async with make_worker(provider_max_retries=0):
+        run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
     assert run["status"] == "FAILED", run
     assert "HTTP 500 Internal Server Error" in run["error"]
     assert "hunter2" not in run["error"] and "db_password" not in run["error"]

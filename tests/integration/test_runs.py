@@ -266,25 +266,23 @@ async def test_an_unknown_tool_is_a_failed_step(gql, workspace) -> None:
     assert run["result"]["error"]["code"] == "UNKNOWN_TOOL"
 
 
-async def test_a_failing_provider_fails_the_run(gql, workspace, monkeypatch) -> None:
-    # A variable the deployment allows as a key (tests/conftest.py); PATH would be refused.
+async def test_a_failing_provider_fails_the_run(gql, workspace, model_server, monkeypatch) -> None:
+    # A variable the deployment binds to its model server (tests/conftest.py), at a path
+    # where nothing answers but a 404; PATH, or another server, would be refused.
     monkeypatch.setenv("TEST_OPENAI_KEY_FOR_ENVERIF", "sk-test")
-    async with sink_server() as (_sink, url):
-        agent = await create_agent(
-            gql,
-            workspace.admin,
-            model={
-                "provider": "openai",
-                "model": "m",
-                "base_url": url + "/down",
-                "api_key_env": "TEST_OPENAI_KEY_FOR_ENVERIF",
-            },
-        )
-        run = await wait_run(
-            gql, workspace.viewer, await start_run(gql, workspace.operator, agent), timeout_s=60
-        )
+    agent = await create_agent(
+        gql,
+        workspace.admin,
+        model={
+            "provider": "openai",
+            "model": "m",
+            "base_url": model_server.bound_url + "/down",
+            "api_key_env": "TEST_OPENAI_KEY_FOR_ENVERIF",
+        },
+    )
+    run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent), timeout_s=60)
     assert run["status"] == "FAILED"
-    assert "provider" in run["error"]
+    assert "model provider failed: openai: HTTP 404 Not Found" in run["error"], run
 
 
 async def test_a_template_error_fails_the_run_with_a_clear_error(gql, workspace) -> None:

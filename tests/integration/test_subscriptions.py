@@ -195,8 +195,7 @@ async def test_run_field_shows_the_run_as_of_each_event(
     assert (running["type"], running["status"]) == ("RUN_STATUS_CHANGED", "RUNNING")
     assert running["run"]["status"] == "RUNNING"
 
-    async with runtime.sessionmaker() as session:
-        operator = await auth.authenticate(session, token=workspace.operator)
+    operator = await auth.sign_in(runtime, token=workspace.operator)
     await runs.cancel_run(runtime, operator, run_id=run.id, reason="enough")
     [cancelled] = await client.events("1", 1, timeout_s=FAST_S)
     assert (cancelled["status"], cancelled["run"]["status"]) == ("CANCELLED", "CANCELLED")

@@ -13,9 +13,8 @@ from app.domain.events import EventType
 from app.domain.runs import RunStatus, RunTrigger
 from app.events.publish import EventMessage, publish_events
 from app.graphql.ids import to_global_id
-from app.services import runs
 from app.services.runtime import Runtime
-from app.services.transitions import TreeTx
+from app.services.transitions import NewRun, NewTree, TreeTx
 from tests.conftest import WorkspaceFixture
 
 
@@ -38,10 +37,12 @@ async def new_root_run(runtime: Runtime, workspace: WorkspaceFixture) -> orm.Run
             )
             session.add(agent)
             await session.flush()
-            run, event = await runs.create_root_run(
-                session, agent=agent, input={"q": 1}, trigger=RunTrigger.API, now=now
-            )
-    await publish_events(runtime.redis, runtime.settings.redis_prefix, [event])
+            # The chokepoint's own path, without the job it would enqueue: these tests move
+            # the run themselves.
+            tree = NewTree(session)
+            run = await tree.create_run(NewRun(agent=agent, trigger=RunTrigger.API, input={"q": 1}))
+            await tree.finish()
+    await publish_events(runtime.redis, runtime.settings.redis_prefix, tree.events)
     return run
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +30,7 @@ def worker_env(settings: Settings, *, lease_s: float = 2.0, **extra: str) -> dic
         "ENVERIF_LEASE_S": str(lease_s),
         "ENVERIF_SWEEP_INTERVAL_S": "1",
         "ENVERIF_HTTP_ALLOW_PRIVATE_NETWORKS": "true",
+        "ENVERIF_PROVIDER_KEYS": json.dumps(settings.provider_keys),
         "ENVERIF_LOG_LEVEL": "warning",
         **extra,
     }
@@ -88,14 +90,18 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -
         await asyncio.sleep(0.02)
 
 
-def install_plugins(directory: Path, entry_points: dict[str, str]) -> dict[str, str]:
-    """Make ``entry_points`` (name -> ``module:attr``) visible as ``enverif.tools`` plugins to
-    a worker process started with the returned environment additions: a distribution's
-    metadata on its ``PYTHONPATH``, exactly what ``pip install`` of a plugin leaves."""
+def install_plugins(
+    directory: Path, entry_points: dict[str, str], *, providers: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Make ``entry_points`` (name -> ``module:attr``) visible as ``enverif.tools`` plugins,
+    and ``providers`` as ``enverif.providers`` plugins, to a worker process started with the
+    returned environment additions: a distribution's metadata on its ``PYTHONPATH``, exactly
+    what ``pip install`` of a plugin leaves."""
     dist = directory / "enverif_test_plugins-1.0.dist-info"
     dist.mkdir(parents=True, exist_ok=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: enverif-test-plugins\nVersion: 1.0\n")
     lines = ["[enverif.tools]"] + [f"{name} = {target}" for name, target in entry_points.items()]
+    lines += ["[enverif.providers]"] + [f"{name} = {target}" for name, target in (providers or {}).items()]
     (dist / "entry_points.txt").write_text("\n".join(lines) + "\n")
     root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (str(directory), root, os.environ.get("PYTHONPATH", "")) if p)

@@ -10,6 +10,7 @@ every table whose header is ``| variable | default | meaning |`` counts.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ HEADER = "| variable | default | meaning |"
 DESCRIBED_IN_WORDS = {
     "ENVERIF_DATABASE_URL": "SQLite in `ENVERIF_HOME`",
     "ENVERIF_REDIS_URL": "embedded Redis in `ENVERIF_HOME`",
+    "ENVERIF_PROVIDER_KEY_ENVS": "unset (deprecated)",
 }
 
 # Fields that are deliberately not in the table, with the reason. None today: every field
@@ -104,7 +106,10 @@ def default_of(field: FieldInfo) -> object:
 
 
 def as_written(value: object) -> str:
-    """A default as the table writes it: 10.0 as 10, False as false, a tuple comma-separated."""
+    """A default as the table writes it: 10.0 as 10, False as false, a tuple comma-separated,
+    a mapping as JSON."""
+    if isinstance(value, dict):
+        return json.dumps(value)
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float) and value.is_integer():

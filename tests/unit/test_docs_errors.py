@@ -7,10 +7,10 @@ what to do about it, so:
 
 * the client codes are exactly ``EnverifError``'s subclasses' codes, ``INTERNAL``, and the
   codes the GraphQL edge writes itself (``RATE_LIMITED`` for one websocket operation too many);
-* every model-facing code that the engine, the services or the domain put in a result
-  (``failed("X", ...)``, ``ToolError("X", ...)``, ``Refusal("X", ...)``, ``{"code": "X"}``,
-  the strict-JSON codes) has a section, and every section names a code that exists in the
-  code, so the page neither misses a code nor invents one;
+* the model codes are exactly ``app.domain.model_errors.ModelErrorCode``, the one vocabulary
+  every producer builds its results with (and no producer in the engine, the services or the
+  domain spells a code by hand: ``failed("X", ...)``, ``ToolError("X", ...)``,
+  ``Refusal("X", ...)``, ``{"code": "X"}``), so the page neither misses a code nor invents one;
 * each section says when it happens, what to do, and shows an example.
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from app.domain import errors
+from app.domain.model_errors import ModelErrorCode
 from app.graphql.errors import INTERNAL_CODE
 
 REPO = Path(__file__).parents[2]
@@ -29,17 +30,19 @@ PAGE = REPO / "docs" / "graphql" / "errors.md"
 WHERE = PAGE.relative_to(REPO)
 CLIENT_SECTION = "## Codes a client sees"
 MODEL_SECTION = "## Errors the model sees"
-# Where results the model sees are built (the GraphQL edge and the CLI build none).
+# Where results the model sees are built (the GraphQL edge and the CLI build none), and the
+# one module that may spell their codes.
 MODEL_CODE_SOURCES = ("app/engine", "app/services", "app/domain")
+VOCABULARY = "app/domain/model_errors.py"
 
 # An error the GraphQL edge builds itself, not from an EnverifError.
 _EDGE_CODE = re.compile(r'"code":\s*"([A-Z][A-Z_]+)"')
 _HEADING = re.compile(r"^### `([A-Z][A-Z_]*)`$", re.MULTILINE)
+# A code spelled by hand where a result is built.
 _MODEL_CODE_USES = (
-    re.compile(r'\b(?:failed|ToolError|Refusal)\(\s*"([A-Z][A-Z_]+)"'),  # the constructors
+    re.compile(r'\b(?:failed|ToolError|Refusal|model_error)\(\s*"([A-Z][A-Z_]+)"'),  # the constructors
     re.compile(r'_refuse\([^)\n]*?"([A-Z][A-Z_]+)"'),  # the planner's refusals
     re.compile(r'"code":\s*"([A-Z][A-Z_]+)"'),  # a result built by hand
-    re.compile(r'^([A-Z][A-Z_]+) = "\1"$', re.MULTILINE),  # a module constant (NOT_JSON, ...)
 )
 
 
@@ -75,11 +78,12 @@ def source_texts() -> dict[str, str]:
         str(path.relative_to(REPO)): path.read_text()
         for folder in MODEL_CODE_SOURCES
         for path in sorted((REPO / folder).rglob("*.py"))
+        if str(path.relative_to(REPO)) != VOCABULARY
     }
 
 
-def model_codes_in_code() -> dict[str, str]:
-    """Each model-facing code the code builds a result with, and one file that does."""
+def codes_spelled_by_hand() -> dict[str, str]:
+    """Each model-facing code some producer spells as a string, and one file that does."""
     found: dict[str, str] = {}
     for name, text in source_texts().items():
         for pattern in _MODEL_CODE_USES:
@@ -99,21 +103,25 @@ def test_one_section_per_client_code() -> None:
     )
 
 
-def test_every_model_code_of_the_code_has_a_section() -> None:
-    found = model_codes_in_code()
-    # Guard against patterns that silently stopped matching.
-    assert {"UNKNOWN_TOOL", "DENIED", "TIMEOUT", "NOT_JSON", "URL_REFUSED", "DELEGATION_CYCLE"} <= set(found)
-    missing = {code: where for code, where in found.items() if code not in MODEL}
-    assert not missing, f"model-facing codes without a section under {MODEL_SECTION!r} in {WHERE}: {missing}"
-
-
-@pytest.mark.parametrize("code", sorted(MODEL))
-def test_each_model_section_names_a_code_the_code_has(code: str) -> None:
-    # A section may name a code that reaches the model indirectly (the memory tools pass a
-    # service's CREDENTIAL_REJECTED on); it must still be a code the code defines.
-    assert any(f'"{code}"' in text for text in source_texts().values()), (
-        f"{WHERE}: {code} is under {MODEL_SECTION!r}, but no file of {MODEL_CODE_SOURCES} has it"
+def test_one_section_per_model_code() -> None:
+    codes = {code.value for code in ModelErrorCode}
+    assert set(MODEL) == codes, (
+        f"{WHERE} {MODEL_SECTION!r}: missing {sorted(codes - set(MODEL))}, "
+        f"not in app.domain.model_errors.ModelErrorCode: {sorted(set(MODEL) - codes)}"
     )
+
+
+def test_no_producer_spells_a_model_code_by_hand() -> None:
+    found = codes_spelled_by_hand()
+    assert not found, f"model-facing codes spelled as strings, not ModelErrorCode members: {found}"
+
+
+def test_the_hand_spelling_patterns_still_match() -> None:
+    """Guard against patterns that silently stopped matching."""
+    samples = ['failed("TIMEOUT", "x")', 'ToolError("HTTP_ERROR", m)', '_refuse(call.tool, None, "UNKNOWN_TOOL", m)',
+               '{"code": "DENIED", "message": m}', 'model_error("DENIED", m)']  # fmt: skip
+    for sample in samples:
+        assert any(p.search(sample) for p in _MODEL_CODE_USES), sample
 
 
 @pytest.mark.parametrize(

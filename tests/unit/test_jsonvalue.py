@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.domain.jsonvalue import NOT_JSON, TOO_LARGE, NotStorable, strict_json
+from app.domain.model_errors import model_error
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,9 @@ def test_values_that_cannot_be_stored_are_refused_with_a_reason(value: Any, code
         strict_json(value, max_bytes=1_000, what="the tool result")
     assert info.value.code == code
     assert says in info.value.message and info.value.message.startswith("the tool result")
-    assert info.value.as_result() == {"error": {"code": code, "message": info.value.message}}
+    assert model_error(info.value.code, info.value.message) == {
+        "error": {"code": code, "message": info.value.message}
+    }
 
 
 def test_deep_nesting_is_refused_not_crashed() -> None:

@@ -1,11 +1,64 @@
-"""The provider and template settings: parsing from the environment and fail-fast checks."""
+"""The provider and template settings: parsing from the environment and fail-fast checks.
+
+Every URL here is a loopback address (nothing connects to it); the defaults are compared
+with their constant, not written out."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings
+from app.settings import DEFAULT_PROVIDER_KEYS, OPENAI_DEFAULT_BASE_URL, Settings
+
+
+def test_keys_are_bound_to_their_vendors_by_default() -> None:
+    assert Settings().provider_keys == DEFAULT_PROVIDER_KEYS
+    assert Settings().provider_key_envs is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ('{"TEST_KEY": ["http://127.0.0.1:8631/v1"]}', {"TEST_KEY": ("http://127.0.0.1:8631/v1",)}),
+        # Stored in normal form: what the checks compare against.
+        (
+            '{"TEST_KEY": ["HTTP://LocalHost:8631/v1/", "http://[::1]:80"]}',
+            {"TEST_KEY": ("http://localhost:8631/v1", "http://[::1]")},
+        ),
+        (
+            '{"A_KEY": ["http://127.0.0.1:1/a"], "B_KEY": ["http://127.0.0.1:2/b"]}',
+            {"A_KEY": ("http://127.0.0.1:1/a",), "B_KEY": ("http://127.0.0.1:2/b",)},
+        ),
+        ("{}", {}),  # no remote models at all
+    ],
+)
+def test_provider_keys_are_json(monkeypatch: pytest.MonkeyPatch, raw: str, expected: dict[str, Any]) -> None:
+    monkeypatch.setenv("ENVERIF_PROVIDER_KEYS", raw)
+    assert Settings().provider_keys == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ("{not json", "is not valid JSON"),
+        ('["http://127.0.0.1:1"]', "must be a JSON object mapping"),
+        ('{"TEST_KEY": "http://127.0.0.1:1"}', "must be a JSON object mapping"),
+        ('{"TEST_KEY": [1]}', "must be a JSON object mapping"),
+        ('{"TEST_KEY": []}', "bound to no base URL"),
+        ('{"ENVERIF_DATABASE_URL": ["http://127.0.0.1:1"]}', "may not name ENVERIF_"),
+        ('{"HAS SPACE": ["http://127.0.0.1:1"]}', "is not an environment variable name"),
+        ('{"TEST_KEY": ["ftp://127.0.0.1/v1"]}', "must be an http or https URL"),
+        ('{"TEST_KEY": ["http://user:pw@127.0.0.1/v1"]}', "credentials"),
+        ('{"TEST_KEY": ["http://127.0.0.1/v1/../x"]}', "segments"),
+        ('{"TEST_KEY": ["http://127.1/v1"]}', "four decimal numbers"),
+    ],
+)
+def test_bad_provider_keys_stop_start_up(monkeypatch: pytest.MonkeyPatch, raw: str, fragment: str) -> None:
+    monkeypatch.setenv("ENVERIF_PROVIDER_KEYS", raw)
+    with pytest.raises(ValidationError, match=fragment):
+        Settings()
 
 
 @pytest.mark.parametrize(
@@ -14,18 +67,24 @@ from app.settings import Settings
         ("OPENAI_API_KEY", ("OPENAI_API_KEY",)),
         ("OPENAI_API_KEY,GROQ_KEY", ("OPENAI_API_KEY", "GROQ_KEY")),
         (" OPENAI_API_KEY , GROQ_KEY ,", ("OPENAI_API_KEY", "GROQ_KEY")),
-        ("", ()),  # no openai agents at all
+        ("", ()),
     ],
 )
-def test_key_envs_are_comma_separated(
-    monkeypatch: pytest.MonkeyPatch, raw: str, expected: tuple[str, ...]
+def test_the_deprecated_key_envs_bind_each_name_to_the_openai_default_only(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, raw: str, expected: tuple[str, ...]
 ) -> None:
     monkeypatch.setenv("ENVERIF_PROVIDER_KEY_ENVS", raw)
-    assert Settings().provider_key_envs == expected
+    settings = Settings()
+    assert settings.provider_key_envs == expected
+    assert settings.provider_keys == {name: (OPENAI_DEFAULT_BASE_URL,) for name in expected}
+    assert "ENVERIF_PROVIDER_KEY_ENVS is deprecated" in caplog.text
 
 
-def test_key_envs_default_to_openai() -> None:
-    assert Settings().provider_key_envs == ("OPENAI_API_KEY",)
+def test_both_key_settings_at_once_stop_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVERIF_PROVIDER_KEY_ENVS", "TEST_KEY")
+    monkeypatch.setenv("ENVERIF_PROVIDER_KEYS", '{"TEST_KEY": ["http://127.0.0.1:1"]}')
+    with pytest.raises(ValidationError, match="replaces the deprecated ENVERIF_PROVIDER_KEY_ENVS"):
+        Settings()
 
 
 @pytest.mark.parametrize(

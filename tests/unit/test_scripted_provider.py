@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from app.domain.errors import ValidationFailed
 from app.engine.base import FinalAnswer, HistoryItem, ProviderError, ToolCall, ToolCalls, TurnContext
-from app.engine.providers import PROVIDERS, Providers, templates, validate_model_config
+from app.engine.providers import BUILTIN_PROVIDERS, Providers, templates, validate_model_config
 from app.engine.providers.openai import OpenAIProvider
 from app.engine.providers.sandbox import CappedSandbox, Renderer, RenderError, is_linear
 from app.engine.providers.scripted import ScriptedProvider, validate_scripted_config
@@ -347,7 +347,13 @@ def test_valid_configs(config: dict[str, Any]) -> None:
 def test_invalid_configs(config: Any, fragment: str) -> None:
     with pytest.raises(ValidationFailed) as info:
         validate_scripted_config(config)
-    assert info.value.field == "model"
+    # The field names the key that is wrong; a step's problem is the steps'.
+    expected = {
+        "must be an object": "model",
+        "must be 'scripted'": "model.provider",
+        "unknown keys: model": "model.model",
+    }
+    assert info.value.field == expected.get(fragment, "model.steps")
     assert fragment in info.value.message
 
 
@@ -360,8 +366,9 @@ def test_invalid_configs(config: Any, fragment: str) -> None:
 def test_unknown_provider_names_the_allowed_ones(config: Any) -> None:
     with pytest.raises(ValidationFailed) as info:
         validate_model_config(config, SETTINGS)
-    assert info.value.field == "model"
-    assert PROVIDERS == ("scripted", "openai")
+    assert info.value.code == "VALIDATION_FAILED"
+    assert info.value.field == ("model.provider" if isinstance(config, dict) else "model")
+    assert [p.name for p in BUILTIN_PROVIDERS] == ["scripted", "openai"]
     if isinstance(config, dict):
         assert "scripted, openai" in info.value.message
 
@@ -389,7 +396,7 @@ async def test_providers_refuse_bad_stored_configs(config: Any) -> None:
     async with Providers(SETTINGS) as providers:
         with pytest.raises(ValidationFailed) as info:
             providers.for_model(config)
-    assert info.value.field == "model"
+    assert info.value.field is not None and info.value.field.startswith("model")
 
 
 # -- caps and the time budget -------------------------------------------------------------

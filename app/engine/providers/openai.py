@@ -9,17 +9,19 @@ Config (docs/extending/providers.md)::
 
 The API key is read from the named environment variable at call time and never stored; this
 is the one deliberate exception to "settings.py is the only reader of the environment",
-because which variable holds the key is per-agent data. Which variables may be named is the
-deployment's decision (``ENVERIF_PROVIDER_KEY_ENVS``, default ``OPENAI_API_KEY``), checked
-when the agent is written and again before every call: the key is sent to ``base_url``, so
-an agent naming ``HOME`` or a cloud secret would hand that value to whoever listens there.
+because which variable holds the key is per-agent data. Which variables may be named, and
+where each may be sent, is the deployment's decision (``ENVERIF_PROVIDER_KEYS``: each
+variable bound to base URLs, ``app.domain.provider_keys``): the key is sent to ``base_url``,
+which a workspace admin writes, so an agent naming ``HOME`` or a cloud secret, or pointing a
+real key at a server of its own, would hand the value to whoever listens there. Both are
+checked when the agent is written and again on every request, before a byte is sent.
 
 Requests go through the worker's guarded client (``app.engine.net``): a ``base_url`` on a
 loopback or private address is refused unless ``ENVERIF_HTTP_ALLOW_PRIVATE_NETWORKS`` is set.
 Errors carry the HTTP status, its standard reason phrase and the OpenAI error ``type`` when
-it is a plain identifier, never the remote body: a run's error is readable by every viewer,
-and the body of whatever answers at ``base_url`` is not theirs to read. Bodies are read up
-to ``settings.provider_max_response_bytes``.
+it is a plain identifier, or a short reason of our own, never anything of the remote body:
+a run's error is readable by every viewer, and the body of whatever answers at ``base_url``
+is not theirs to read. Bodies are read up to ``settings.provider_max_response_bytes``.
 
 Tool names contain dots, which function names may not: ``http.get`` is offered as
 ``http__get`` and mapped back when the model calls it. 429, 5xx, timeouts and connection
@@ -37,18 +39,27 @@ import os
 import random
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
 
 from app.domain.errors import ValidationFailed
-from app.engine.base import FinalAnswer, ProviderError, ToolCall, ToolCalls, Turn, TurnContext
+from app.domain.provider_keys import BadURL, Endpoint, endpoint, key_may_go, parse_endpoint
+from app.engine.base import (
+    FinalAnswer,
+    ProviderError,
+    ProviderResources,
+    ToolCall,
+    ToolCalls,
+    Turn,
+    TurnContext,
+)
 from app.engine.net import URLRefused, guarded_client, read_capped
-from app.settings import Settings
+from app.settings import OPENAI_DEFAULT_BASE_URL, Settings
 
 PROVIDER = "openai"
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URL = OPENAI_DEFAULT_BASE_URL
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 MAX_RETRY_AFTER_S = 60.0
 MAX_FUNCTION_NAME = 64
@@ -62,58 +73,73 @@ _ERROR_TYPE = re.compile(r"^[a-z_]{1,48}$")
 # -- config -------------------------------------------------------------------------------
 
 
-def _invalid(message: str) -> ValidationFailed:
-    return ValidationFailed(message, field="model")
+def _invalid(message: str, key: str) -> ValidationFailed:
+    return ValidationFailed(message, field=f"model.{key}" if key else "model")
 
 
-def validate_openai_config(cfg: object, *, allowed_key_envs: Iterable[str] | None = None) -> dict[str, Any]:
-    """Check an openai model config; returns a copy. Raises ``ValidationFailed(field="model")``.
+def validate_openai_config(
+    cfg: object, *, bindings: Mapping[str, Iterable[Endpoint]] | None = None
+) -> dict[str, Any]:
+    """Check an openai model config; returns a copy. Raises ``ValidationFailed`` naming the
+    key that is wrong (``model.base_url``, ...).
 
-    ``allowed_key_envs``: the variables the deployment lets agents use as keys
-    (``settings.provider_key_envs``); ``None`` checks only the shape of the name.
+    ``bindings``: where the deployment lets each key variable go (``settings.key_bindings``,
+    from ``ENVERIF_PROVIDER_KEYS``); ``None`` checks only the config's shape.
     """
     if not isinstance(cfg, dict):
-        raise _invalid("model must be an object")
+        raise _invalid("model must be an object", "")
     if cfg.get("provider") != PROVIDER:
-        raise _invalid(f"model.provider must be {PROVIDER!r}")
+        raise _invalid(f"model.provider must be {PROVIDER!r}", "provider")
     unknown = sorted(str(k) for k in set(cfg) - _KEYS)
     if unknown:
-        raise _invalid(f"model has unknown keys: {', '.join(unknown)} (allowed: {', '.join(sorted(_KEYS))})")
+        message = f"model has unknown keys: {', '.join(unknown)} (allowed: {', '.join(sorted(_KEYS))})"
+        raise _invalid(message, unknown[0])
     model = cfg.get("model")
     if not isinstance(model, str) or not model.strip() or len(model) > 200:
-        raise _invalid("model.model must be a model name, e.g. 'gpt-4o-mini'")
+        raise _invalid("model.model must be a model name, e.g. 'gpt-4o-mini'", "model")
     base_url = cfg.get("base_url", DEFAULT_BASE_URL)
-    if not isinstance(base_url, str):
-        raise _invalid("model.base_url must be an http(s) URL")
     try:
-        url = httpx.URL(base_url)
-    except httpx.InvalidURL as exc:
-        raise _invalid(f"model.base_url is not a valid URL: {exc}") from exc
-    if url.scheme not in ("http", "https") or not url.host:
-        raise _invalid("model.base_url must be an http(s) URL, e.g. https://api.openai.com/v1")
+        url = parse_endpoint(base_url)
+    except BadURL as exc:
+        raise _invalid(f"model.base_url {exc}, e.g. {DEFAULT_BASE_URL}", "base_url") from None
     key_env = cfg.get("api_key_env", DEFAULT_API_KEY_ENV)
     if not isinstance(key_env, str) or not _ENV_NAME.match(key_env):
-        raise _invalid("model.api_key_env must be the name of an environment variable")
+        raise _invalid("model.api_key_env must be the name of an environment variable", "api_key_env")
     if key_env.upper().startswith("ENVERIF_"):
-        raise _invalid("model.api_key_env may not name an ENVERIF_* variable (server configuration)")
+        raise _invalid(
+            "model.api_key_env may not name an ENVERIF_* variable (server configuration)", "api_key_env"
+        )
     temperature = cfg.get("temperature")
     if temperature is not None and (
         isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2
     ):
-        raise _invalid("model.temperature must be a number between 0 and 2")
+        raise _invalid("model.temperature must be a number between 0 and 2", "temperature")
     max_tokens = cfg.get("max_tokens")
     if max_tokens is not None and (
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 1_000_000
     ):
-        raise _invalid("model.max_tokens must be a positive integer")
-    if allowed_key_envs is not None:
-        allowed = sorted(set(allowed_key_envs))
-        if key_env not in allowed:
-            raise _invalid(
-                f"model.api_key_env {key_env!r} is not allowed here; this deployment allows: "
-                f"{', '.join(allowed) or '(none)'} (ENVERIF_PROVIDER_KEY_ENVS)"
-            )
+        raise _invalid("model.max_tokens must be a positive integer", "max_tokens")
+    if bindings is not None:
+        _check_binding(bindings, key_env, url)
     return dict(cfg)
+
+
+def _check_binding(bindings: Mapping[str, Iterable[Endpoint]], key_env: str, url: Endpoint) -> None:
+    """The key may go to ``url``: it is bound, and to a base URL that covers this one."""
+    if key_env not in bindings:
+        allowed = sorted(bindings)
+        raise _invalid(
+            f"model.api_key_env {key_env!r} is not allowed here; this deployment allows: "
+            f"{', '.join(allowed) or '(none)'} (ENVERIF_PROVIDER_KEYS)",
+            "api_key_env",
+        )
+    if not key_may_go(bindings, key_env, url):
+        where = ", ".join(str(bound) for bound in bindings[key_env])
+        raise _invalid(
+            f"model.base_url {url} is not where {key_env} may be sent; this deployment sends it "
+            f"only to: {where} (ENVERIF_PROVIDER_KEYS)",
+            "base_url",
+        )
 
 
 # -- tool names <-> function names --------------------------------------------------------
@@ -231,19 +257,19 @@ def parse_response(data: Any, names: FunctionNames) -> Turn:
     tool_calls = message.get("tool_calls") or []
     if tool_calls:
         calls: list[ToolCall] = []
-        for tc in tool_calls:
+        # Errors say which call, never what the answer held: the run's error is shown to
+        # every viewer, and nothing that came back from base_url is theirs to read.
+        for n, tc in enumerate(tool_calls, start=1):
             function = tc.get("function") if isinstance(tc, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-                raise ProviderError("openai: a tool call has no function name")
+                raise ProviderError(f"openai: tool call {n} has no function name")
             raw = function.get("arguments") or "{}"
             try:
                 args = json.loads(raw) if isinstance(raw, str) else raw
-            except ValueError as exc:
-                raise ProviderError(
-                    f"openai: arguments for {function['name']!r} are not valid JSON: {raw[:200]!r}"
-                ) from exc
+            except (ValueError, RecursionError):
+                raise ProviderError(f"openai: the arguments of tool call {n} are not valid JSON") from None
             if not isinstance(args, dict):
-                raise ProviderError(f"openai: arguments for {function['name']!r} must be a JSON object")
+                raise ProviderError(f"openai: the arguments of tool call {n} are not a JSON object")
             calls.append(ToolCall(tool=names.tool(function["name"]), args=args))
         return ToolCalls(calls)
     content = message.get("content")
@@ -303,6 +329,9 @@ def _display_url(url: str) -> str:
 
 
 class OpenAIProvider:
+    """The provider (the class: ``validate``, ``create``) and a run's model (an instance)."""
+
+    name = PROVIDER
     fast: bool = False  # every turn is a network call: the loop records results before asking
 
     def __init__(
@@ -314,7 +343,8 @@ class OpenAIProvider:
         backoff_base_s: float = 0.5,
         max_backoff_s: float = 30.0,
     ) -> None:
-        self._config = validate_openai_config(config, allowed_key_envs=settings.provider_key_envs)
+        self._bindings = settings.key_bindings
+        self._config = validate_openai_config(config, bindings=self._bindings)
         self._url = self._config.get("base_url", DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
         self._shown_url = _display_url(self._url)
         self._key_env: str = self._config.get("api_key_env", DEFAULT_API_KEY_ENV)
@@ -323,12 +353,30 @@ class OpenAIProvider:
         self._backoff_base_s = backoff_base_s
         self._max_backoff_s = max_backoff_s
 
-    def _api_key(self) -> str:
-        # Checked again at call time: the allowed set is the deployment's current one.
-        if self._key_env not in self._settings.provider_key_envs:
+    @staticmethod
+    def validate(config: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
+        return validate_openai_config(config, bindings=settings.key_bindings)
+
+    @classmethod
+    def create(cls, config: dict[str, Any], resources: ProviderResources) -> OpenAIProvider:
+        return cls(config, resources.settings, client=resources.http)
+
+    def _check_destination(self, url: httpx.URL) -> None:
+        """The very request goes where its key may be sent (the config was checked when it
+        was written and when the run started; this is the last word, before any byte)."""
+        try:
+            path = url.raw_path.split(b"?", 1)[0].decode("ascii")
+            target = endpoint(url.scheme, url.raw_host.decode("ascii"), url.port, path)
+        except (BadURL, UnicodeDecodeError):
+            allowed = False
+        else:
+            allowed = key_may_go(self._bindings, self._key_env, target)
+        if not allowed:
             raise ProviderError(
-                f"openai: the API key variable {self._key_env} is not allowed by ENVERIF_PROVIDER_KEY_ENVS"
+                f"openai: {self._key_env} may not be sent to {self._shown_url} (ENVERIF_PROVIDER_KEYS)"
             )
+
+    def _api_key(self) -> str:
         key = os.environ.get(self._key_env, "").strip()
         if not key:
             raise ProviderError(f"openai: the API key variable {self._key_env} is not set in the environment")
@@ -364,6 +412,7 @@ class OpenAIProvider:
         request = client.build_request(
             "POST", self._url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=timeout
         )
+        self._check_destination(request.url)
         # httpx times each read separately; the deadline bounds the whole attempt.
         async with asyncio.timeout(self._settings.provider_timeout_s):
             response = await client.send(request, stream=True)

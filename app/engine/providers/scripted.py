@@ -31,13 +31,25 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import TemplateSyntaxError
 
 from app.domain.errors import ValidationFailed
-from app.engine.base import FinalAnswer, ToolCall, ToolCalls, Turn, TurnContext
+from app.engine.base import (
+    FinalAnswer,
+    ProviderResources,
+    TemplateRenderer,
+    ToolCall,
+    ToolCalls,
+    Turn,
+    TurnContext,
+)
 from app.engine.providers.sandbox import CappedSandbox, compile_template, has_templates
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 PROVIDER = "scripted"
 MAX_STEPS = 1_000
@@ -47,17 +59,11 @@ MAX_STEPS = 1_000
 _VALIDATION_ENV = CappedSandbox()
 
 
-class TemplateRenderer(Protocol):
-    """Renders (template tree, where) pairs; ``templates.TemplatePool`` in a worker."""
-
-    async def render(self, items: list[tuple[Any, str]], variables: dict[str, Any]) -> list[Any]: ...
-
-
 # -- validation ---------------------------------------------------------------------------
 
 
-def _invalid(message: str) -> ValidationFailed:
-    return ValidationFailed(message, field="model")
+def _invalid(message: str, key: str = "steps") -> ValidationFailed:
+    return ValidationFailed(message, field=f"model.{key}" if key else "model")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -106,14 +112,16 @@ def _check_call(call: object, where: str) -> None:
 
 
 def validate_scripted_config(cfg: object) -> dict[str, Any]:
-    """Check a scripted model config; returns a copy. Raises ``ValidationFailed(field="model")``."""
+    """Check a scripted model config; returns a copy. Raises ``ValidationFailed`` naming
+    ``model.steps`` (or the key that is wrong)."""
     if not isinstance(cfg, dict):
-        raise _invalid("model must be an object")
+        raise _invalid("model must be an object", key="")
     if cfg.get("provider") != PROVIDER:
-        raise _invalid(f"model.provider must be {PROVIDER!r}")
+        raise _invalid(f"model.provider must be {PROVIDER!r}", key="provider")
     unknown = sorted(set(cfg) - {"provider", "steps"})
     if unknown:
-        raise _invalid(f"model has unknown keys: {', '.join(map(str, unknown))} (allowed: provider, steps)")
+        message = f"model has unknown keys: {', '.join(map(str, unknown))} (allowed: provider, steps)"
+        raise _invalid(message, key=str(unknown[0]))
     steps = cfg.get("steps")
     if not isinstance(steps, list):
         raise _invalid("model.steps must be a list of turns")
@@ -148,12 +156,24 @@ def validate_scripted_config(cfg: object) -> dict[str, Any]:
 
 
 class ScriptedProvider:
+    """The provider (the class: ``validate``, ``create``) and a run's model (an instance)."""
+
+    name = PROVIDER
     # Local and quick (no network): the loop may compute the next turn inside its transaction.
     fast: bool = True
 
-    def __init__(self, config: dict[str, Any], renderer: TemplateRenderer) -> None:
-        self._steps: list[dict[str, Any]] = validate_scripted_config(config)["steps"]
+    def __init__(self, config: dict[str, Any], renderer: TemplateRenderer, *, checked: bool = False) -> None:
+        """``checked``: ``config`` is what ``validate`` returned (so it is not checked again)."""
+        self._steps: list[dict[str, Any]] = (config if checked else validate_scripted_config(config))["steps"]
         self._renderer = renderer
+
+    @staticmethod
+    def validate(config: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
+        return validate_scripted_config(config)
+
+    @classmethod
+    def create(cls, config: dict[str, Any], resources: ProviderResources) -> ScriptedProvider:
+        return cls(config, resources.templates, checked=True)
 
     async def next_turn(self, ctx: TurnContext) -> Turn:
         results = [item.result for item in ctx.history]

@@ -57,7 +57,7 @@ class DelegateTool:
     )
     risk = RiskClass.INTERNAL_WRITE
     kind = ToolKind.STATE
-    # Its only write is the child's INSERT, its last act (``TreeTx.create_child``): a call
+    # Its only write is the child's INSERT, its last act (``TreeTx.create_run``): a call
     # that fails has written nothing, so no savepoint (two statements a delegation) is needed.
     needs_savepoint = False
     timeout_s: float | None = None

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from app.domain.model_errors import ModelErrorCode
 from app.domain.policy import RiskClass
 from app.engine.base import ToolContext, ToolError, ToolKind
 
@@ -42,29 +43,33 @@ def _build_client(settings: Settings) -> httpx.AsyncClient:
 
 def _check_args(args: object, required: set[str]) -> dict[str, Any]:
     if not isinstance(args, dict):
-        raise ToolError("INVALID_ARGUMENTS", "arguments must be an object")
+        raise ToolError(ModelErrorCode.INVALID_ARGUMENTS, "arguments must be an object")
     missing = sorted(required - set(args))
     if missing:
-        raise ToolError("INVALID_ARGUMENTS", f"missing argument(s): {', '.join(missing)}")
+        raise ToolError(ModelErrorCode.INVALID_ARGUMENTS, f"missing argument(s): {', '.join(missing)}")
     unknown = sorted(set(args) - required)
     if unknown:
-        raise ToolError("INVALID_ARGUMENTS", f"unknown argument(s): {', '.join(unknown)}")
+        raise ToolError(ModelErrorCode.INVALID_ARGUMENTS, f"unknown argument(s): {', '.join(unknown)}")
     return args
 
 
 def _check_url(raw: object) -> httpx.URL:
     if not isinstance(raw, str) or not raw.strip():
-        raise ToolError("INVALID_ARGUMENTS", "url must be a non-empty string")
+        raise ToolError(ModelErrorCode.INVALID_ARGUMENTS, "url must be a non-empty string")
     if len(raw) > MAX_URL_CHARS:
-        raise ToolError("INVALID_ARGUMENTS", f"url is longer than {MAX_URL_CHARS} characters")
+        raise ToolError(ModelErrorCode.INVALID_ARGUMENTS, f"url is longer than {MAX_URL_CHARS} characters")
     try:
         url = httpx.URL(raw.strip())
     except httpx.InvalidURL as exc:
-        raise ToolError("INVALID_ARGUMENTS", f"url is not valid: {exc}") from exc
+        raise ToolError(ModelErrorCode.INVALID_ARGUMENTS, f"url is not valid: {exc}") from exc
     if url.scheme and url.scheme not in ("http", "https"):
-        raise ToolError("URL_REFUSED", f"only http and https URLs are allowed, not {url.scheme!r}")
+        raise ToolError(
+            ModelErrorCode.URL_REFUSED, f"only http and https URLs are allowed, not {url.scheme!r}"
+        )
     if not url.is_absolute_url or not url.host:
-        raise ToolError("INVALID_ARGUMENTS", "url must be absolute, like https://example.com/path")
+        raise ToolError(
+            ModelErrorCode.INVALID_ARGUMENTS, "url must be absolute, like https://example.com/path"
+        )
     return url
 
 
@@ -97,14 +102,18 @@ class _HttpTool:
                 finally:
                     await response.aclose()
         except URLRefused as exc:
-            raise ToolError("URL_REFUSED", f"{exc} (private networks are not allowed)") from exc
+            raise ToolError(ModelErrorCode.URL_REFUSED, f"{exc} (private networks are not allowed)") from exc
         except TimeoutError as exc:
             limit = self._settings.http_timeout_s
-            raise ToolError("HTTP_ERROR", f"{method} {url} timed out after {limit}s") from exc
+            raise ToolError(ModelErrorCode.HTTP_ERROR, f"{method} {url} timed out after {limit}s") from exc
         except httpx.TooManyRedirects as exc:
-            raise ToolError("HTTP_ERROR", f"{method} {url}: more than {MAX_REDIRECTS} redirects") from exc
+            raise ToolError(
+                ModelErrorCode.HTTP_ERROR, f"{method} {url}: more than {MAX_REDIRECTS} redirects"
+            ) from exc
         except httpx.HTTPError as exc:
-            raise ToolError("HTTP_ERROR", f"{method} {url} failed: {type(exc).__name__}: {exc}") from exc
+            raise ToolError(
+                ModelErrorCode.HTTP_ERROR, f"{method} {url} failed: {type(exc).__name__}: {exc}"
+            ) from exc
         return response.status_code, _decode(data, response.charset_encoding, final=not truncated), truncated
 
 
@@ -157,7 +166,8 @@ class WebhookPostTool(_HttpTool):
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
         if ctx.step_id is None:  # the loop only omits it for READ tools; never send without one
             raise ToolError(
-                "NO_IDEMPOTENCY_KEY", "webhook.post needs a recorded step to use as its idempotency key"
+                ModelErrorCode.NO_IDEMPOTENCY_KEY,
+                "webhook.post needs a recorded step to use as its idempotency key",
             )
         checked = _check_args(args, {"url", "payload"})
         url = _check_url(checked["url"])

@@ -20,6 +20,7 @@ from typing import Any
 from app.domain.credentials import screen_memory_write
 from app.domain.errors import EnverifError
 from app.domain.events import EventType
+from app.domain.model_errors import ModelErrorCode
 from app.domain.policy import RiskClass
 from app.engine.base import RunWriter, ToolContext, ToolError, ToolKind
 from app.services import memories, memory_search
@@ -35,20 +36,20 @@ def _writer(ctx: ToolContext) -> RunWriter:
 
 def _args(args: object, *, required: set[str], optional: set[str]) -> dict[str, Any]:
     if not isinstance(args, dict):
-        raise ToolError("VALIDATION_FAILED", "arguments must be an object")
+        raise ToolError(ModelErrorCode.VALIDATION_FAILED, "arguments must be an object")
     missing = sorted(required - set(args))
     if missing:
-        raise ToolError("VALIDATION_FAILED", f"missing argument(s): {', '.join(missing)}")
+        raise ToolError(ModelErrorCode.VALIDATION_FAILED, f"missing argument(s): {', '.join(missing)}")
     unknown = sorted(set(args) - required - optional)
     if unknown:
-        raise ToolError("VALIDATION_FAILED", f"unknown argument(s): {', '.join(unknown)}")
+        raise ToolError(ModelErrorCode.VALIDATION_FAILED, f"unknown argument(s): {', '.join(unknown)}")
     return args
 
 
 def _string(args: dict[str, Any], name: str) -> str:
     value = args[name]
     if not isinstance(value, str):
-        raise ToolError("VALIDATION_FAILED", f"{name} must be a string")
+        raise ToolError(ModelErrorCode.VALIDATION_FAILED, f"{name} must be a string")
     return value
 
 
@@ -57,7 +58,7 @@ def _optional_tags(args: dict[str, Any]) -> list[str] | None:
     if tags is None:
         return None
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise ToolError("VALIDATION_FAILED", "tags must be a list of strings")
+        raise ToolError(ModelErrorCode.VALIDATION_FAILED, "tags must be a list of strings")
     return tags
 
 
@@ -66,13 +67,15 @@ def _optional_number(args: dict[str, Any], name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ToolError("VALIDATION_FAILED", f"{name} must be a number")
+        raise ToolError(ModelErrorCode.VALIDATION_FAILED, f"{name} must be a number")
     return float(value)
 
 
 def _refusal(exc: EnverifError) -> ToolError:
     # The service's message names the field (and for credentials the rule), never the value.
-    return ToolError(exc.code, exc.message)
+    # Its code is one of the API's (VALIDATION_FAILED, CREDENTIAL_REJECTED, CONFLICT), which
+    # the model sees under the same name.
+    return ToolError(ModelErrorCode(exc.code), exc.message)
 
 
 class MemorySearchTool:
@@ -104,10 +107,11 @@ class MemorySearchTool:
         tags = _optional_tags(args)
         limit = args.get("limit", memory_search.DEFAULT_SEARCH_LIMIT)
         if isinstance(limit, bool) or not isinstance(limit, int):
-            raise ToolError("VALIDATION_FAILED", "limit must be an integer")
+            raise ToolError(ModelErrorCode.VALIDATION_FAILED, "limit must be an integer")
         if not 1 <= limit <= memory_search.MAX_SEARCH_LIMIT:
             raise ToolError(
-                "VALIDATION_FAILED", f"limit must be between 1 and {memory_search.MAX_SEARCH_LIMIT}"
+                ModelErrorCode.VALIDATION_FAILED,
+                f"limit must be between 1 and {memory_search.MAX_SEARCH_LIMIT}",
             )
         try:
             if tags is not None:
@@ -162,7 +166,9 @@ class MemoryRememberTool:
         # stored arguments too, whatever else is wrong with them.
         if isinstance(args, dict) and (screened := screen_memory_write(args)) is not None:
             raise ToolError(
-                "CREDENTIAL_REJECTED", screened.rejection.message, redacted_arguments=screened.arguments
+                ModelErrorCode.CREDENTIAL_REJECTED,
+                screened.rejection.message,
+                redacted_arguments=screened.arguments,
             )
         args = _args(args, required={"key", "value"}, optional={"tags", "importance"})
         key, value = _string(args, "key"), _string(args, "value")

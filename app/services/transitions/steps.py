@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Approval, Run, RunStep
 from app.domain.events import EventType
+from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.runs import (
     TERMINAL_STEP,
     ApprovalStatus,
@@ -79,10 +80,6 @@ class StepWrites:
             "started_at": started_at or (self.now if started else None),
             "finished_at": finished_at or (self.now if finished else None),
         }
-
-    async def add_step(self, run: Run, **columns: Any) -> RunStep:
-        [step] = await self.add_steps([self.step_row(run, **columns)])
-        return step
 
     async def add_steps(self, rows: list[dict[str, Any]]) -> list[RunStep]:
         """Insert steps without ORM flushes and return them detached, with their ids: one
@@ -251,7 +248,7 @@ class StepWrites:
                 continue
             message = f"run {to.value.lower()}: {why or ''}".strip().rstrip(":")
             await self.finish_step(
-                run, step, StepStatus.CANCELLED, result={"error": {"code": "RUN_ENDED", "message": message}}
+                run, step, StepStatus.CANCELLED, result=model_error(ModelErrorCode.RUN_ENDED, message)
             )
         approvals = await self.session.scalars(
             select(Approval)
@@ -267,7 +264,7 @@ class StepWrites:
 
 
 def rejection_result(reason: str | None) -> dict[str, object]:
-    return {"error": {"code": "REJECTED", "message": reason or "rejected by an operator"}}
+    return model_error(ModelErrorCode.REJECTED, reason or "rejected by an operator")
 
 
 async def read_steps(read_sessionmaker: async_sessionmaker[AsyncSession], run_id: int) -> list[RunStep]:

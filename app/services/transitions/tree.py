@@ -26,11 +26,11 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, insert, or_, select
+from sqlalchemy import Select, bindparam, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.clock import now_sql
-from app.db.orm import Run, RunEvent, RunStep
+from app.db.clock import db_now, now_sql
+from app.db.orm import Agent, Run, RunEvent, RunStep
 from app.domain.errors import NotFound
 from app.domain.events import EventType
 from app.domain.runs import (
@@ -44,7 +44,7 @@ from app.domain.runs import (
 )
 from app.events.publish import EventMessage
 from app.services.runtime import Runtime
-from app.services.transitions.children import ChildWrites
+from app.services.transitions.creation import NewRun, RunCreation, insert_run
 from app.services.transitions.outbox import WakeUp, after_commit
 from app.services.transitions.steps import StepWrites
 
@@ -55,7 +55,7 @@ class LeaseLost(Exception):
     """The worker no longer owns the run (cancelled, or claimed by another worker)."""
 
 
-class TreeTx(StepWrites, ChildWrites):
+class TreeTx(StepWrites, RunCreation):
     def __init__(self, session: AsyncSession, root: Run, now: datetime) -> None:
         self.session = session
         self.root = root
@@ -302,6 +302,84 @@ async def tree_tx(
         await after_commit(rt, tx.events, tx.wakeups)
 
 
+class NewTree:
+    """Creates a new tree in the caller's transaction: its root run (``create_run``), with
+    the root's ``RUN_CREATED`` event as seq 1 of the tree's log, and its first job.
+
+    Nobody can see the new rows before commit, so nothing is locked; ``now`` is the
+    database's clock, read with the caller's first statement where it can be
+    (``read_agent``), else on its own (``clock``). ``finish`` writes the events before
+    commit; ``events`` and ``wakeups`` go out after it. ``new_tree_tx`` does all of that.
+    """
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+        self.tx: TreeTx | None = None  # the new tree's, once its root exists
+        self._now: datetime | None = None
+
+    async def clock(self) -> datetime:
+        """The database's clock, read once per transaction."""
+        if self._now is None:
+            self._now = await db_now(self.session)
+        return self._now
+
+    async def read_agent(self, *, workspace_id: int, agent_id: int) -> Agent | None:
+        """The workspace's agent, read together with the database's clock (one statement)."""
+        dialect = self.session.get_bind().dialect.name
+        row = (
+            await self.session.execute(
+                select(Agent, now_sql(dialect)).where(
+                    Agent.id == agent_id, Agent.workspace_id == workspace_id
+                )
+            )
+        ).first()
+        if row is None:
+            return None
+        agent, now = row
+        self._now = self._now or _utc(now)
+        return agent
+
+    async def create_run(self, new: NewRun) -> Run:
+        """The tree's root: QUEUED, its own root, enqueued after commit."""
+        assert new.parent is None, "a child is created in its parent's tree: TreeTx.create_run"
+        assert self.tx is None, "one root per tree"
+        now = await self.clock()
+        run = await insert_run(self.session, new, now=now, root_id=None)
+        run.root_run_id = run.id
+        self.tx = TreeTx(self.session, run, now)
+        self.tx.run_created(run, new)
+        return run
+
+    async def finish(self) -> None:
+        """Before commit: the tree's events, then the root made its own root with the last
+        seq of its log (one UPDATE: the row is detached, as every inserted run is)."""
+        if self.tx is None:
+            return
+        await self.tx.write_events()
+        root = self.tx.root
+        await self.session.execute(_ROOT_OF_ITSELF, {"b_id": root.id, "b_seq": root.last_event_seq})
+
+    @property
+    def events(self) -> list[EventMessage]:
+        return [] if self.tx is None else self.tx.events
+
+    @property
+    def wakeups(self) -> list[WakeUp]:
+        return [] if self.tx is None else self.tx.wakeups
+
+
+@asynccontextmanager
+async def new_tree_tx(rt: Runtime) -> AsyncIterator[NewTree]:
+    """One write transaction that may create a new tree (``NewTree.create_run``); commits on
+    normal exit, then publishes the tree's events and enqueues its first job."""
+    async with rt.sessionmaker() as session:
+        async with session.begin():
+            tree = NewTree(session)
+            yield tree
+            await tree.finish()
+        await after_commit(rt, tree.events, tree.wakeups)
+
+
 # Statements of every run's path, built once so each is compiled once and cached: one built
 # per call costs its construction and cache key every time, and an IN over a list is
 # re-rendered at each execution (measured: about 1.6 ms of CPU per run end, profiled).
@@ -310,6 +388,12 @@ _LIVE_CHILDREN = select(Run.id).where(
     or_(*(Run.status == s.value for s in sorted(CANCELLABLE_RUN, key=lambda s: s.value))),
 )
 _LOCK_ROOTS: dict[str, Select[Run, datetime]] = {}
+_runs = Run.__table__
+_ROOT_OF_ITSELF = (
+    update(_runs)
+    .where(_runs.c.id == bindparam("b_id"))
+    .values(root_run_id=bindparam("b_id"), last_event_seq=bindparam("b_seq"))
+)
 
 
 def _lock_root_and_run(dialect: str) -> Select[Run, datetime]:

@@ -1,0 +1,86 @@
+"""What one worker knows about the run it is executing: one object, shared by the loop
+(``loop.py``), its writes (``persist.py``) and its side of the model (``turns.py``).
+
+The decisions about it are pure functions (``app.domain.engine_rules``, ``app.domain.planner``);
+this module only holds the data and what is derived from it directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from app.domain.engine_rules import Outcome, ReadCall
+from app.domain.planner import Limits, ToolInfo
+from app.domain.policy import PolicyLink
+from app.engine.base import ToolContext, ToolSpec
+
+if TYPE_CHECKING:
+    from app.db.orm import Agent, Run, RunStep
+    from app.services.runs import Claim
+    from app.settings import Settings
+
+
+@dataclass
+class RunState:
+    """One claimed run, as this worker sees it.
+
+    ``steps`` is the worker's view of the run's steps. While it holds the fence (its claimed
+    ``attempt``), nobody else adds or finishes its steps except by deciding an approval or
+    ending a child, both of which only touch WAITING steps; so the view is only re-read after
+    waiting. What ran but is not written yet is ``unrecorded`` (one step's outcome) and
+    ``reads`` (batched READ calls, not yet steps at all).
+    """
+
+    run: Run
+    agent: Agent
+    attempt: int
+    memories: list[dict[str, Any]]  # injected at the first start: [{key, value, tags}]
+    steps: list[RunStep]
+    limits: Limits
+    # Done but not yet written: one step's result, and batched READ calls.
+    unrecorded: tuple[RunStep, Outcome] | None = None
+    reads: list[ReadCall] = field(default_factory=list)
+    # The index of the model turn last asked for (what batched reads are recorded under).
+    asked_turn: int = 0
+    # The agent's configuration, read once when the loop starts (``configure``).
+    fast: bool = False  # the model is local and quick (scripted): see engine_rules.batches
+    chain: list[PolicyLink] = field(default_factory=list)
+    offered: list[ToolSpec] = field(default_factory=list)  # what the model is shown
+    tools: dict[str, ToolInfo] = field(default_factory=dict)  # every registered tool, for the rules
+
+    @classmethod
+    def of_claim(cls, claimed: Claim, settings: Settings) -> RunState:
+        return cls(
+            run=claimed.run,
+            agent=claimed.agent,
+            attempt=claimed.attempt,
+            memories=claimed.memories,
+            steps=claimed.steps,
+            limits=Limits(max_turns=settings.max_turns, max_value_bytes=settings.max_result_bytes),
+        )
+
+    @property
+    def run_id(self) -> int:
+        return self.run.id
+
+    @property
+    def root_id(self) -> int:
+        return self.run.root_run_id or self.run.id
+
+    @property
+    def has_unrecorded(self) -> bool:
+        """Something ran that only a later write will record."""
+        return self.unrecorded is not None or bool(self.reads)
+
+    def next_seq(self) -> int:
+        return max((s.seq for s in self.steps), default=0) + 1
+
+    def tool_context(self, step_id: int | None, settings: Settings) -> ToolContext:
+        return ToolContext(
+            workspace_id=self.run.workspace_id,
+            agent_id=self.run.agent_id,
+            run_id=self.run.id,
+            step_id=step_id,
+            settings=settings,
+        )
