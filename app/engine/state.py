@@ -60,13 +60,13 @@ class RunState:
             limits=Limits(max_turns=settings.max_turns, max_value_bytes=settings.max_result_bytes),
         )
 
-    @property
-    def run_id(self) -> int:
-        return self.run.id
+    # Fixed for the run's life (plain attributes: they are read on every write).
+    run_id: int = field(init=False)
+    root_id: int = field(init=False)
 
-    @property
-    def root_id(self) -> int:
-        return self.run.root_run_id or self.run.id
+    def __post_init__(self) -> None:
+        self.run_id = self.run.id
+        self.root_id = self.run.root_run_id or self.run.id
 
     @property
     def has_unrecorded(self) -> bool:
