@@ -489,12 +489,12 @@ async def test_a_sql_bug_stays_internal(gql, workspace, monkeypatch) -> None:
     """Precise detection: a statement the database rejects is a bug, not an outage."""
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from app.services import queries
+    from app.services import reads
 
     async def broken(session: AsyncSession, **_: Any) -> Any:
         await session.execute(text("SELECT no_such_column FROM agent_runs"))
 
-    monkeypatch.setattr(queries, "list_agents", broken)
+    monkeypatch.setattr(reads, "list_agents", broken)
     response = await gql.http.post(
         "/graphql",
         json={"query": "{ agents { edges { cursor } } }"},
