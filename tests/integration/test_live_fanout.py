@@ -13,7 +13,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from app.main import create_app
-from app.services import events as event_log
+from app.services import event_log
 from app.services.runtime import Runtime
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture

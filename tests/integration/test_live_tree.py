@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.graphql.ids import from_global_id
 from app.main import create_app
-from app.services import events as event_log
+from app.services import event_log
 from app.settings import Settings
 from tests.conftest import GraphQLClient, WorkspaceFixture
 from tests.support.live import (

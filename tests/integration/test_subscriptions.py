@@ -20,8 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from app.events.hub import hub_client_name
 from app.events.publish import publish_events
-from app.services import auth, runs
-from app.services import events as event_log
+from app.services import auth, event_log, runs
 from app.services.runtime import Runtime
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture

@@ -21,7 +21,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from app.clock import utcnow
-from app.services import events as event_log
+from app.services import event_log
 from app.services.runtime import Runtime
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
