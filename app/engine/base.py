@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.domain.events import EventType
 from app.domain.policy import RiskClass
+from app.domain.run_events import EventType
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

@@ -24,8 +24,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Run, RunStep
-from app.domain.events import EventType
 from app.domain.jsonvalue import NotStorable, strict_json
+from app.domain.run_events import EventType
 from app.domain.runs import StepStatus
 from app.engine.base import ChildStarted, Tool, ToolContext, ToolError
 from app.engine.tools.registry import tool_timeout_s

@@ -16,8 +16,8 @@ from app.db.clock import now_sql
 from app.db.orm import Agent, Run, RunEvent, RunStep
 from app.domain.agents import AgentStatus, Role
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
-from app.domain.events import EventType
 from app.domain.memory import MemoryCandidate
+from app.domain.run_events import EventType
 from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
 from app.events.publish import event_to_message
 from app.services import memory_injection

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.domain.errors import EnverifError
-from app.domain.events import EventType
 from app.domain.policy import RiskClass
+from app.domain.run_events import EventType
 from app.engine.base import RunWriter, ToolContext, ToolError, ToolKind
 from app.services import memories, memory_search
 
