@@ -16,7 +16,7 @@ from app.domain.errors import Unavailable, ValidationFailed
 from app.events.hub import EventHub, SubscriberTooSlow
 from app.graphql.context import Context, Info
 from app.graphql.ids import from_global_id
-from app.graphql.shared_events import run_event
+from app.graphql.shared_execution import run_event
 from app.graphql.types.run_events import RunEvent
 from app.graphql.ws_auth import CLOSE_TOO_SLOW
 from app.services import event_log

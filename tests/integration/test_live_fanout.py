@@ -1,4 +1,4 @@
-"""Live events shared between subscriptions (``app.graphql.shared_events``), over a real
+"""Live events shared between subscriptions (``app.graphql.shared_execution``), over a real
 uvicorn and real websockets: subscriptions of one process that share an event's execution
 still each get exactly what their own document, variables and stream ask for."""
 
