@@ -39,7 +39,7 @@ from arq.constants import in_progress_key_prefix
 from arq.cron import cron
 from arq.worker import Worker, func
 
-from app import health
+from app.services import health
 from app.engine.providers import Providers
 from app.engine.tools.registry import default_registry
 from app.keys import queue_name, schedules_cron_name

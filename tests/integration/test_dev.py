@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.embedded import stop_embedded_redis
+from app.dev.embedded import stop_embedded_redis
 from app.settings import Settings
 from tests.conftest import DB_KIND
 

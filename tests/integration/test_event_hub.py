@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from app.embedded import redis_server_binary
+from app.dev.embedded import redis_server_binary
 from app.events.hub import EventHub, HubStopped, Resync, SubscriberTooSlow, Subscription, hub_client_name
 from app.events.publish import EventMessage, decode_message, encode_message, publish_events
 from app.services.runtime import Runtime

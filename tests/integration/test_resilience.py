@@ -26,8 +26,8 @@ import redis.asyncio as aioredis
 from sqlalchemy import select, text
 
 from app.db.orm import Run, RunStep
-from app.health import HEARTBEAT_TTL_S, live_workers
 from app.keys import queue_name
+from app.services.health import HEARTBEAT_TTL_S, live_workers
 from app.settings import Settings
 from tests.conftest import DB_KIND, GraphQLClient
 from tests.integration.graphql_support import pk

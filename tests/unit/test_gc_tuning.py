@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 
-from app import dev
+from app.dev import stack as dev
 
 
 def test_startup_objects_are_frozen_and_young_collections_are_rarer() -> None:

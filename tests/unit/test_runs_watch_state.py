@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from app.cli.watch.client import TreeState, WatchError, endpoints, run_global_id
+from app.cli.watch.view import render
 from app.graphql.ids import to_global_id
-from app.runs_watch import TreeState, WatchError, endpoints, run_global_id
-from app.runs_watch_view import render
 
 ROOT, MID, LEAF = (to_global_id("Run", n) for n in (1, 2, 3))
 

@@ -166,7 +166,7 @@ async def _check_redis(settings: Settings) -> None:
     from redis import RedisError
     from redis.asyncio import Redis
 
-    from app.embedded import ensure_embedded_redis
+    from app.dev.embedded import ensure_embedded_redis
 
     if settings.uses_embedded_redis:
         try:
@@ -302,7 +302,7 @@ def cmd_run_start(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from app import dev
+    from app.dev import stack as dev
 
     settings = _settings()
     host, port = _listen_address(args, settings)
@@ -327,7 +327,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings = _settings()
 
     async def run() -> None:
-        from app import dev
+        from app.dev import stack as dev
 
         if args.burst:
             await _preflight(settings)  # a one-shot run fails fast: a script awaits its answer
@@ -397,7 +397,7 @@ def _check_workers(settings: Settings, *, this_host: bool) -> int:
     from redis.asyncio import Redis
     from redis.exceptions import RedisError
 
-    from app.health import live_workers
+    from app.services.health import live_workers
 
     async def run() -> int:
         client = Redis.from_url(settings.effective_redis_url, socket_connect_timeout=5)
@@ -421,8 +421,8 @@ def _check_workers(settings: Settings, *, this_host: bool) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     import os
 
-    from app import dev
-    from app.embedded import embedded_redis_running, stop_embedded_redis
+    from app.dev import stack as dev
+    from app.dev.embedded import embedded_redis_running, stop_embedded_redis
 
     # Quiet by default: the banner is the last thing printed at start-up and stays on screen
     # (no access log, no per-job lines); warnings and errors still show. --verbose or
@@ -468,7 +468,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_runs_watch(args: argparse.Namespace) -> int:
     import os
 
-    from app.runs_watch import WatchError, watch
+    from app.cli.watch.client import WatchError, watch
 
     token = args.token or os.environ.get("ENVERIF_TOKEN")
     if not token:
@@ -527,7 +527,7 @@ def _run_stack(run: Callable[[], Any], *, fast_loop: bool = False) -> None:
     """``fast_loop``: run on uvloop where it is installed (the API's request path and a
     worker's hot path spend a measurable share of their CPU in the event loop); the
     standard loop otherwise."""
-    from app.dev import StackError
+    from app.dev.stack import StackError
 
     try:
         with asyncio.Runner(loop_factory=_fast_loop_factory() if fast_loop else None) as runner:
@@ -594,7 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help='print {"workspace_id", "token"} as JSON')
     c.set_defaults(handler=cmd_workspace_create)
 
-    from app import cli_schedules, cli_tokens
+    from app.cli import schedules as cli_schedules
+    from app.cli import tokens as cli_tokens
 
     cli_tokens.add_parser(commands)
 
@@ -649,7 +650,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ from rich.tree import Tree
 from app.graphql.ids import to_global_id
 
 if TYPE_CHECKING:
-    from app.runs_watch import RunNode, TreeState
+    from app.cli.watch.client import RunNode, TreeState
 
 STATUS_STYLES = {
     "QUEUED": "dim",

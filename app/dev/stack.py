@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.clock import utcnow
 from app.db.orm import Agent, Memory, Workspace
-from app.dev_prospector import prospector_specs, seed_schedule
+from app.dev.prospector import prospector_specs, seed_schedule
 from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
 from app.domain.errors import Conflict
 from app.domain.policy import validate_policy
@@ -201,7 +201,7 @@ def demo_agents(base_url: str) -> list[DemoAgent]:
             },
             tools=["agents.*"],
         ),
-        # The scheduled one and its specialist (app/dev_prospector.py).
+        # The scheduled one and its specialist (app/dev/prospector.py).
         *[DemoAgent(**spec) for spec in prospector_specs(base_url)],
     ]
 

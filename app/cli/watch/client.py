@@ -23,8 +23,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.typing import Subprotocol
 
+from app.cli.watch.view import LiveView
 from app.graphql.ids import parse_global_id, to_global_id
-from app.runs_watch_view import LiveView
 
 PROTOCOL = Subprotocol("graphql-transport-ws")
 TIMEOUT_S = 10.0
