@@ -39,11 +39,11 @@ from arq.constants import in_progress_key_prefix
 from arq.cron import cron
 from arq.worker import Worker, func
 
-from app.services import health
 from app.engine.providers import Providers
 from app.engine.tools.registry import default_registry
 from app.keys import queue_name, schedules_cron_name
 from app.outages import is_outage
+from app.services import health
 from app.services.runtime import Runtime, open_runtime, redis_settings
 from app.services.sweeper import sweeper_loop
 from app.settings import Settings

@@ -1,18 +1,12 @@
-"""``enverif dev``: the whole stack in one process, plus a demo workspace to try it on.
-
-One event loop runs two tasks — the API (uvicorn) and the worker (arq) — against the
-embedded SQLite and Redis under ``ENVERIF_HOME`` unless ``ENVERIF_*`` say otherwise. The same
-``run_stack`` serves ``enverif serve`` (API only).
+"""The stack in one process: the API (uvicorn) and/or a worker (arq) as two tasks of one event
+loop. ``enverif dev`` runs both (against the embedded SQLite and Redis under
+``ENVERIF_HOME`` unless ``ENVERIF_*`` say otherwise, with the demo workspace of
+``app.dev.demo``); ``enverif serve`` only the API; ``enverif worker`` only the worker.
 
 Signals: we own SIGINT/SIGTERM for the whole process. uvicorn's own capture would stop only
 the API and then re-raise the signal after its shutdown (killing the process before the
 worker closed); arq's would stop only the worker. Whichever task ends first — by a signal or
 by failing — stops the other, so the process never keeps half a stack running.
-
-Seeding is idempotent: the ``demo`` workspace and its agents are reused when present (the
-agents are put back to their demo definition, whose URLs carry this start's port), and a
-fresh admin token is minted on every start because tokens are stored hashed and cannot be
-shown again.
 """
 
 from __future__ import annotations
@@ -24,26 +18,14 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
-from sqlalchemy import delete, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.clock import utcnow
-from app.db.orm import Agent, Memory, Workspace
-from app.dev.prospector import prospector_specs, seed_schedule
-from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
-from app.domain.errors import Conflict
-from app.domain.policy import validate_policy
-from app.services import auth, memories
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
-DEMO_WORKSPACE = "demo"
-DEV_TOKEN_NAME = "enverif dev"
 # How long open connections (websocket subscriptions, slow requests) may hold up shutdown.
 GRACEFUL_SHUTDOWN_S = 5
 # How long each half may take to stop before it is cancelled; the worker gets its jobs' grace
@@ -54,272 +36,6 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 class StackError(Exception):
     """The stack could not start, or one of its halves died: a message for the operator."""
-
-
-# -- the demo workspace -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DemoAgent:
-    name: str
-    description: str
-    instructions: str
-    model: dict[str, Any]
-    tools: list[str]
-    policy: dict[str, Any] = field(default_factory=dict)
-
-
-def demo_agents(base_url: str) -> list[DemoAgent]:
-    """The demo agents; ``base_url`` is where this dev stack answers (its /dev routes)."""
-    return [
-        DemoAgent(
-            name="researcher",
-            description="Fetches the demo page and posts a summary of it to the demo webhook.",
-            instructions="Read the page, then post a one-line summary of it to the webhook.",
-            model={
-                "provider": "scripted",
-                "steps": [
-                    {"call": "http.get", "args": {"url": f"{base_url}/dev/page"}},
-                    {
-                        "call": "webhook.post",
-                        "args": {
-                            "url": f"{base_url}/dev/webhook",
-                            "payload": {"summary": "{{ results[-1].body[:80] }}"},
-                        },
-                    },
-                    {"final": {"fetched": "{{ results[0].status }}", "posted": "{{ results[1].status }}"}},
-                ],
-            },
-            tools=["http.get", "webhook.post"],
-            # webhook.post is EXTERNAL_WRITE and needs approval by its risk class anyway;
-            # the rule says so where an operator reading the policy will look.
-            policy={"rules": [{"tool": "webhook.post", "decision": "REQUIRE_APPROVAL"}]},
-        ),
-        DemoAgent(
-            name="lead-researcher",
-            description="Researches a company by delegating the enrichment to the enricher.",
-            instructions="Hand the enrichment of the company in the input to the enricher, then report.",
-            model={
-                "provider": "scripted",
-                "steps": [
-                    {"call": "agents.list", "args": {}},
-                    {
-                        "call": "agents.delegate",
-                        "args": {
-                            "agent": "enricher",
-                            "task": "Enrich {{ input.company | default('acme.example') }}",
-                        },
-                    },
-                    {
-                        "final": {
-                            "enrichment": "{{ results[1].result }}",
-                            "childRun": "{{ results[1].runId }}",
-                        }
-                    },
-                ],
-            },
-            tools=["agents.*"],
-        ),
-        DemoAgent(
-            name="enricher",
-            description="Enrichment specialist: fetches the demo page and posts what it found to the demo webhook.",
-            instructions="Fetch the page about the company in the task, then post the findings.",
-            model={
-                "provider": "scripted",
-                "steps": [
-                    {"call": "http.get", "args": {"url": f"{base_url}/dev/page"}},
-                    {
-                        "call": "webhook.post",
-                        "args": {
-                            "url": f"{base_url}/dev/webhook",
-                            "payload": {"task": "{{ input.task }}", "summary": "{{ results[0].body[:80] }}"},
-                        },
-                    },
-                    {"final": {"fetched": "{{ results[0].status }}", "posted": "{{ results[1].status }}"}},
-                ],
-            },
-            tools=["http.get", "webhook.post"],
-            policy={"rules": [{"tool": "webhook.post", "decision": "REQUIRE_APPROVAL"}]},
-        ),
-        DemoAgent(
-            name="scout",
-            description="Carries decisions between runs: looks up its memory, then remembers the input's decision.",
-            instructions="Search your memory for the topic, then remember the decision you were given.",
-            model={
-                "provider": "scripted",
-                "steps": [
-                    {"call": "memory.search", "args": {"query": "{{ input.topic | default('customer') }}"}},
-                    {
-                        "call": "memory.remember",
-                        "args": {
-                            "key": "{{ input.key | default('latest-decision') }}",
-                            "value": "{{ input.decision | default('Prioritise EU fintech leads this quarter') }}",
-                            "tags": ["decision"],
-                            "importance": 0.8,
-                        },
-                    },
-                    {
-                        "final": {
-                            "injected": "{{ memories | map(attribute='key') | list }}",
-                            "found": "{{ results[0].memories | map(attribute='key') | list }}",
-                            "remembered": "{{ results[1] }}",
-                        }
-                    },
-                ],
-            },
-            tools=["memory.*"],
-        ),
-        DemoAgent(
-            name="greeter",
-            description="Greets whoever is named in the input, in one turn.",
-            instructions="Greet the person named in the input.",
-            model={
-                "provider": "scripted",
-                "steps": [{"final": "Hello, {{ input.name | default('world') }}!"}],
-            },
-            tools=[],
-        ),
-        # Appended last so the other demo agents keep their ids: a three-level tree
-        # (research-director -> lead-researcher -> enricher) whose grandchild waits for approval.
-        DemoAgent(
-            name="research-director",
-            description="Runs a research programme: hands the company to the lead researcher, who delegates the enrichment.",
-            instructions="Hand the research of the company in the input to the lead researcher, then report.",
-            model={
-                "provider": "scripted",
-                "steps": [
-                    {
-                        "call": "agents.delegate",
-                        "args": {
-                            "agent": "lead-researcher",
-                            "task": "Research {{ input.company | default('acme.example') }}",
-                            "input": {"company": "{{ input.company | default('acme.example') }}"},
-                        },
-                    },
-                    {"final": {"research": "{{ results[0].result }}", "childRun": "{{ results[0].runId }}"}},
-                ],
-            },
-            tools=["agents.*"],
-        ),
-        # The scheduled one and its specialist (app/dev/prospector.py).
-        *[DemoAgent(**spec) for spec in prospector_specs(base_url)],
-    ]
-
-
-@dataclass(frozen=True)
-class DemoSeed:
-    workspace_id: int
-    workspace: str
-    token: str
-    agents: list[str]
-
-
-async def seed_demo(
-    sessionmaker: async_sessionmaker[AsyncSession], *, base_url: str, reset: bool = False
-) -> DemoSeed:
-    """Create or reuse the demo workspace, mint a fresh admin token, and (re)write the agents."""
-    if reset:
-        async with sessionmaker() as session:
-            # Every table hangs off workspaces with ON DELETE CASCADE: runs, steps, events,
-            # memories, tokens and schedules of the demo go with it.
-            await session.execute(delete(Workspace).where(Workspace.name == DEMO_WORKSPACE))
-            await session.commit()
-
-    token: str | None = None
-    async with sessionmaker() as session:
-        workspace = await session.scalar(select(Workspace).where(Workspace.name == DEMO_WORKSPACE))
-    if workspace is None:
-        try:
-            async with sessionmaker() as session:
-                workspace, token = await auth.create_workspace(session, name=DEMO_WORKSPACE)
-        except Conflict:
-            pass  # another `enverif dev` on this database created it just now: reuse it
-    if token is None:
-        async with sessionmaker() as session:
-            token = await auth.create_token(
-                session,
-                workspace_name=DEMO_WORKSPACE,
-                role=Role.ADMIN,
-                # Token names are unique per workspace and every start mints one: stamp it.
-                name=f"{DEV_TOKEN_NAME} {utcnow():%Y-%m-%d %H:%M:%S.%f}",
-            )
-            workspace = await session.scalar(select(Workspace).where(Workspace.name == DEMO_WORKSPACE))
-    assert workspace is not None
-
-    specs = demo_agents(base_url)
-    async with sessionmaker() as session:
-        for spec in specs:
-            await _upsert_agent(session, workspace_id=workspace.id, spec=spec)
-        await session.commit()
-    async with sessionmaker() as session, session.begin():
-        await _seed_memories(session, workspace_id=workspace.id)
-        await seed_schedule(session, workspace_id=workspace.id)
-    return DemoSeed(
-        workspace_id=workspace.id, workspace=DEMO_WORKSPACE, token=token, agents=[s.name for s in specs]
-    )
-
-
-async def _upsert_agent(session: AsyncSession, *, workspace_id: int, spec: DemoAgent) -> None:
-    policy = validate_policy(spec.policy)
-    wanted: dict[str, Any] = {
-        "description": spec.description,
-        "instructions": spec.instructions,
-        "status": AgentStatus.ACTIVE.value,
-        "model": spec.model,
-        "tools": spec.tools,
-        "policy": policy,
-        "memory_max_items": DEFAULT_MEMORY_MAX_ITEMS,
-        "memory_max_chars": DEFAULT_MEMORY_MAX_CHARS,
-    }
-    agent = await session.scalar(
-        select(Agent).where(Agent.workspace_id == workspace_id, Agent.name == spec.name)
-    )
-    now = utcnow()
-    if agent is None:
-        session.add(
-            Agent(workspace_id=workspace_id, name=spec.name, created_at=now, updated_at=now, **wanted)
-        )
-        return
-    changed = False
-    for key, value in wanted.items():
-        if getattr(agent, key) != value:
-            setattr(agent, key, value)
-            changed = True
-    if changed:
-        agent.updated_at = now
-
-
-# Memories the demo starts with: (agent, key, value, tags, importance). Written only when
-# missing, so whatever the demo's runs and operators changed since stays as it is.
-DEMO_MEMORIES = [
-    ("scout", "icp", "Ideal customer: B2B SaaS in the EU, 50-500 employees", ["icp"], 0.9),
-]
-
-
-async def _seed_memories(session: AsyncSession, *, workspace_id: int) -> None:
-    for agent_name, key, value, tags, importance in DEMO_MEMORIES:
-        agent = await session.scalar(
-            select(Agent).where(Agent.workspace_id == workspace_id, Agent.name == agent_name)
-        )
-        if agent is None:
-            continue
-        present = await session.scalar(
-            select(Memory.id).where(Memory.agent_id == agent.id, Memory.key == key)
-        )
-        if present is not None:
-            continue
-        # Neither a run nor a token wrote it: its first revision names nobody.
-        await memories.remember(
-            session,
-            workspace_id=workspace_id,
-            agent_id=agent.id,
-            key=key,
-            value=value,
-            tags=tags,
-            importance=importance,
-            now=utcnow(),
-            max_value_chars=len(value),
-        )
 
 
 # -- listening ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import httpx
 from starlette.applications import Starlette
 
 from app.dev import routes as dev_routes
-from app.dev.stack import seed_demo
+from app.dev.demo import seed_demo
 from tests.support.runs import DECIDE, wait_run
 from tests.support.schedules import get_schedule, make_due, tick_cli
 from tests.support.servers import serve

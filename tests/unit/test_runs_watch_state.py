@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from app.cli.watch.client import TreeState, WatchError, endpoints, run_global_id
+from app.cli.watch.client import WatchError, endpoints, run_global_id
+from app.cli.watch.state import TreeState
 from app.cli.watch.view import render
 from app.graphql.ids import to_global_id
 
