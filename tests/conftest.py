@@ -29,8 +29,9 @@ from app.services import auth
 from app.services.runtime import Runtime, open_runtime
 from app.settings import Settings
 
-# Real worker processes (the ``processes`` fixture) for fault and engine tests.
-pytest_plugins = ["tests.support.workers"]
+# Real worker processes (the ``processes`` fixture) for fault and engine tests, and the
+# ``enverif`` command in its own process (the ``enverif`` fixture).
+pytest_plugins = ["tests.support.workers", "tests.support.cli"]
 
 # Pure properties are fast; a wall-clock deadline would only make them flaky on a busy machine.
 hypothesis.settings.register_profile("enverif", deadline=None)

@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.db import orm
 from app.services import auth, reads
-from tests.integration.graphql_support import create_agent
+from tests.support.graphql import CREATE_AGENT, create_agent
 
 
 @pytest.mark.parametrize(
@@ -125,9 +125,7 @@ async def test_syntax_and_validation_errors_come_from_graphql_core(gql: Any, wor
     body = await gql.raw("{ agents { nope } }", token=workspace.viewer)
     assert "Cannot query field 'nope'" in body["errors"][0]["message"]
     body = await gql.raw(
-        "mutation($i: CreateAgentInput!) { createAgent(input: $i) { id } }",
-        {"i": {"name": "x", "model": {}, "status": "SLEEPY"}},
-        token=workspace.admin,
+        CREATE_AGENT, {"input": {"name": "x", "model": {}, "status": "SLEEPY"}}, token=workspace.admin
     )
     assert "SLEEPY" in body["errors"][0]["message"]
 

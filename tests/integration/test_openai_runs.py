@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.support.runs import create_agent, start_run, wait_run
+from tests.support.runs import scripted_agent, start_run, wait_run
 from tests.support.servers import serve, sink_server
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -52,7 +52,7 @@ async def test_an_openai_model_calls_a_tool_then_answers(gql, workspace, monkeyp
         sink_server() as (sink, sink_url),
         serve(chat_server(sink_url + "/page?n=7", seen)) as model_url,
     ):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             model={
