@@ -67,6 +67,8 @@ def add_parser(commands: Any) -> None:
     target = p.add_mutually_exclusive_group()
     target.add_argument("--revision", default="head", help="upgrade to this revision")
     target.add_argument(
-        "--downgrade", metavar="REVISION", help="downgrade to REVISION ('base' drops every table)"
+        "--downgrade",
+        metavar="REVISION",
+        help="downgrade to REVISION instead ('base' drops every table; default: upgrade to --revision)",
     )
     p.set_defaults(handler=cmd_migrate)

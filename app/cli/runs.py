@@ -15,21 +15,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.cli import common
 from app.cli.common import CliError
 from app.cli.watch.reconnect import DEFAULT_MAX_FAILURES, STABLE_S
-from app.db import orm
-from app.db.session import create_sessionmaker
-from app.domain.agents import Role
 from app.domain.runs import RunStatus, RunTrigger
 from app.graphql.ids import parse_global_id, to_global_id
-from app.services.auth import Principal
 from app.settings import DEFAULT_API_URL
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+    from app.db import orm
+    from app.services.auth import Principal
+
+# The ORM and the services load only when a command runs: `enverif --help` (and `runs
+# watch`, which needs neither) should not pay for importing the whole server.
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1_000
@@ -37,6 +41,9 @@ MAX_LIMIT = 1_000
 
 def machine_admin(workspace_id: int) -> Principal:
     """Who a command acts as: whoever can read the database holds every key anyway."""
+    from app.domain.agents import Role
+    from app.services.auth import Principal
+
     return Principal(workspace_id=workspace_id, role=Role.ADMIN, token_id=0)
 
 
@@ -51,6 +58,8 @@ def run_pk(value: str) -> int:
 
 
 async def _agent_id(session: AsyncSession, *, workspace_id: int, workspace: str, name: str) -> int:
+    from app.db import orm
+
     found = await session.scalar(
         select(orm.Agent.id).where(orm.Agent.workspace_id == workspace_id, orm.Agent.name == name)
     )
@@ -127,6 +136,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from app.db.session import create_sessionmaker
     from app.services import reads
 
     if not 1 <= args.limit <= MAX_LIMIT:
@@ -168,6 +178,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 async def _agent_names(session: AsyncSession, ids: set[int]) -> dict[int, str]:
+    from app.db import orm
+
     if not ids:
         return {}
     rows = await session.execute(select(orm.Agent.id, orm.Agent.name).where(orm.Agent.id.in_(ids)))
@@ -175,6 +187,7 @@ async def _agent_names(session: AsyncSession, ids: set[int]) -> dict[int, str]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from app.db.session import create_sessionmaker
     from app.domain.errors import NotFound
     from app.services import runs
 
@@ -200,6 +213,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 async def _describe_tree_node(session: AsyncSession, run: orm.Run) -> dict[str, Any]:
     """The run with its input, result, steps and direct children."""
+    from app.db import orm
+
     steps = (
         await session.scalars(
             select(orm.RunStep).where(orm.RunStep.run_id == run.id).order_by(orm.RunStep.seq)
