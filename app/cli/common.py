@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from alembic.runtime.migration import MigrationContext
@@ -30,6 +30,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from app.db import migrate
 from app.db.session import create_engine
 from app.settings import ClientSettings, Settings, load_client_settings, load_settings
+
+if TYPE_CHECKING:
+    from app.services.runtime import Runtime
 
 EXIT_USAGE = 2  # expected failures share argparse's exit code for a bad command line
 EXIT_FAILED = 1  # something broke that we did not foresee (logged with its traceback)
@@ -272,6 +275,21 @@ async def preflight(loaded: Settings) -> None:
     await check_redis(loaded)
 
 
+async def with_runtime(loaded: Settings, fn: Callable[[Runtime], Awaitable[T]], *, worker: bool = False) -> T:
+    """``fn(runtime)`` after ``preflight``, for commands that act through the services (which
+    publish events and enqueue jobs after commit). ``worker``: on the workers' terms
+    (``open_runtime``)."""
+    from app.services.runtime import open_runtime
+
+    await preflight(loaded)
+    rt = await open_runtime(loaded, worker=worker)
+    try:
+        with database_errors(loaded.effective_database_url):
+            return await fn(rt)
+    finally:
+        await rt.close()
+
+
 # -- output --------------------------------------------------------------------------------
 
 
@@ -280,6 +298,15 @@ def print_table(columns: tuple[str, ...], rows: list[list[str]]) -> None:
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
     for cells in [list(columns), *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip())
+
+
+def print_rows(columns: tuple[str, ...], rows: list[dict[str, Any]], *, empty: str) -> None:
+    """``rows`` (as their ``--json`` shows them) as a table of ``columns``, "-" for nothing;
+    ``empty`` when there are none."""
+    if not rows:
+        print(empty)
+        return
+    print_table(columns, [["-" if r[c] is None else str(r[c]) for c in columns] for r in rows])
 
 
 def iso(value: datetime | None) -> str | None:

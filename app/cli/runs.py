@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from app.db import orm
     from app.services.auth import Principal
+    from app.services.runtime import Runtime
 
 # The ORM and the services load only when a command runs: `enverif --help` (and `runs
 # watch`, which needs neither) should not pay for importing the whole server.
@@ -94,7 +95,6 @@ def describe_run(run: orm.Run, agent: str) -> dict[str, Any]:
 def cmd_start(args: argparse.Namespace) -> int:
     """Start a run by hand (trigger MANUAL)."""
     from app.services import runs
-    from app.services.runtime import open_runtime
 
     try:
         run_input = json.loads(args.input) if args.input is not None else None
@@ -102,33 +102,27 @@ def cmd_start(args: argparse.Namespace) -> int:
         raise CliError(f"--input is not valid JSON: {exc}") from None
     settings = common.settings(log=False)
 
-    async def run() -> tuple[int, str]:
-        await common.preflight(settings)
-        rt = await open_runtime(settings)
-        try:
-            with common.database_errors(settings.effective_database_url):
-                async with rt.sessionmaker() as session:
-                    workspace_id = await common.workspace_id(session, args.workspace)
-                    agent_id = await _agent_id(
-                        session, workspace_id=workspace_id, workspace=args.workspace, name=args.agent
-                    )
-                started = await runs.start_run(
-                    rt,
-                    machine_admin(workspace_id),
-                    agent_id=agent_id,
-                    input=run_input,
-                    trigger=RunTrigger.MANUAL,
-                )
-            return started.id, started.status
-        finally:
-            await rt.close()
+    async def start(rt: Runtime) -> orm.Run:
+        async with rt.sessionmaker() as session:
+            workspace_id = await common.workspace_id(session, args.workspace)
+            agent_id = await _agent_id(
+                session, workspace_id=workspace_id, workspace=args.workspace, name=args.agent
+            )
+        return await runs.start_run(
+            rt, machine_admin(workspace_id), agent_id=agent_id, input=run_input, trigger=RunTrigger.MANUAL
+        )
 
-    run_id, status = asyncio.run(run())
-    global_id = to_global_id("Run", run_id)
+    started = asyncio.run(common.with_runtime(settings, start))
+    return _print_outcome(args, started, f"Started run {{id}} of agent {args.agent!r} ({{status}}).")
+
+
+def _print_outcome(args: argparse.Namespace, run: orm.Run, text: str) -> int:
+    """What start and cancel print: ``{"run_id", "status"}`` with --json, else ``text``."""
+    global_id = to_global_id("Run", run.id)
     if args.json:
-        print(json.dumps({"run_id": global_id, "status": status}))
+        print(json.dumps({"run_id": global_id, "status": run.status}))
     else:
-        print(f"Started run {global_id} of agent {args.agent!r} ({status}).")
+        print(text.format(id=global_id, status=run.status))
     return 0
 
 
@@ -167,11 +161,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"workspace": args.workspace, "runs": listed, "has_more": more}))
         return 0
-    if not listed:
-        print(f"Workspace {args.workspace!r} has no runs{' like that' if statuses or args.agent else ''}.")
-        return 0
     columns = ("id", "agent", "status", "trigger", "depth", "parent_run_id", "created_at", "finished_at")
-    common.print_table(columns, [[str(r[c] if r[c] is not None else "-") for c in columns] for r in listed])
+    like_that = " like that" if statuses or args.agent else ""
+    common.print_rows(columns, listed, empty=f"Workspace {args.workspace!r} has no runs{like_that}.")
     if more:
         print(f"(newest {len(listed)} shown; --limit shows more)")
     return 0
@@ -312,35 +304,20 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a run and its live descendants, as ``cancelRun`` does."""
     from app.domain.errors import NotFound
     from app.services import runs
-    from app.services.runtime import open_runtime
 
     run_id = run_pk(args.run_id)
     settings = common.settings(log=False)
 
-    async def run() -> str:
-        await common.preflight(settings)
-        rt = await open_runtime(settings)
+    async def cancel(rt: Runtime) -> orm.Run:
+        async with rt.sessionmaker() as session:
+            workspace_id = await common.workspace_id(session, args.workspace)
         try:
-            with common.database_errors(settings.effective_database_url):
-                async with rt.sessionmaker() as session:
-                    workspace_id = await common.workspace_id(session, args.workspace)
-                try:
-                    cancelled = await runs.cancel_run(
-                        rt, machine_admin(workspace_id), run_id=run_id, reason=args.reason
-                    )
-                except NotFound:
-                    raise CliError(f"no run {args.run_id} in workspace {args.workspace!r}") from None
-            return cancelled.status
-        finally:
-            await rt.close()
+            return await runs.cancel_run(rt, machine_admin(workspace_id), run_id=run_id, reason=args.reason)
+        except NotFound:
+            raise CliError(f"no run {args.run_id} in workspace {args.workspace!r}") from None
 
-    status = asyncio.run(run())
-    global_id = to_global_id("Run", run_id)
-    if args.json:
-        print(json.dumps({"run_id": global_id, "status": status}))
-    else:
-        print(f"Cancelled run {global_id} and its runs still going ({status}).")
-    return 0
+    cancelled = asyncio.run(common.with_runtime(settings, cancel))
+    return _print_outcome(args, cancelled, "Cancelled run {id} and its runs still going ({status}).")
 
 
 # -- watch ---------------------------------------------------------------------------------

@@ -18,22 +18,12 @@ from app.graphql.ids import to_global_id
 
 def cmd_tick(args: argparse.Namespace) -> int:
     from app.services import schedule_firing
-    from app.services.runtime import open_runtime
 
     settings = common.settings(log=False)
 
-    async def run() -> schedule_firing.TickReport:
-        await common.preflight(settings)
-        # The workers' cron job, run by hand: on the workers' terms, so the API's cap on one
-        # statement does not abort a tick waiting on another tick's row lock.
-        rt = await open_runtime(settings, worker=True)
-        try:
-            with common.database_errors(settings.effective_database_url):
-                return await schedule_firing.tick(rt)
-        finally:
-            await rt.close()
-
-    report = asyncio.run(run())
+    # The workers' cron job, run by hand: on the workers' terms, so the API's cap on one
+    # statement does not abort a tick waiting on another tick's row lock.
+    report = asyncio.run(common.with_runtime(settings, schedule_firing.tick, worker=True))
     firings = [
         {
             "schedule_id": to_global_id("Schedule", f.schedule_id),
@@ -82,13 +72,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"workspace": args.workspace, "schedules": schedules}))
         return 0
-    if not schedules:
-        print(f"Workspace {args.workspace!r} has no schedules.")
-        return 0
     columns = ("id", "agent", "cron", "timezone", "enabled", "overlap", "next_fire_at", "last_fired_at")
-    common.print_table(
-        columns, [[str(s[c] if s[c] is not None else "-") for c in columns] for s in schedules]
-    )
+    common.print_rows(columns, schedules, empty=f"Workspace {args.workspace!r} has no schedules.")
     for s in schedules:
         if s["last_skip_reason"]:
             print(f"{s['id']} last skipped {s['last_skipped_at']}: {s['last_skip_reason']}")

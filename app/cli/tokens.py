@@ -62,11 +62,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"workspace": args.workspace, "tokens": tokens}))
         return 0
-    if not tokens:
-        print(f"Workspace {args.workspace!r} has no tokens.")
-        return 0
     columns = ("id", "name", "role", "state", "created_at", "expires_at", "last_used_at")
-    common.print_table(columns, [[str(t[c] or "-") for c in columns] for t in tokens])
+    common.print_rows(columns, tokens, empty=f"Workspace {args.workspace!r} has no tokens.")
     return 0
 
 
