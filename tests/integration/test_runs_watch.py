@@ -248,6 +248,29 @@ async def test_watch_resumes_after_the_server_restarts_without_missing_or_repeat
     assert events[-1]["runId"] == run_id and events[-1]["status"] == "SUCCEEDED"
 
 
+async def test_watch_gives_up_after_max_retries_failed_tries_in_a_row(
+    settings, processes, gql, workspace, tmp_path
+) -> None:
+    server, url = spawn_api(settings)
+    processes.extend([server, spawn_worker(settings)])
+    _names, run_id = await three_level_tree(gql, workspace)
+    watcher = spawn_watch(run_id, "--url", url, "--json", "--max-retries", "2", token=workspace.viewer)
+    processes.append(watcher)  # type: ignore[arg-type]
+    assert watcher.stdout is not None and watcher.stderr is not None
+    assert await asyncio.wait_for(asyncio.to_thread(watcher.stdout.readline), TIMEOUT_S)
+    server.kill()  # and it stays away
+    await asyncio.wait_for(asyncio.to_thread(watcher.wait), TIMEOUT_S)
+    said = watcher.stderr.read()
+    assert watcher.returncode == 2, said
+    *notes, last = said.strip().splitlines()
+    assert notes[0].startswith("enverif: connection lost; resuming after seq")
+    assert (
+        last.startswith("enverif: error: cannot reach the Enverif API")
+        and "gave up after 2 tries in a row" in last
+    )
+    assert f"enverif runs watch {run_id} --after-seq" in last and "Traceback" not in said
+
+
 async def two_approval_tree(gql: Any, workspace: Any) -> str:
     """root -> mid -> leaf; the leaf's http.get waits for an approval, and once the leaf and
     mid are done the root's own http.get waits for another."""

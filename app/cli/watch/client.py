@@ -66,12 +66,14 @@ class WatchError(Exception):
 
 
 class StreamLost(Exception):
-    """The stream broke off in a way that another try may mend (see the module docstring)."""
+    """The stream broke off in a way that another try may mend (see the module docstring).
+    ``reached``: the server answered at all (not so for a refused or timed-out connection)."""
 
-    def __init__(self, why: str, *, retry_after_s: float = 0.0) -> None:
+    def __init__(self, why: str, *, retry_after_s: float = 0.0, reached: bool = True) -> None:
         super().__init__(why)
         self.why = why
         self.retry_after_s = retry_after_s
+        self.reached = reached
 
 
 @dataclass
@@ -216,7 +218,9 @@ async def stream_once(ws_url: str, token: str, state: TreeState, view: View, att
             raise WatchError(f"{ws_url} refused the websocket ({status})") from None
         raise StreamLost(f"{ws_url} answered {status}") from None  # a proxy while the API restarts
     except (OSError, InvalidHandshake, TimeoutError) as exc:
-        raise StreamLost(f"cannot reach the Enverif API at {ws_url}: {exc or type(exc).__name__}") from None
+        raise StreamLost(
+            f"cannot reach the Enverif API at {ws_url}: {exc or type(exc).__name__}", reached=False
+        ) from None
 
 
 async def watch(
@@ -242,11 +246,7 @@ async def watch(
                 view.done(state)
                 return 0
             except StreamLost as lost:
-                if (
-                    not connected_once
-                    and attempt.subscribed_at is None
-                    and lost.why.startswith("cannot reach")
-                ):
+                if not lost.reached and not connected_once:
                     # Never got through at all: a wrong URL, not an outage to wait out.
                     raise WatchError(lost.why) from None
                 await _pause(reconnects, lost, attempt, view.note, run_gid, state.last_seq)
