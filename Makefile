@@ -14,11 +14,13 @@ PYTEST := $(BIN)/pytest -q -p no:cacheprovider
 PYTEST_ARGS ?=
 
 .PHONY: help setup run test schema schema-check lint fmt typecheck unit integration \
-	integration-sqlite integration-mysql bench chaos clean
+	integration-sqlite integration-mysql docs bench chaos clean
 
 help:
 	@echo "make run      set up everything and start 'enverif dev' (API + worker + demo workspace)"
 	@echo "make test     set up everything and run the whole test suite (what CI runs)"
+	@echo "make unit     the fast loop: the unit tests only (no database, Redis or worker; under a minute)"
+	@echo "make docs     build the manual in docs/ with mkdocs --strict (into site/; a broken link fails)"
 	@echo "make setup    create .venv and install Enverif with its dev tools"
 	@echo "make schema   regenerate schema.graphql from the code"
 	@echo "make lint     ruff check + ruff format --check;  make fmt: ruff format + ruff check --fix"
@@ -40,7 +42,7 @@ run: setup
 test: setup schema-check
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(MAKE) --no-print-directory unit integration
+	$(MAKE) --no-print-directory docs unit integration
 
 unit: setup
 	@echo "==== unit tests ===="
@@ -66,6 +68,13 @@ define run_pytest
 $(PYTEST) $(1) --durations=10 $(PYTEST_ARGS) || { rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "ERROR: no tests were collected in $(1)" >&2; fi; exit $$rc; }
 endef
+
+# The manual (docs/, mkdocs.yml) as a static site in site/. --strict turns every warning (a
+# broken link, a page missing from the nav, an included example that is not there) into a
+# failure. Offline: no plugin fetches anything and the theme loads no web fonts.
+docs: setup
+	@echo "==== docs: mkdocs build --strict ===="
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 schema: setup
 	$(BIN)/python -c "from app.graphql.schema import schema; print(schema.as_str())" > schema.graphql.tmp
@@ -93,6 +102,7 @@ bench: setup
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/delegation.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/credentials.py
 	$(BIN)/python bench/events.py
 	$(BIN)/python bench/api.py
 
@@ -101,4 +111,4 @@ chaos: setup
 	else echo "no chaos tests (tests/chaos does not exist)"; fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info site

@@ -9,7 +9,7 @@ def queue_name(prefix: str) -> str:
 
 def run_job_id(prefix: str, run_id: int, wake_count: int) -> str:
     # One id per wake-up: arq refuses to enqueue a job id whose earlier job is still queued,
-    # running or has a kept result, so a resumed run needs a fresh id (PITFALLS: arq).
+    # running or has a kept result, so a resumed run needs a fresh id (docs/architecture.md).
     # Prefixed, because arq's job keys are global to the Redis server, not per queue: two
     # deployments (or databases) sharing a Redis would otherwise swallow each other's jobs.
     return f"{run_job_prefix(prefix)}{run_id}:{wake_count}"

@@ -2,9 +2,10 @@
 console at ``/console`` (``app.console``), dev routes,
 behind a request body size limit (``app.http_limits``).
 
-The lifespan owns the process's resources (STYLE: no module-level clients): the runtime
-(database engine, Redis pool), the event hub (one Redis subscriber fanning run events out
-to this process's subscriptions) and the token cache (one subscriber for revocations).
+The lifespan owns the process's resources (no module-level clients): the runtime (database
+engine, Redis pool) and the process's one Redis subscriber (``app.events.subscriber``) with
+its two handlers: the event hub (run events fanned out to this process's subscriptions) and
+the token cache (revocations).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app import console
 from app.events.hub import EventHub
+from app.events.subscriber import RedisSubscriber
 from app.graphql import graphiql_page
 from app.graphql.schema import build_schema
 from app.graphql.view import GraphQLView
@@ -75,20 +77,20 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime = await open_runtime(settings)
         try:
-            hub = EventHub(runtime, queue_max=settings.subscription_queue_max)
-            await hub.start()
-            tokens = runtime.token_cache = TokenCache(settings)
-            # Redis away (the hub waited for it already): no second wait; the cache is
-            # bypassed until its subscription is in place.
-            await tokens.start(wait_s=5.0 if hub.connected else 0.0)
+            subscriber = RedisSubscriber(settings)
+            hub = EventHub(runtime, subscriber, queue_max=settings.subscription_queue_max)
+            runtime.token_cache = TokenCache(settings, subscriber)
+            # Bounded: with Redis away the process still starts; live events and the token
+            # cache follow once the subscriber is in place.
+            await subscriber.start()
             try:
                 app.state.runtime = runtime
                 app.state.event_hub = hub
                 app.state.token_checks = TokenChecks()
                 yield
             finally:
-                await tokens.stop()
-                await hub.stop()
+                await subscriber.stop()
+                hub.stop()
         finally:
             await runtime.close()
 

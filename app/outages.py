@@ -11,7 +11,10 @@ bugs from hiding behind "try again later".
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
+import time
+from collections.abc import Callable
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -37,6 +40,8 @@ SQLITE_OUTAGE_MESSAGES = ("unable to open database file",)
 # or load balancer with no database behind it): the transport is gone before asyncmy sets
 # its socket options, and it says so with a plain RuntimeError that SQLAlchemy passes on.
 ASYNCMY_DROPPED_AT_CONNECT = "Transport does not expose socket instance"
+# One warning per kind of message in this long, however many runs an outage interrupts.
+OUTAGE_WARNING_INTERVAL_S = 30.0
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -70,3 +75,48 @@ def _is_outage_here(exc: BaseException) -> bool:
         args: tuple[object, ...] = tuple(getattr(exc, "args", ()))
         return bool(args) and isinstance(args[0], int) and args[0] in MYSQL_OUTAGE_ERRNOS
     return False
+
+
+def outage_of(exc: BaseException) -> str:
+    """Which service an outage error (``is_outage``) is about, for a log line."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RedisConnectionError | RedisTimeoutError):
+            return "Redis"
+        current = current.__cause__ or current.__context__
+    return "the database"
+
+
+class OutageWarnings:
+    """Rate-limited warnings for an expected outage: the first occurrence of each message is
+    logged at once, the next ones at most every ``interval_s`` with how many were folded in.
+    During a database outage every run in flight breaks off and every lease renewal fails;
+    that is one situation, not a traceback per run (a bug still logs each one, with its
+    traceback)."""
+
+    def __init__(
+        self, interval_s: float = OUTAGE_WARNING_INTERVAL_S, clock: Callable[[], float] = time.monotonic
+    ):
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last: dict[str, tuple[float, int]] = {}  # message -> (logged at, folded since)
+
+    def warn(self, logger: logging.Logger, message: str, *args: object) -> bool:
+        """Log ``message % args`` unless the same message was logged less than ``interval_s``
+        ago; True if it was logged."""
+        now = self._clock()
+        last = self._last.get(message)
+        if last is not None and now - last[0] < self.interval_s:
+            self._last[message] = (last[0], last[1] + 1)
+            return False
+        folded = last[1] if last is not None else 0
+        suffix = f" (and {folded} more like it in the last {now - last[0]:.0f}s)" if last and folded else ""
+        logger.warning(message + suffix, *args)
+        self._last[message] = (now, 0)
+        return True
+
+
+# The process's one: each worker process warns once per interval, whatever it runs.
+OUTAGE_WARNINGS = OutageWarnings()

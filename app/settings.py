@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     # handler interrupts it). 0 disables. Workers are not affected.
     db_statement_timeout_ms: int = Field(default=5_000, ge=0, le=3_600_000)
     # How often an open websocket re-checks its token against the database; a revoked token's
-    # sockets close within about this long (DESIGN §2 promises seconds, so at most 4 s).
+    # sockets close within about this long (docs/operating/security.md promises seconds, so at most 4 s).
     ws_token_recheck_s: float = Field(default=2.0, ge=0.1, le=4.0)
     # Operations (subscriptions, and queries sent over the socket) running at once on one
     # websocket; one more is refused with RATE_LIMITED.

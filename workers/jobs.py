@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from app.engine import loop as engine
-from app.outages import is_outage
+from app.outages import OUTAGE_WARNINGS, is_outage
 from app.services import schedule_firing
 
 log = logging.getLogger(__name__)
@@ -24,8 +24,8 @@ async def execute_run(ctx: dict[str, Any], run_id: int, wake: int, root_id: int 
         # The database went away before the run was claimed (or while handing it back): the
         # run is still QUEUED, or RUNNING under a lease that will expire, and the sweeper
         # delivers it again once the database answers. Not a failure of the job.
-        log.warning("run %s: database unavailable (%s); the sweeper will deliver it again", run_id,
-                    type(exc).__name__)  # fmt: skip
+        OUTAGE_WARNINGS.warn(log, "runs not claimed or not handed back: the database is unavailable (%s); "
+                             "the sweeper will deliver them again", type(exc).__name__)  # fmt: skip
 
 
 async def fire_schedules(ctx: dict[str, Any]) -> None:

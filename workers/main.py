@@ -2,7 +2,7 @@
 
 Who runs what is decided by the database lease (``services.runs.claim``), not by arq. arq's
 own bookkeeping is made to follow it, because arq's defaults let a dead worker wedge the
-queue (PITFALLS: arq): a worker reads only the oldest ``queue_read_limit`` entries and skips
+queue (docs/architecture.md): a worker reads only the oldest ``queue_read_limit`` entries and skips
 every entry whose in-progress key exists, and a SIGKILLed worker leaves its in-progress keys
 for ``job_timeout + 10 s``. So:
 
@@ -14,7 +14,18 @@ for ``job_timeout + 10 s``. So:
   job behind the queue it repairs, and it removes queue entries and in-progress keys that
   the database says are stale (``services.sweeper``);
 - ``run_worker`` never exits on a connection error: it waits for Redis at start-up and
-  restarts arq's poll loop (``Worker.main`` raises when Redis goes away) with backoff.
+  restarts arq's poll loop (``Worker.main`` raises when Redis goes away) with backoff, and
+  polls again as soon as Redis answers (``_poll``);
+- arq's wrapper around a job (``run_job``) raises when it cannot record the job's end in
+  Redis, and arq's poll loop re-raises that error whenever it next collects finished jobs,
+  long after Redis came back: one stale error per job that ended during an outage, each of
+  which used to restart the loop. ``EnverifWorker.run_job`` keeps such errors to itself
+  (the job's queue entry and in-progress key are cleaned up by their TTL and the sweeper);
+- a failure inside arq's ``start_jobs`` (Redis lost between taking a concurrency slot and
+  starting the job) would keep that slot taken for the life of the process, since the same
+  ``Worker`` is reused across restarts: ``EnverifWorker.start_jobs`` gives it back;
+- a worker whose poll loop is not polling (an outage, a bug) says so in its heartbeat, and
+  ``/healthz`` and ``enverif worker --check`` do not count it (``app.services.health``).
 
 Stopping (SIGTERM, a rolling restart) is ``stop_worker``'s: stop taking jobs, let the running
 ones finish their step within ``ENVERIF_WORKER_STOP_GRACE_S``, hand back the runs that did not,
@@ -30,10 +41,11 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import socket
+import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 from arq.constants import in_progress_key_prefix
 from arq.cron import cron
@@ -41,6 +53,7 @@ from arq.worker import Worker, func
 
 from app.engine.providers import Providers
 from app.engine.tools.registry import default_registry
+from app.events.subscriber import RECONNECT, Backoff
 from app.keys import queue_name, schedules_cron_name
 from app.outages import is_outage
 from app.services import health
@@ -54,9 +67,9 @@ log = logging.getLogger(__name__)
 # arq counts starts, not failures: a run job only fails on infrastructure errors (the run
 # itself records its own failures), so allow many restarts before arq gives up on a job.
 RUN_JOB_MAX_TRIES = 100
-# Backoff between attempts to reach Redis (start-up, poll loop restarts).
-BACKOFF_FIRST_S = 0.2
-BACKOFF_MAX_S = 5.0
+# A poll loop that has not finished a turn for this long is not polling (see app.services.health):
+# a turn is one Redis round trip or a few, so this is an outage, a stall or a bug.
+POLL_STALL_S = health.HEARTBEAT_TTL_S
 # Stopping: the poll loop stops at its next turn, one Redis round trip and one poll delay
 # away unless Redis does not answer. Cancelled jobs each hand their run back in one short
 # transaction, and arq then records their end in Redis.
@@ -68,10 +81,22 @@ class PollStopped(Exception):
     """Ends ``Worker.main()`` at the poll loop's next turn once the worker is stopping."""
 
 
+class _CountingSemaphore(asyncio.BoundedSemaphore):
+    """arq's concurrency semaphore, counting how often it was taken (see ``start_jobs``)."""
+
+    taken = 0
+
+    async def acquire(self) -> Literal[True]:
+        await super().acquire()
+        self.taken += 1
+        return True
+
+
 class EnverifWorker(Worker):
-    """arq's Worker with a poll loop that stops between two turns. Cancelling ``main()``
+    """arq's Worker with a poll loop that stops between two turns (cancelling ``main()``
     could cut a turn short after it marked a job in progress but before it started the job,
-    which would then wait a lease for another worker."""
+    which would then wait a lease for another worker), that never re-raises a job's stale
+    bookkeeping error, and that never leaks a concurrency slot. See the module docstring."""
 
     def __init__(self, *, stop_grace_s: float, **options: Any) -> None:
         super().__init__(**options)
@@ -79,11 +104,65 @@ class EnverifWorker(Worker):
         # Also the jobs' ``ctx["stopping"]``: run jobs hand their run back at the next step.
         self.stopping = asyncio.Event()
         self.ctx["stopping"] = self.stopping
+        self.sem = self.slots = _CountingSemaphore(self.max_jobs + 1)  # arq's own bound
+        self.last_poll_s = time.monotonic()
+        # Jobs whose end could not be recorded in Redis since the last turn that worked.
+        self.unrecorded_jobs = 0
+        # Called after every turn of the poll loop that worked (``_poll`` resets its backoff).
+        self.on_poll_ok: list[Callable[[], None]] = []
+
+    @property
+    def polling(self) -> bool:
+        """The poll loop finished a turn recently: it is taking jobs and running arq's cron."""
+        return time.monotonic() - self.last_poll_s < POLL_STALL_S + self.poll_delay_s
 
     async def _poll_iteration(self) -> None:
         if self.stopping.is_set():
             raise PollStopped
         await super()._poll_iteration()
+        self.last_poll_s = time.monotonic()
+        if self.unrecorded_jobs:
+            log.warning(
+                "worker: Redis is back; %d job(s) that ended while it was away could not record "
+                "their end there (their queue entries expire and are swept)",
+                self.unrecorded_jobs,
+            )
+            self.unrecorded_jobs = 0
+        for hook in self.on_poll_ok:
+            hook()
+
+    async def run_job(self, job_id: str, score: int) -> None:
+        # arq's poll loop calls ``result()`` on every finished wrapper: an error raised here
+        # would surface there later, as if Redis had just failed again.
+        try:
+            await super().run_job(job_id, score)
+        except Exception as exc:
+            if not is_outage(exc):
+                log.exception("worker: arq's bookkeeping of job %s failed", job_id)
+                return
+            # Redis went away around the job's start or end. Not started: its in-progress key
+            # expires within a lease and the job is taken again. Ended: the run's outcome is
+            # in the database already; the queue entry left behind is swept.
+            self.unrecorded_jobs += 1
+            log.debug(
+                "worker: job %s: Redis unavailable for its bookkeeping (%s)", job_id, type(exc).__name__
+            )
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        # arq takes a slot (semaphore + job counter) per job before the Redis round trips that
+        # mark it in progress, and gives it back on every path but an exception. One job at a
+        # time, so that a failure is known to concern the job whose slot is still taken.
+        for job_id in job_ids:
+            if self.job_counter >= self.max_jobs:
+                return
+            taken = self.slots.taken
+            try:
+                await super().start_jobs([job_id])
+            except BaseException:
+                if self.slots.taken > taken and job_id.decode() not in self.tasks:
+                    self.job_counter -= 1
+                    self.sem.release()
+                raise
 
 
 def worker_id() -> str:
@@ -112,7 +191,9 @@ def build_worker(
             ctx["background"] = [
                 asyncio.create_task(sweeper_loop(rt), name="enverif-sweeper"),
                 asyncio.create_task(
-                    health.heartbeat_loop(rt, ctx["owner"], lambda: len(worker.tasks)),
+                    health.heartbeat_loop(
+                        rt, ctx["owner"], lambda: len(worker.tasks), polling=lambda: worker.polling
+                    ),
                     name="enverif-heartbeat",
                 ),
                 asyncio.create_task(_keep_jobs_marked(worker, rt), name="enverif-in-progress"),
@@ -140,8 +221,9 @@ def build_worker(
                 timeout=settings.job_timeout_s,
             ),
         ],
-        # Schedules fire from an arq cron job (DESIGN §1): every minute on the minute, and once
-        # as the worker starts, so fire times missed while no worker ran are served at once.
+        # Schedules fire from an arq cron job (docs/concepts/schedules.md): every minute on the
+        # minute, and once as the worker starts, so fire times missed while no worker ran are
+        # served at once.
         "cron_jobs": [
             cron(
                 fire_schedules,
@@ -251,26 +333,10 @@ async def stop_worker(worker: EnverifWorker, poll: asyncio.Task[None]) -> None:
     worker.tasks.clear()
 
 
-class Backoff:
-    """Exponential backoff with jitter, reset after a success."""
-
-    def __init__(self, first_s: float = BACKOFF_FIRST_S, max_s: float = BACKOFF_MAX_S) -> None:
-        self.first_s = first_s
-        self.max_s = max_s
-        self.next_s = first_s
-
-    async def wait(self) -> None:
-        await asyncio.sleep(self.next_s * random.uniform(0.8, 1.2))
-        self.next_s = min(self.max_s, self.next_s * 2)
-
-    def reset(self) -> None:
-        self.next_s = self.first_s
-
-
 async def open_runtime_when_reachable(settings: Settings) -> Runtime:
     """Open the worker's runtime, waiting (with backoff) while Redis does not answer: a
     worker started during an outage begins work when Redis returns instead of exiting."""
-    backoff = Backoff()
+    backoff = Backoff(RECONNECT)
     warned = False
     while True:
         try:
@@ -308,23 +374,46 @@ async def run_worker(settings: Settings, *, burst: bool = False) -> None:
 
 
 async def _poll(worker: EnverifWorker) -> None:
-    """arq's poll loop, restarted with backoff when it fails: ``Worker.main()`` raises as
-    soon as Redis does (a poll, a job's bookkeeping). Jobs already running carry on meanwhile:
-    they need the database, not Redis, and their leases keep being renewed there."""
-    backoff = Backoff()
-    loop = asyncio.get_running_loop()
+    """arq's poll loop, restarted when it fails: ``Worker.main()`` raises as soon as Redis
+    does (a poll, a cron enqueue). Jobs already running carry on meanwhile: they need the
+    database, not Redis, and their leases keep being renewed there.
+
+    The backoff is the one every Redis reconnect follows, reset by the first turn of the
+    loop that works. During an outage its waits are capped at the poll delay: trying Redis
+    again costs no more than the poll it replaces, and the worker takes jobs again within a
+    poll or two of Redis answering. A failure that is no outage (a bug) backs off in full."""
+    backoff = Backoff(RECONNECT)
+    worker.on_poll_ok.append(backoff.reset)
     while True:
-        started = loop.time()
         try:
             await worker.main()
             return  # --burst: the queue is empty
         except PollStopped:
             return
         except Exception as exc:
-            if loop.time() - started > BACKOFF_MAX_S:
-                backoff.reset()  # it had been working: a fresh outage starts small
-            if is_outage(exc):
-                log.warning("worker: lost Redis (%s); reconnecting", type(exc).__name__)
-            else:
+            if not is_outage(exc):
                 log.exception("worker: the poll loop failed; restarting it")
-            await backoff.wait()
+                await backoff.wait()
+                continue
+            if backoff.attempt == 0:  # once per outage
+                log.warning(
+                    "worker: lost Redis (%s); polling again as soon as it answers", type(exc).__name__
+                )
+            await _until_redis_answers(worker, backoff)
+
+
+async def _until_redis_answers(worker: EnverifWorker, backoff: Backoff) -> None:
+    """Wait for Redis with a PING per backoff step, capped at the poll delay. A PING rather
+    than restarting ``main()`` each time, which would log arq's start-up banner and rerun the
+    start-up hook at every try."""
+    while True:
+        await backoff.wait(cap_s=worker.poll_delay_s)
+        if worker._pool is None:
+            return  # no pool yet: main() creates it, or fails as it fails
+        try:
+            await worker.pool.ping()
+        except Exception as exc:
+            if is_outage(exc):
+                continue
+        backoff.reset()
+        return

@@ -66,7 +66,7 @@ async def _preflight_when_reachable(settings: Settings) -> None:
     """The preflight check, for a worker that may start before its database or Redis does (a
     host booting, a restart): while either does not answer it waits (with backoff) instead of
     exiting. Anything else (a database that is not migrated, a bad URL) is still an error."""
-    from workers.main import Backoff
+    from app.events.subscriber import Backoff
 
     common.require_database_file(settings.effective_database_url)
     backoff = Backoff()

@@ -1,4 +1,4 @@
-"""The database's clock, for leases (DESIGN §3.7).
+"""The database's clock, for leases (docs/architecture.md).
 
 Lease expiry is set and compared on the database server's clock, never on a worker's: with
 several hosts, a worker whose clock runs ahead would otherwise see a live run's lease as

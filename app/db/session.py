@@ -93,6 +93,13 @@ def _reset_only_if_needed(engine: AsyncEngine) -> None:
     def _clean(conn: Any) -> None:
         # Fired just before the COMMIT/ROLLBACK is sent; if it fails, the connection is
         # invalidated (a disconnect) or the server has rolled the transaction back itself.
+        # Also fired for the rollback of a connection SQLAlchemy has just invalidated (a task
+        # cancelled mid-statement, a disconnect): it has no DBAPI connection left to mark,
+        # and reading ``conn.connection`` would raise PendingRollbackError, which would
+        # replace the cancellation or the error being handled. Nothing to mark either: the
+        # pool discards an invalidated connection.
+        if conn.invalidated or conn.closed:
+            return
         conn.connection.info[_IN_TRANSACTION] = False
 
     @event.listens_for(sync_engine.pool, "reset")

@@ -1,4 +1,4 @@
-"""Delegation (DESIGN §7): whether a run may start a child run of another agent. Pure.
+"""Delegation (docs/concepts/delegation.md): whether a run may start a child run of another agent. Pure.
 
 A refusal is the ``agents.delegate`` call's result, so the parent's model can react; the
 parent run carries on and no child run is created.
@@ -36,7 +36,7 @@ class Request:
     input: dict[str, Any]
 
     def child_input(self) -> dict[str, Any]:
-        """The child's run input: ``{"task": TASK}`` merged with ``input`` (DESIGN §7)."""
+        """The child's run input: ``{"task": TASK}`` merged with ``input`` (docs/concepts/delegation.md)."""
         return {"task": self.task, **self.input}
 
 

@@ -1,4 +1,4 @@
-"""Deciding a model turn (DESIGN §3.3-3.6): pure, no I/O.
+"""Deciding a model turn (docs/architecture.md, the run loop): pure, no I/O.
 
 Given what the run can see of the tools, its policy chain, how many turns it used and the
 model's turn, ``plan_turn`` says what happens, call by call::
@@ -7,6 +7,7 @@ model's turn, ``plan_turn`` says what happens, call by call::
     turn budget used up          -> Fail(error)
     unknown / not offered tool   -> Refuse (FAILED step, the model sees UNKNOWN_TOOL)
     arguments not storable       -> Refuse (FAILED step, the model sees the reason)
+    a memory write of a secret   -> Refuse (FAILED step, CREDENTIAL_REJECTED, arguments redacted)
     policy DENY                  -> Deny   (DENIED step, the model sees the denial)
     policy REQUIRE_APPROVAL      -> AwaitApproval (step and run wait for an operator)
     ALLOW, a tool that delegates -> StartChild (step and run wait for the child)
@@ -18,12 +19,19 @@ The engine applies the plans of one turn in one fenced transaction; tools only e
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from app.domain.credentials import Screened, screen_memory_write
 from app.domain.jsonvalue import NotStorable, strict_json
 from app.domain.policy import Decision, PolicyLink, RiskClass, effective_decision
+
+# Tools whose arguments the credential guard screens when the call is planned: what they
+# would store (memory.remember's key, value and tags) must never hold a secret.
+CREDENTIAL_SCREENS: Final[Mapping[str, Callable[[Mapping[str, Any]], Screened | None]]] = {
+    "memory.remember": screen_memory_write,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +129,15 @@ def plan_call(
     if not isinstance(args, dict):
         return _refuse(
             call.tool, args, "INVALID_ARGUMENTS", "the arguments must be a JSON object", risk=info.risk
+        )
+    screen = CREDENTIAL_SCREENS.get(call.tool)
+    screened = None if screen is None else screen(args)
+    if screened is not None:
+        # Refused before the policy is asked: a DENIED step, or an approval request, would
+        # store (and show an operator) the secret itself. Only the redacted arguments are
+        # kept, so the secret never reaches the database.
+        return _refuse(
+            call.tool, screened.arguments, "CREDENTIAL_REJECTED", screened.rejection.message, risk=info.risk
         )
     decision = effective_decision(chain, call.tool, info.risk)
     if decision.decision is Decision.DENY:

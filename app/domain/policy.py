@@ -1,4 +1,4 @@
-"""Capability policy: decisions, risk classes and their evaluation (DESIGN §4).
+"""Capability policy: decisions, risk classes and their evaluation (docs/concepts/policy.md).
 
 Pure: no I/O, no clock. Three layers, each a function of the one below::
 
@@ -155,7 +155,7 @@ class AgentDecision:
 
 
 def decide_for_agent(policy: Policy, tool_name: str, risk: RiskClass) -> AgentDecision:
-    """One agent's decision for a call of ``tool_name`` (DESIGN §4).
+    """One agent's decision for a call of ``tool_name`` (docs/concepts/policy.md).
 
     Among several matching rules the strictest wins; among equally strict ones the first in
     the policy is named as the source.

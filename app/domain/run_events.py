@@ -1,4 +1,4 @@
-"""Run event types: the append-only log of a run tree (DESIGN §6)."""
+"""Run event types: the append-only log of a run tree (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -166,12 +166,17 @@ class Tool(Protocol):
 
 
 class ToolError(Exception):
-    """A tool's refusal or failure, shown to the model as ``{"error": {"code", "message"}}``."""
+    """A tool's refusal or failure, shown to the model as ``{"error": {"code", "message"}}``.
 
-    def __init__(self, code: str, message: str) -> None:
+    ``redacted_arguments``: the call's arguments as they may be kept, when the tool refused
+    them for holding a secret; a STATE tool's step then stores these instead, in the
+    transaction that records the refusal."""
+
+    def __init__(self, code: str, message: str, *, redacted_arguments: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.redacted_arguments = redacted_arguments
 
     def as_result(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}

@@ -43,6 +43,8 @@ class Outcome:
     result: Any
     error: str | None = None
     child_run_id: int | None = None  # WAITING_CHILD: the child this step waits for
+    # The tool refused arguments that hold a secret: what the step keeps instead of them.
+    redacted_arguments: dict[str, Any] | None = None
 
 
 def failed(code: str, message: str) -> Outcome:
@@ -64,7 +66,9 @@ async def call_tool(tool: Tool, ctx: ToolContext, args: dict[str, Any], *, setti
         async with asyncio.timeout(limit_s) as deadline:
             raw = await tool.run(ctx, args)
     except ToolError as exc:
-        return failed(exc.code, exc.message)
+        outcome = failed(exc.code, exc.message)
+        outcome.redacted_arguments = exc.redacted_arguments
+        return outcome
     except TimeoutError as exc:
         if deadline.expired():
             return failed("TIMEOUT", f"{tool.name} did not finish within {limit_s:g} s")
@@ -166,4 +170,7 @@ async def call_state_tool(
         tx.drop_events_after(mark)  # a child's RUN_CREATED went with the undone savepoint
     for type, payload in writer.events:
         tx.emit(run, type, step_id=step.id, payload=payload)
+    if outcome.redacted_arguments is not None:
+        # Outside the undone savepoint, in the transaction that records the refusal.
+        await tx.redact_arguments(step, outcome.redacted_arguments)
     return outcome

@@ -1,4 +1,4 @@
-"""The run loop (DESIGN §3): claim, ask the model, plan, persist, execute, record, repeat.
+"""The run loop (docs/architecture.md): claim, ask the model, plan, persist, execute, record, repeat.
 
 The model's turn is decided by the pure planner (``app.domain.planner``); its plans are
 applied in one fenced tree transaction (``app.services.transitions``, the only writer of
@@ -58,6 +58,7 @@ from app.engine.providers import Providers
 from app.engine.tools.agents import DELEGATE
 from app.engine.tools.registry import ToolRegistry, tool_kind
 from app.engine.turns import ModelTurns
+from app.outages import OUTAGE_WARNINGS, is_outage, outage_of
 from app.services import runs
 from app.services.runtime import Runtime
 from app.services.transitions import LeaseLost, read_steps
@@ -119,11 +120,29 @@ async def execute_run(
         await executor.drive()
     except LeaseLost:
         log.info("run %s: lease lost at attempt %s; stopping without writing", run_id, attempt)
-    except Exception:
+    except Exception as exc:
+        if current.cancelling():
+            # A cancellation that an error replaced on its way out (a driver or a pool
+            # listener failing while SQLAlchemy cleaned up after it): still a cancellation.
+            if executor.lease_lost:
+                current.uncancel()
+                log.info("run %s: cancelled or taken over; stopped", run_id)
+                return
+            await _release_to_the_end(rt, run_id, attempt)
+            raise asyncio.CancelledError from exc
         # Infrastructure trouble (the database went away mid-run) or a bug: hand the run back
         # so it is tried again soon; it counts as abandoned, and the claim fails the run once
-        # too many claims in a row made no progress.
-        log.exception("run %s: attempt %s broke off", run_id, attempt)
+        # too many claims in a row made no progress. An outage is expected: one warning per
+        # worker now and then, not a traceback per run.
+        if is_outage(exc):
+            OUTAGE_WARNINGS.warn(
+                log,
+                "runs broke off: %s unavailable (%s); handing them back",
+                outage_of(exc),
+                type(exc).__name__,
+            )
+        else:
+            log.exception("run %s: attempt %s broke off", run_id, attempt)
         with contextlib.suppress(Exception):
             await runs.release(
                 rt, run_id, attempt=attempt, reason="the worker hit an internal error", abandoned=True
@@ -139,6 +158,7 @@ async def execute_run(
         await _release_to_the_end(rt, run_id, attempt)
         raise
     finally:
+        executor.job_ended = True  # the renewer stops even if this cancel is lost
         renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await renewer
@@ -194,6 +214,7 @@ class RunExecutor(ModelTurns, RunWrites):
         self.reads: list[ReadCall] = []
         self.asked_turn = 0
         self.lease_lost = False
+        self.job_ended = False
         self.interruptible = False
         self.limits = Limits(max_turns=rt.settings.max_turns, max_value_bytes=rt.settings.max_result_bytes)
 
@@ -201,12 +222,22 @@ class RunExecutor(ModelTurns, RunWrites):
         """Renew the lease every third of its length. When it is gone, interrupt the run's
         I/O; a write in progress is refused by its fence instead."""
         interval = self.rt.settings.lease_s / 3
-        while True:
+        # Checked every turn, not only trusted to the cancel of the job's end: a renewer that
+        # outlived its job would extend a RUNNING run's lease forever, and the sweeper would
+        # never requeue it.
+        while not (self.job_ended or worker_task.done()):
             await asyncio.sleep(interval)
+            if self.job_ended or worker_task.done():
+                return
             try:
                 ours = await runs.renew_lease(self.rt, self.run_id, attempt=self.attempt)
-            except Exception:
-                log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
+            except Exception as exc:
+                if is_outage(exc):
+                    OUTAGE_WARNINGS.warn(
+                        log, "lease renewals failed: %s unavailable (%s)", outage_of(exc), type(exc).__name__
+                    )
+                else:
+                    log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
                 continue
             if not ours:
                 self.lease_lost = True

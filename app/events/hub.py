@@ -1,10 +1,12 @@
-"""One Redis pub/sub subscriber per API process, fanning run events out to local subscriptions.
+"""Run events from the process's Redis subscriber (``events.subscriber``), fanned out to
+local subscriptions.
 
 Pub/sub is at-most-once: whatever is published while our connection is down is gone, with
 no signal from Redis. So after every reconnect the hub tells every local subscription to
 ``Resync`` (re-read ``run_events`` from the database from its last seq). The order matters:
-re-subscribe FIRST, then signal, so that nothing published between the subscriber's
-database read and its next live message can fall through the crack.
+re-subscribe FIRST (the subscriber calls ``on_regained`` only once Redis confirmed the
+channel), then signal, so that nothing published between the subscriber's database read
+and its next live message can fall through the crack.
 
 A subscription's queue is bounded (``ENVERIF_SUBSCRIPTION_QUEUE_MAX``): a subscriber too slow
 to keep up (typically a websocket whose client stopped reading, so its sends block) is
@@ -23,20 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 from app import keys
 from app.events.publish import EventMessage, decode_message
+from app.events.subscriber import RedisSubscriber
 
 if TYPE_CHECKING:
     from app.services.runtime import Runtime
@@ -46,13 +44,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_QUEUE_MAX = 1_000
-# get_message blocks at most this long, so health-check PINGs go out during silence
-# (get_message's default timeout of 0 would spin the CPU: redis-py #3108).
-READ_TIMEOUT_S = 1.0
-HEALTH_CHECK_INTERVAL_S = 15
-CONNECT_TIMEOUT_S = 5.0
-BACKOFF_MIN_S = 0.05
-BACKOFF_MAX_S = 5.0
 # How long one read of a tree's newest seq serves the process's other subscriptions to that
 # tree (their idle polls): a thousand quiet subscribers cost one query, not a thousand.
 HEAD_SHARE_S = 0.5
@@ -68,10 +59,6 @@ class SubscriberTooSlow(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def hub_client_name(prefix: str) -> str:
-    return f"{prefix}:event-hub"
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,66 +237,30 @@ class Subscription:
 
 
 class EventHub:
-    """The process's single subscriber on ``keys.events_channel``; see the module docstring."""
+    """The handler of ``keys.events_channel`` on the process's subscriber; see the module
+    docstring. Created before the subscriber starts; ``stop`` at shutdown wakes every
+    consumer with ``HubStopped``."""
 
-    def __init__(self, runtime: Runtime, *, queue_max: int = DEFAULT_QUEUE_MAX) -> None:
-        self._settings = runtime.settings
-        self._channel = keys.events_channel(runtime.settings.redis_prefix)
+    def __init__(
+        self, runtime: Runtime, subscriber: RedisSubscriber, *, queue_max: int = DEFAULT_QUEUE_MAX
+    ) -> None:
         self._queue_max = queue_max
         self._subscriptions: dict[tuple[int, int], set[Subscription]] = {}
-        self._task: asyncio.Task[None] | None = None
-        # Set while the hub holds a live subscription on the channel.
-        self._connected = asyncio.Event()
-        self._client: aioredis.Redis | None = None
+        # Set while the subscriber holds a confirmed subscription on the channel.
+        self._connected = False
         self._reads: dict[tuple[object, ...], tuple[float, asyncio.Future[Any]]] = {}
+        subscriber.add(keys.events_channel(runtime.settings.redis_prefix), self)
 
     @property
     def connected(self) -> bool:
-        return self._connected.is_set()
+        return self._connected
 
-    async def start(self, *, wait_s: float = CONNECT_TIMEOUT_S) -> None:
-        """Start reading; waits (bounded) for the first subscription to be in place.
-
-        If Redis is not reachable yet the process still starts: the reader keeps retrying,
-        and subscriptions get their events from the database until it is back.
-        """
-        if self._task is not None:
-            raise RuntimeError("EventHub already started")
-        # Our own client, not the arq pool: a subscribed connection can do nothing else, and
-        # the pool's connections must stay free for enqueues and publishes.
-        url = self._settings.effective_redis_url
-        # Keepalive probes find a dead peer on a quiet TCP connection; unix socket
-        # connections do not take the option (the embedded Redis listens on one).
-        tcp_options = {} if url.startswith("unix://") else {"socket_keepalive": True}
-        self._client = aioredis.Redis.from_url(
-            url,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            health_check_interval=HEALTH_CHECK_INTERVAL_S,
-            # Named so operators (and tests) can find this process's subscriber in CLIENT LIST.
-            client_name=hub_client_name(self._settings.redis_prefix),
-            **tcp_options,
-        )
-        self._task = asyncio.create_task(self._run(), name="enverif-event-hub")
-        try:
-            async with asyncio.timeout(wait_s):
-                await self._connected.wait()
-        except TimeoutError:
-            logger.warning("event hub: Redis not reachable yet; live events will follow once it is")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def stop(self) -> None:
         # Wake consumers blocked in get(): they must not wait forever for a dead hub.
         for subs in list(self._subscriptions.values()):
             for sub in list(subs):
                 sub._signal_stopped()
                 sub.close()
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
 
     def subscribe(
         self, workspace_id: int, root_run_id: int, *, on_overflow: Callable[[str], None] | None = None
@@ -347,49 +298,25 @@ class EventHub:
     def subscription_count(self) -> int:
         return sum(len(s) for s in self._subscriptions.values())
 
-    # -- reader ------------------------------------------------------------------------------
-    async def _run(self) -> None:
-        backoff_s = BACKOFF_MIN_S
-        first = True
-        while True:
-            assert self._client is not None
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(self._channel)
-                self._connected.set()
-                if not first:
-                    # Only now, with the subscription back in place, may subscribers re-read:
-                    # any event committed after their read will reach them live.
-                    self._resync_all("lost the Redis connection; events may have been missed")
-                    logger.info("event hub: re-subscribed to %s", self._channel)
-                first = False
-                backoff_s = BACKOFF_MIN_S
-                await self._read(pubsub)
-            except (RedisError, OSError) as exc:
-                logger.warning("event hub: Redis connection lost (%r); reconnecting in %.2fs", exc, backoff_s)
-            except Exception:
-                # Never let the process's only subscriber die: log, then recover like a disconnect.
-                logger.exception("event hub: unexpected error; reconnecting in %.2fs", backoff_s)
-            finally:
-                self._connected.clear()
-                # Shielded so a cancellation during stop() still releases the connection.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(pubsub.aclose())
-            first = False
-            await asyncio.sleep(backoff_s * random.uniform(0.8, 1.2))
-            backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+    # -- the subscriber's hooks --------------------------------------------------------------
+    def on_message(self, data: bytes) -> None:
+        if not self._subscriptions:
+            return
+        try:
+            message = decode_message(data)
+        except ValueError as exc:
+            logger.warning("event hub: ignoring %s", exc)
+            return
+        self._dispatch(message)
 
-    async def _read(self, pubsub: Any) -> None:
-        while True:
-            raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=READ_TIMEOUT_S)
-            if raw is None or raw.get("type") != "message" or not self._subscriptions:
-                continue
-            try:
-                message = decode_message(raw["data"])
-            except ValueError as exc:
-                logger.warning("event hub: ignoring %s", exc)
-                continue
-            self._dispatch(message)
+    def on_lost(self) -> None:
+        self._connected = False
+
+    def on_regained(self) -> None:
+        self._connected = True
+        # Only now, with the subscription back in place, may subscribers re-read: any event
+        # committed after their read will reach them live. (At start-up there are none.)
+        self._resync_all("lost the Redis connection; events may have been missed")
 
     def _dispatch(self, message: EventMessage) -> None:
         # Both keys: a subscription never sees another workspace's events, even for a

@@ -1,4 +1,4 @@
-"""Run events on the wire: the message format and publishing after commit (DESIGN §6).
+"""Run events on the wire: the message format and publishing after commit (docs/architecture.md).
 
 The database is the source of truth; pub/sub is only a low-latency hint. So publishing is
 best effort: a Redis failure is logged and swallowed (the transition already committed and

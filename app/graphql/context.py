@@ -1,7 +1,7 @@
 """The typed per-request GraphQL context.
 
 Over HTTP a context lives for one request. Over a websocket strawberry builds it once per
-*connection* (PITFALLS: Strawberry), so anything cached on it would go stale for a long-lived
+*connection* (docs/architecture.md), so anything cached on it would go stale for a long-lived
 subscription. Hence:
 
 * the principal is authenticated lazily on first need and cached: per request over HTTP,

@@ -5,8 +5,9 @@
     .venv/bin/python -c 'from app.graphql.schema import schema; print(schema.as_str())' > schema.graphql
 
 ``build_schema`` gives an app the same types with its configured depth limit. The limits
-matter because strawberry has no query-cost limiter (PITFALLS): depth, aliases, tokens and
-characters bound the shape of a document, ``settings.max_page_size`` bounds each list.
+matter because strawberry ships no query-cost limiter (``app.graphql.cost`` is ours; see
+docs/architecture.md): depth, aliases, tokens and characters bound the shape of a document,
+``settings.max_page_size`` bounds each list.
 ``production`` turns introspection and "Did you mean ...?" suggestions off.
 """
 

@@ -1,4 +1,4 @@
-"""One GraphQL execution per live event and document, not one per subscriber (DESIGN §6).
+"""One GraphQL execution per live event and document, not one per subscriber (docs/graphql/guide.md).
 
 A thousand operators watching one tree with the same document would otherwise have every
 event executed a thousand times over, and serialized a thousand times: that, not Redis nor

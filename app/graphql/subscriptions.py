@@ -1,4 +1,4 @@
-"""``Subscription.runTree``: a run tree's event log, replayed then streamed live (DESIGN §6).
+"""``Subscription.runTree``: a run tree's event log, replayed then streamed live (docs/graphql/guide.md).
 
 Order of operations is what makes the stream complete: subscribe to the process's event hub
 first, then replay the log from the database, then follow live messages (see
@@ -71,7 +71,7 @@ class Subscription:
             try:
                 async for message in events:
                     # The websocket's context outlives every event: without a fresh loader cache
-                    # `run { status }` would show the run as it was when first loaded (PITFALLS).
+                    # `run { status }` would show the run as it was when first loaded (docs/architecture.md).
                     context.fresh_loaders()
                     yield await run_event(message, labels.label)
             except SubscriberTooSlow as exc:

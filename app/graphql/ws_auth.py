@@ -1,4 +1,4 @@
-"""Websockets whose token dies: refused at once, closed within seconds (DESIGN §2).
+"""Websockets whose token dies: refused at once, closed within seconds (docs/operating/security.md).
 
 A websocket authenticates once, in ``connection_init``, and then may live for hours. So the
 graphql-transport-ws handler here checks the token again

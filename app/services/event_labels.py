@@ -1,4 +1,4 @@
-"""What a live view needs to draw a run tree from its event stream alone (DESIGN §6).
+"""What a live view needs to draw a run tree from its event stream alone (docs/graphql/guide.md).
 
 Every ``runTree`` event carries the run's agent name, and a step event its tool, policy
 decision and approval id, so a client never has to query the runs and steps it watches.

@@ -1,4 +1,4 @@
-"""Reading the run event log: the replay source for ``runTree`` subscriptions (DESIGN §6).
+"""Reading the run event log: the replay source for ``runTree`` subscriptions (docs/graphql/guide.md).
 
 Events are committed in seq order with no gaps (the chokepoint allocates ``seq`` under the
 root row's lock), so "every event after seq N" read from the database is complete up to

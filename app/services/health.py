@@ -6,6 +6,11 @@ its own within ``HEARTBEAT_TTL_S``; one that stops cleanly deletes its key at on
 rather than the database: a heartbeat per worker every few seconds is exactly the kind of
 short-lived, losable state Redis is for, and losing it (Redis restarted) only makes workers
 look absent until their next beat.
+
+A beat also says whether the worker's poll loop is working (``polling``): a process that is
+alive but takes no job and runs no cron (its poll loop failing, or waiting for Redis) is not
+counted as a live worker, so ``/healthz`` turns ``degraded`` and ``enverif worker --check``
+fails for it, rather than reporting a worker that does nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class WorkerBeat:
     pid: int
     started_at: float  # unix seconds
     jobs: int  # jobs in progress at the last beat
+    polling: bool = True  # its poll loop finished a turn recently (absent from older beats)
 
 
 async def beat(redis: Redis, prefix: str, worker: WorkerBeat) -> None:
@@ -64,6 +70,12 @@ async def forget(redis: Redis, prefix: str, owner: str) -> None:
 
 
 async def live_workers(redis: Redis, prefix: str) -> list[WorkerBeat]:
+    """The workers that beat and whose poll loop works: those that take queued runs."""
+    return [w for w in await beating_workers(redis, prefix) if w.polling]
+
+
+async def beating_workers(redis: Redis, prefix: str) -> list[WorkerBeat]:
+    """Every worker process with a live heartbeat, polling or not."""
     owners = sorted(
         m.decode() if isinstance(m, bytes) else str(m)
         for m in await redis.smembers(workers_index(prefix))  # type: ignore[misc]
@@ -86,20 +98,37 @@ async def live_workers(redis: Redis, prefix: str) -> list[WorkerBeat]:
     return alive
 
 
-def this_worker(owner: str, *, started_at: float, jobs: int) -> WorkerBeat:
+def this_worker(owner: str, *, started_at: float, jobs: int, polling: bool = True) -> WorkerBeat:
     return WorkerBeat(
-        owner=owner, host=socket.gethostname(), pid=os.getpid(), started_at=started_at, jobs=jobs
+        owner=owner,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=started_at,
+        jobs=jobs,
+        polling=polling,
     )
 
 
-async def heartbeat_loop(rt: Runtime, owner: str, jobs: Callable[[], int]) -> None:
+async def heartbeat_loop(
+    rt: Runtime, owner: str, jobs: Callable[[], int], *, polling: Callable[[], bool] = lambda: True
+) -> None:
     """Beat until cancelled; Redis being away is logged once per outage, never fatal."""
     started_at = time.time()
     failing = False
+    was_polling = True
     while True:
+        now_polling = polling()
+        if now_polling != was_polling:
+            if now_polling:
+                log.warning("worker %s: its poll loop is working again", owner)
+            else:
+                log.warning("worker %s: its poll loop has stalled; not counted as alive", owner)
+            was_polling = now_polling
         try:
             await beat(
-                rt.redis, rt.settings.redis_prefix, this_worker(owner, started_at=started_at, jobs=jobs())
+                rt.redis,
+                rt.settings.redis_prefix,
+                this_worker(owner, started_at=started_at, jobs=jobs(), polling=now_polling),
             )
             if failing:
                 log.warning("worker %s: heartbeat restored", owner)
@@ -129,16 +158,19 @@ async def report(rt: Runtime) -> tuple[dict[str, Any], bool]:
     database, redis, workers = await asyncio.gather(
         _probe("database", lambda: _ping_database(rt)),
         _probe("redis", rt.redis.ping),
-        _probe("workers", lambda: live_workers(rt.redis, rt.settings.redis_prefix)),
+        _probe("workers", lambda: beating_workers(rt.redis, rt.settings.redis_prefix)),
     )
     age = await _probe("queue", lambda: oldest_queued_age_s(rt)) if database[0] == "ok" else ("skipped", None)
-    alive = len(workers[1]) if workers[0] == "ok" and workers[1] is not None else 0
+    beating: list[WorkerBeat] = workers[1] if workers[0] == "ok" and workers[1] is not None else []
+    alive = sum(1 for w in beating if w.polling)
     healthy = database[0] == "ok" and redis[0] == "ok" and alive > 0
     body: dict[str, Any] = {
         "status": "ok" if healthy else "degraded",
         "database": database[0],
         "redis": redis[0],
         "workers": alive,
+        # Processes alive but not polling (their poll loop failing or waiting for Redis).
+        "workersNotPolling": len(beating) - alive,
         "oldestQueuedAgeS": round(age[1], 3) if age[0] == "ok" and age[1] is not None else None,
     }
     return body, healthy

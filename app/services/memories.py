@@ -8,7 +8,7 @@ key, value and tag passes ``screen`` first: input limits, then the credential gu
 
 The cores (``remember``, ``forget``) take an open session and keyword-only arguments, and
 neither begin nor commit: an operator's use case wraps them in its own transaction, a run's
-memory tool calls them inside its step's fenced transaction (DESIGN §3.5).
+memory tool calls them inside its step's fenced transaction (docs/extending/tools.md).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ async def remember(
         memory.tags = checked_tags
     if checked_importance is not None:
         memory.importance = checked_importance
-    memory.source_run_id = source_run_id  # DESIGN §2: the run that last updated it; null for operators
+    memory.source_run_id = source_run_id  # the run that last updated it; null for operators
     memory.updated_at = now
     record_revision(
         session,
@@ -266,7 +266,7 @@ async def update_memory(
             row.tags = tags
         if importance is not None:
             row.importance = importance
-        # An operator wrote it last: DESIGN §2 says sourceRun is then null.
+        # An operator wrote it last: sourceRun is then null (docs/concepts/memory.md).
         row.source_run_id = None
         row.updated_at = now
         await _flush_unique_key(session, row.key)

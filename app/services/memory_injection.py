@@ -1,4 +1,4 @@
-"""Which memories a run starts with (DESIGN §3.2), in two halves around the claim.
+"""Which memories a run starts with (docs/concepts/memory.md), in two halves around the claim.
 
 ``candidates`` reads, outside the claim's transaction, a bounded set of the agent's most
 promising memories: the claim holds the run tree's lock, and an agent may have thousands

@@ -1,4 +1,4 @@
-"""Firing due schedules (DESIGN §2, §3): the worker's cron job and ``enverif schedules tick``.
+"""Firing due schedules (docs/concepts/schedules.md): the worker's cron job and ``enverif schedules tick``.
 
 One tick reads the schedules whose ``next_fire_at`` has come (one indexed query: that is all
 it costs when nothing is due), then serves each in its own transaction:

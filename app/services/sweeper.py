@@ -1,4 +1,4 @@
-"""The sweeper: puts back what the queue lost (DESIGN §3.7).
+"""The sweeper: puts back what the queue lost (docs/operating/outages.md).
 
 - RUNNING runs whose lease expired (their worker died or hung) go back to QUEUED through
   the chokepoint, which bumps the wake count and enqueues a fresh job. The old worker, if it
@@ -60,8 +60,8 @@ class SweepReport:
 
 async def _job_held_by_dead_worker(rt: Runtime, run_id: int, wake: int) -> bool:
     """A job marked in progress whose run is still QUEUED long after: the worker took it
-    and died before claiming (SIGKILL, OOM). arq keeps such a job locked for its whole
-    timeout (PITFALLS: arq), so waiting for it would strand the run."""
+    and died before claiming (SIGKILL, OOM). arq keeps such a job locked for as long
+    as its in-progress key lives (docs/architecture.md), so waiting for it would strand the run."""
     try:
         return bool(
             await rt.redis.exists(in_progress_key_prefix + run_job_id(rt.settings.redis_prefix, run_id, wake))

@@ -8,12 +8,16 @@ pooled connection) before any work. With it, a token looked up in the last
   ``keys.token_revocations_channel`` after the commit; every API process subscribes and
   drops the entry when the message arrives, so the next request anywhere looks it up again.
   Pub/sub is at-most-once, so the cache is used only while this process holds a live
-  subscription: when the connection drops, the cache is emptied and bypassed until it is
-  back (a revocation published meanwhile cannot be missed).
+  subscription (the process's one subscriber, ``app.events.subscriber``): when the
+  connection drops, the cache is emptied and bypassed until it is back (a revocation
+  published meanwhile cannot be missed).
 * **Expiry** is decided on every request from the cached ``expires_at`` and the clock, so a
   cached token stops working at its expiry exactly, as an uncached one does.
 * **A lookup racing a revocation** cannot cache the token it read: ``put`` refuses an entry
-  read before the latest revocation message (or reconnect) — a generation counter.
+  read before the latest revocation message, loss or regain of the subscription — a
+  generation counter. (A lookup that read the database while the subscription was down
+  could have missed a revocation published then, so even once the subscription is back it
+  must not be cached.)
 * Only live tokens are cached: a refused token is looked up again on each try.
 
 Websockets are not served from here: they re-check their token by id against the database
@@ -23,10 +27,7 @@ entry remembers when this process last wrote it, so writes stay at most one a mi
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import random
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,16 +36,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app import keys
+from app.events.subscriber import RedisSubscriber
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 MAX_ENTRIES = 10_000
-READ_TIMEOUT_S = 1.0
-HEALTH_CHECK_INTERVAL_S = 15
-CONNECT_TIMEOUT_S = 5.0
-BACKOFF_MIN_S = 0.05
-BACKOFF_MAX_S = 5.0
 
 
 @dataclass(slots=True)
@@ -60,25 +57,23 @@ class CachedToken:
     fetched_at: float
 
 
-def revocations_client_name(prefix: str) -> str:
-    return f"{prefix}:token-cache"
-
-
 class TokenCache:
-    def __init__(self, settings: Settings) -> None:
+    """The handler of ``keys.token_revocations_channel`` on the process's subscriber (none
+    when ``token_cache_ttl_s`` is 0: the cache is off)."""
+
+    def __init__(self, settings: Settings, subscriber: RedisSubscriber) -> None:
         self.ttl_s = settings.token_cache_ttl_s
-        self._settings = settings
-        self._channel = keys.token_revocations_channel(settings.redis_prefix)
         self._entries: dict[str, CachedToken] = {}
-        # Bumped by every revocation message and every lost subscription; see ``put``.
+        # Bumped by every revocation message and every loss or regain of the subscription;
+        # see ``put``.
         self.generation = 0
-        self._subscribed = asyncio.Event()
-        self._client: aioredis.Redis | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._subscribed = False
+        if self.ttl_s > 0:
+            subscriber.add(keys.token_revocations_channel(settings.redis_prefix), self)
 
     @property
     def usable(self) -> bool:
-        return self.ttl_s > 0 and self._subscribed.is_set()
+        return self.ttl_s > 0 and self._subscribed
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -109,63 +104,17 @@ class TokenCache:
         self.generation += 1
         self._entries.clear()
 
-    # -- the subscriber ---------------------------------------------------------------------
-    async def start(self, *, wait_s: float = CONNECT_TIMEOUT_S) -> None:
-        """Subscribe; until the subscription is in place every request asks the database."""
-        if self.ttl_s <= 0:
-            return
-        url = self._settings.effective_redis_url
-        tcp_options = {} if url.startswith("unix://") else {"socket_keepalive": True}
-        self._client = aioredis.Redis.from_url(
-            url,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            health_check_interval=HEALTH_CHECK_INTERVAL_S,
-            client_name=revocations_client_name(self._settings.redis_prefix),
-            **tcp_options,
-        )
-        self._task = asyncio.create_task(self._run(), name="enverif-token-cache")
-        if wait_s > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait_s):
-                    await self._subscribed.wait()
+    # -- the subscriber's hooks --------------------------------------------------------------
+    def on_lost(self) -> None:
+        # Revocations published while we are away would be missed: forget everything.
+        self._subscribed = False
+        self._clear()
 
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+    def on_regained(self) -> None:
+        self._subscribed = True
+        self._clear()
 
-    async def _run(self) -> None:
-        backoff_s = BACKOFF_MIN_S
-        while True:
-            assert self._client is not None
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(self._channel)
-                self._subscribed.set()
-                backoff_s = BACKOFF_MIN_S
-                while True:
-                    raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=READ_TIMEOUT_S)
-                    if raw is not None and raw.get("type") == "message":
-                        self._on_message(raw["data"])
-            except (RedisError, OSError) as exc:
-                logger.warning("token cache: Redis connection lost (%r); bypassed until it is back", exc)
-            except Exception:
-                logger.exception("token cache: unexpected error; bypassed until it reconnects")
-            finally:
-                # Revocations published while we are away would be missed: forget everything.
-                self._subscribed.clear()
-                self._clear()
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(pubsub.aclose())
-            await asyncio.sleep(backoff_s * random.uniform(0.8, 1.2))
-            backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
-
-    def _on_message(self, data: bytes | str) -> None:
+    def on_message(self, data: bytes) -> None:
         try:
             token_id = int(data)
         except ValueError:

@@ -1,4 +1,4 @@
-"""Chaos at the scale of the incident that wedged the queue for an hour (DESIGN §1, §3):
+"""Chaos at the scale of the incident that wedged the queue for an hour (docs/operating/outages.md):
 100 runs of three ``webhook.post`` calls to a receiver answering in 1 s, 20 SIGKILLs of a
 worker about a second apart, each replaced at once, lease 6 s; then Redis restarted and
 database connections killed, repeatedly, under load. ``make chaos`` (MariaDB by default).

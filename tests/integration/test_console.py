@@ -4,7 +4,7 @@ real uvicorn server (the dev-mode app, so the demo agents' /dev routes answer) a
 
 The browser may reach only loopback: every request to another host is aborted (and recorded,
 so a test fails if the console ever asks for one), and chromium's resolver knows no name but
-localhost. ``ENVERIF_CONSOLE_SCREENSHOTS=DIR`` writes the README's screenshots into DIR.
+localhost. ``ENVERIF_CONSOLE_SCREENSHOTS=DIR`` writes the screenshots of docs/console.md into DIR.
 """
 
 from __future__ import annotations

@@ -43,3 +43,42 @@ async def test_runs_finish_after_the_server_dropped_every_connection(gql, worksp
     done = [await wait_run(gql, workspace.viewer, r, timeout_s=30) for r in run_ids]
     assert [d["status"] for d in done] == ["SUCCEEDED"] * 4
     assert [d["result"] for d in done] == [2, 3, 4, 5]
+
+
+async def test_runs_interrupted_by_an_outage_log_one_warning_not_a_traceback_each(
+    gql, workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An outage is expected: the runs it interrupts are handed back with one warning per
+    worker (rate-limited), not an ERROR with a traceback per run, which is kept for bugs."""
+    import logging
+
+    from app.engine import loop
+    from app.engine.loop import RunExecutor
+    from app.outages import OutageWarnings
+
+    monkeypatch.setattr(loop, "OUTAGE_WARNINGS", OutageWarnings())  # this test's interval
+    apply = RunExecutor._apply
+    interrupted: set[int] = set()
+
+    async def apply_once_on_a_killed_connection(self: RunExecutor, *args: object) -> bool:
+        if self.run_id not in interrupted:
+            interrupted.add(self.run_id)
+            # The server drops the connection under the run's write, as in a restart.
+            async with self.rt.sessionmaker() as session:
+                own = (await session.execute(text("SELECT CONNECTION_ID()"))).scalar_one()
+                await session.execute(text(f"KILL CONNECTION {int(own)}"))
+        return await apply(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RunExecutor, "_apply", apply_once_on_a_killed_connection)
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
+    with caplog.at_level(logging.WARNING, logger="app.engine.loop"):
+        run_ids = [await start_run(gql, workspace.operator, agent, {"n": n}) for n in range(4)]
+        done = [await wait_run(gql, workspace.viewer, r, timeout_s=60) for r in run_ids]
+    assert [d["status"] for d in done] == ["SUCCEEDED"] * 4 and len(interrupted) == 4
+    records = [r for r in caplog.records if r.name == "app.engine.loop"]
+    assert not [r for r in records if r.levelno >= logging.ERROR or r.exc_info], [
+        r.getMessage() for r in records
+    ]
+    assert len([r for r in records if "runs broke off" in r.getMessage()]) == 1, [
+        r.getMessage() for r in records
+    ]

@@ -1,4 +1,4 @@
-"""The per-process event hub and the publisher, against a real Redis (DESIGN §6)."""
+"""The per-process event hub and the publisher, against a real Redis (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 import random
 import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,8 +18,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.dev.embedded import redis_server_binary
-from app.events.hub import EventHub, HubStopped, Resync, SubscriberTooSlow, Subscription, hub_client_name
+from app.events.hub import DEFAULT_QUEUE_MAX, EventHub, HubStopped, Resync, SubscriberTooSlow, Subscription
 from app.events.publish import EventMessage, decode_message, encode_message, publish_events
+from app.events.subscriber import RedisSubscriber, subscriber_client_name
 from app.services.runtime import Runtime
 from app.settings import Settings
 
@@ -46,13 +48,26 @@ def event(workspace_id: int, root_run_id: int, seq: int, **extra: Any) -> EventM
     )
 
 
+@asynccontextmanager
+async def started_hub(
+    runtime: Runtime, *, queue_max: int = DEFAULT_QUEUE_MAX, wait_s: float = 5.0
+) -> AsyncIterator[EventHub]:
+    """A hub on its own subscriber, as an API process has them."""
+    subscriber = RedisSubscriber(runtime.settings)
+    hub = EventHub(runtime, subscriber, queue_max=queue_max)
+    await subscriber.start(wait_s=wait_s)
+    try:
+        yield hub
+    finally:
+        await subscriber.stop()
+        hub.stop()
+
+
 @pytest.fixture
 async def hub(runtime: Runtime) -> AsyncIterator[EventHub]:
-    h = EventHub(runtime)
-    await h.start()
-    assert h.connected
-    yield h
-    await h.stop()
+    async with started_hub(runtime) as h:
+        assert h.connected
+        yield h
 
 
 async def drain(sub: Subscription, *, quiet_s: float = 0.3) -> list[EventMessage | Resync]:
@@ -102,7 +117,7 @@ async def test_signals_resync_after_losing_the_connection_and_keeps_delivering(
         assert isinstance(first, EventMessage) and first.seq == 1
 
         # Cut only this session's hub connection (other test sessions share the server).
-        killed = await _kill_clients_named(runtime.redis, hub_client_name(prefix))
+        killed = await _kill_clients_named(runtime.redis, subscriber_client_name(prefix))
         assert killed >= 1
 
         signal = await sub.get(timeout_s=10)
@@ -117,9 +132,7 @@ async def test_signals_resync_after_losing_the_connection_and_keeps_delivering(
 async def test_a_subscriber_that_falls_behind_is_closed_with_a_reason_instead_of_a_growing_queue(
     runtime: Runtime,
 ) -> None:
-    hub = EventHub(runtime, queue_max=5)
-    await hub.start()
-    try:
+    async with started_hub(runtime, queue_max=5) as hub:
         ws, root = fresh_id(), fresh_id()
         prefix = runtime.settings.redis_prefix
         told: list[str] = []
@@ -144,17 +157,13 @@ async def test_a_subscriber_that_falls_behind_is_closed_with_a_reason_instead_of
             assert slow.closed and hub.subscription_count == 1
             with pytest.raises(SubscriberTooSlow, match="too slow"):
                 await slow.get(timeout_s=1)
-    finally:
-        await hub.stop()
 
 
 async def test_stopping_the_hub_wakes_waiting_consumers(runtime: Runtime) -> None:
-    hub = EventHub(runtime)
-    await hub.start()
-    sub = hub.subscribe(fresh_id(), fresh_id())
-    waiter = asyncio.create_task(sub.get())
-    await asyncio.sleep(0.05)
-    await hub.stop()
+    async with started_hub(runtime) as hub:
+        sub = hub.subscribe(fresh_id(), fresh_id())
+        waiter = asyncio.create_task(sub.get())
+        await asyncio.sleep(0.05)
     with pytest.raises(HubStopped):
         await asyncio.wait_for(waiter, 5)
     assert [item async for item in sub] == []
@@ -166,9 +175,10 @@ async def test_a_hub_started_without_redis_catches_up_once_it_appears(
     # On a unix socket, like the embedded Redis of `enverif dev`.
     sock = tmp_path / "redis.sock"
     down = Settings(**{**settings.model_dump(), "redis_url": f"unix://{sock}"})
-    hub = EventHub(replace(runtime, settings=down))
+    subscriber = RedisSubscriber(down)
+    hub = EventHub(replace(runtime, settings=down), subscriber)
     # Nothing listens there yet: start() must neither hang nor raise.
-    await hub.start(wait_s=0.3)
+    await subscriber.start(wait_s=0.3)
     server: asyncio.subprocess.Process | None = None
     try:
         assert not hub.connected
@@ -191,7 +201,8 @@ async def test_a_hub_started_without_redis_catches_up_once_it_appears(
         live = await sub.get(timeout_s=5)
         assert isinstance(live, EventMessage) and live.seq == 1
     finally:
-        await hub.stop()
+        await subscriber.stop()
+        hub.stop()
         if server is not None:
             server.terminate()
             await server.wait()

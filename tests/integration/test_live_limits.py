@@ -1,4 +1,4 @@
-"""Live-event limits over a real uvicorn and real websockets (DESIGN §6, §8): a subscriber
+"""Live-event limits over a real uvicorn and real websockets (docs/graphql/guide.md): a subscriber
 too slow to keep up is closed with a reason while the others keep receiving everything, and
 one connection runs at most ``ENVERIF_MAX_SUBSCRIPTIONS_PER_CONNECTION`` operations."""
 

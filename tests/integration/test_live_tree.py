@@ -1,4 +1,4 @@
-"""The live execution tree end to end (DESIGN §6): a real uvicorn, a real websocket client
+"""The live execution tree end to end (docs/graphql/guide.md): a real uvicorn, a real websocket client
 (graphql-transport-ws), real ``enverif worker`` processes, the real database and Redis, and
 the demo-like three-level tree lead -> enricher -> poster whose webhook waits for approval.
 

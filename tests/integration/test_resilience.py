@@ -1,5 +1,5 @@
 """Resilience with real processes: SIGKILL storms, a poisoned queue head, Redis restarting,
-database connections killed, a database that does not answer (DESIGN §1, §3).
+database connections killed, a database that does not answer (docs/operating/outages.md).
 
 The workers are real ``enverif worker`` processes; Redis restarts are of a ``redis-server``
 this test starts on a free loopback port (the shared one is never touched), and database

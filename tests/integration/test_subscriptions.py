@@ -1,5 +1,5 @@
 """``runTree`` end to end: a real uvicorn server, a real websocket client speaking
-graphql-transport-ws, the real database and Redis (DESIGN §6, PITFALLS: Strawberry).
+graphql-transport-ws, the real database and Redis (docs/graphql/guide.md, docs/architecture.md).
 
 Events are written the way the chokepoint writes them: appended under the root row's lock in
 a ``TreeTx`` and published after commit. The helper can also leave an event unpublished, which
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from app.events.hub import hub_client_name
 from app.events.publish import publish_events
+from app.events.subscriber import subscriber_client_name
 from app.services import auth, event_log, runs
 from app.services.runtime import Runtime
 from app.settings import Settings
@@ -166,7 +166,7 @@ async def test_resync_after_the_servers_redis_subscriber_was_cut(
     # Cut the server's subscriber: on reconnect its hub tells every subscription to re-read.
     killed = 0
     for entry in await runtime.redis.client_list():
-        if entry.get("name") == hub_client_name(runtime.settings.redis_prefix):
+        if entry.get("name") == subscriber_client_name(runtime.settings.redis_prefix):
             killed += int(await runtime.redis.client_kill_filter(_id=entry["id"]))
     assert killed == 1
     [recovered] = await client.events("1", 1, timeout_s=FAST_S)

@@ -22,8 +22,8 @@ import httpx
 import redis.asyncio as aioredis
 
 from app.clock import utcnow
+from app.events.subscriber import subscriber_client_name
 from app.services import auth
-from app.services.token_cache import revocations_client_name
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
 from tests.support.cli import ENVERIF
@@ -149,7 +149,7 @@ async def test_without_its_revocation_subscription_a_process_asks_the_database(
 
     admin = aioredis.from_url(settings.effective_redis_url)
     try:
-        assert await _kill_by_name(admin, revocations_client_name(settings.redis_prefix)) >= 1
+        assert await _kill_by_name(admin, subscriber_client_name(settings.redis_prefix)) >= 1
         for _ in range(100):  # the reader notices the lost connection
             if not cache.usable:
                 break

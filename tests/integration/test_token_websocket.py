@@ -1,5 +1,5 @@
 """A websocket whose token dies: a real uvicorn, a real graphql-transport-ws client, the real
-database and Redis (DESIGN §2).
+database and Redis (docs/operating/security.md).
 
 The token is revoked through a *different* app instance (the ``gql`` fixture's in-process
 app, with its own engine and Redis pool) than the uvicorn serving the websocket: like a
@@ -29,7 +29,7 @@ from tests.support.events import append, gid, new_root_run
 from tests.support.servers import serve
 from tests.support.ws import GraphQLWS, bearer
 
-# DESIGN §2: an open websocket of a revoked token is closed within 5 s.
+# An open websocket of a revoked token is closed within seconds (docs/operating/security.md): 5 s.
 CLOSE_WITHIN_S = 5.0
 
 Server = Callable[..., AbstractAsyncContextManager[tuple[Starlette, str]]]

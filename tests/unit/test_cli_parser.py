@@ -10,7 +10,7 @@ import pytest
 
 from app.cli import build_parser, runs
 from app.cli.watch.reconnect import DEFAULT_MAX_FAILURES
-from tests.unit.test_readme_command_line import leaf_commands
+from tests.unit.test_docs_command_line import leaf_commands
 
 LEAVES = leaf_commands(build_parser())
 

@@ -84,3 +84,42 @@ def test_only_the_listed_mysql_errnos_are_outages(errno: int) -> None:
 
 def test_unavailable_carries_its_retry_hint() -> None:
     assert Unavailable(retry_after_s=3).extensions() == {"code": "UNAVAILABLE", "retryAfter": 3}
+
+
+def test_outage_warnings_are_one_per_interval_and_count_what_they_folded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from app.outages import OutageWarnings
+
+    now = [100.0]
+    warnings = OutageWarnings(interval_s=30, clock=lambda: now[0])
+    log = logging.getLogger("test.outages")
+    with caplog.at_level(logging.WARNING, logger="test.outages"):
+        assert warnings.warn(log, "runs broke off: %s unavailable", "the database")
+        for _ in range(5):
+            now[0] += 1
+            assert not warnings.warn(log, "runs broke off: %s unavailable", "the database")
+        assert warnings.warn(log, "another message")  # each message has its own interval
+        now[0] = 131.0
+        assert warnings.warn(log, "runs broke off: %s unavailable", "the database")
+    assert [r.getMessage() for r in caplog.records] == [
+        "runs broke off: the database unavailable",
+        "another message",
+        "runs broke off: the database unavailable (and 5 more like it in the last 31s)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("exc", "service"),
+    [
+        (RedisConnectionError("refused"), "Redis"),
+        (wrapped(MyOperationalError(2013, "Lost connection")), "the database"),
+        (ConnectionRefusedError(111, "refused"), "the database"),
+    ],
+)
+def test_outage_of_names_the_service(exc: BaseException, service: str) -> None:
+    from app.outages import outage_of
+
+    assert outage_of(exc) == service

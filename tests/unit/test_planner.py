@@ -91,6 +91,44 @@ def test_plans_for_one_call(
         assert call.result["error"]["code"] == code
 
 
+TOKEN = "gh" + "p_" + "Zx81Qm27Lw90Rt46Yp13Nc58Vb02Kd67Hs4J"
+REQUIRE_MEMORY_APPROVAL = [link("root", {"rules": [{"tool": "memory.*", "decision": "REQUIRE_APPROVAL"}]})]
+DENY_MEMORY = [link("root", {"rules": [{"tool": "memory.*", "decision": "DENY"}]})]
+
+
+@pytest.mark.parametrize("chain", [OPEN, ALLOW_ALL, REQUIRE_MEMORY_APPROVAL, DENY_MEMORY])
+@pytest.mark.parametrize(
+    ("args", "redacted"),
+    [
+        ({"key": "crm", "value": f"CRM token {TOKEN}", "importance": 0.9}, {"value"}),
+        ({"key": "crm", "value": "see tags", "tags": ["crm", TOKEN]}, {"tags"}),
+        ({"key": TOKEN[:12], "value": TOKEN[12:]}, {"key", "value"}),
+        ({"key": "db_password", "value": "tulip42"}, {"value"}),
+        ({"key": "k", "value": "v", "extra": {"nested": TOKEN}}, {"extra"}),
+    ],
+)
+def test_a_memory_write_of_a_secret_is_refused_with_its_arguments_redacted(
+    chain: list[PolicyLink], args: dict[str, Any], redacted: set[str]
+) -> None:
+    # Whatever the policy: an approval request or a DENIED step would store the secret.
+    call = one("memory.remember", args, chain)
+    assert call.action is Action.REFUSE and call.decision is None
+    assert call.result["error"]["code"] == "CREDENTIAL_REJECTED"
+    rule = call.result["error"]["message"].split("rule: ")[1].split(")")[0]
+    for name, value in call.args.items():
+        if name in redacted:
+            assert value == f"[redacted: {rule}]"
+        else:
+            assert value == args[name]
+    assert TOKEN not in str(call.args) + call.reason + str(call.result)
+    assert "tulip42" not in str(call.args) + call.reason + str(call.result)
+
+
+def test_other_tools_and_ordinary_memories_are_not_screened() -> None:
+    assert one("memory.remember", {"key": "icp", "value": "Target fintech"}).action is Action.RUN_TOOL
+    assert one("http.get", {"url": f"http://127.0.0.1/?q={TOKEN}"}).action is Action.RUN_TOOL
+
+
 def test_the_reason_names_the_agent_and_rule_that_imposed_the_decision() -> None:
     call = one("webhook.post", {}, STRICT_PARENT)
     assert "parent" in call.reason and "webhook.*" in call.reason

@@ -1,4 +1,4 @@
-"""Capability policy evaluation (DESIGN §4): tables of cases plus properties over all inputs."""
+"""Capability policy evaluation (docs/concepts/policy.md): tables of cases plus properties over all inputs."""
 
 from __future__ import annotations
 

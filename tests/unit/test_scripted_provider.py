@@ -1,4 +1,4 @@
-"""The scripted provider (DESIGN §5): template rendering, turn selection, config validation.
+"""The scripted provider (docs/extending/providers.md): template rendering, turn selection, config validation.
 
 Templates render through a real ``TemplatePool`` (its subprocesses are local, no services):
 one for the whole module, on a module-scoped event loop, as a worker keeps one.

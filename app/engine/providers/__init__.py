@@ -1,4 +1,4 @@
-"""Model providers, chosen by the ``provider`` key of an agent's model config (DESIGN §5).
+"""Model providers, chosen by the ``provider`` key of an agent's model config (docs/extending/providers.md).
 
 ``validate_model_config`` runs when an agent is written (errors name the field ``model``)
 and again in the worker; ``Providers`` is the worker's factory: it owns what providers

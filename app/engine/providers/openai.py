@@ -1,6 +1,6 @@
 """The ``openai`` provider: any OpenAI-compatible chat-completions endpoint with tool calling.
 
-Config (DESIGN §5)::
+Config (docs/extending/providers.md)::
 
     {"provider": "openai", "model": "gpt-4o-mini",
      "base_url": "https://api.openai.com/v1",     # default

@@ -1,6 +1,6 @@
 """The ``scripted`` provider: a fixed list of turns, for demos, tests and fixed procedures.
 
-Config (DESIGN §5)::
+Config (docs/extending/providers.md)::
 
     {"provider": "scripted", "steps": [TURN, ...]}
     TURN = {"call": "tool.name", "args": {...}}

@@ -1,4 +1,4 @@
-"""``agents.list`` and ``agents.delegate`` (DESIGN §7): STATE tools, run inside their step's
+"""``agents.list`` and ``agents.delegate`` (docs/concepts/delegation.md): STATE tools, run inside their step's
 fenced transaction, so a child run exists exactly when its parent's step says it does."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The memory tools (DESIGN §4): ``memory.search`` (READ), ``memory.remember``
+"""The memory tools (docs/concepts/memory.md): ``memory.search`` (READ), ``memory.remember``
 (INTERNAL_WRITE), ``memory.forget`` (DESTRUCTIVE, so it always waits for an approval).
 
 STATE tools: they run inside their step's fenced transaction (``ToolContext.writer``), so a
@@ -9,13 +9,15 @@ same limits, same credential guard, same revisions (recording the run).
 
 Refusals are ``ToolError``s, which the model sees as ``{"error": {"code", "message"}}`` and
 which roll back anything the call wrote: ``VALIDATION_FAILED`` naming the argument,
-``CREDENTIAL_REJECTED`` naming the rule (never echoing the text).
+``CREDENTIAL_REJECTED`` naming the rule (never echoing the text; the step's stored
+arguments are replaced by a redacted copy).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from app.domain.credentials import screen_memory_write
 from app.domain.errors import EnverifError
 from app.domain.policy import RiskClass
 from app.domain.run_events import EventType
@@ -155,6 +157,13 @@ class MemoryRememberTool:
     }
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
+        # The planner refuses such a call before it is stored; this is the second line (a
+        # call recorded under an older guard and approved later): the refusal redacts the
+        # stored arguments too, whatever else is wrong with them.
+        if isinstance(args, dict) and (screened := screen_memory_write(args)) is not None:
+            raise ToolError(
+                "CREDENTIAL_REJECTED", screened.rejection.message, redacted_arguments=screened.arguments
+            )
         args = _args(args, required={"key", "value"}, optional={"tags", "importance"})
         key, value = _string(args, "key"), _string(args, "value")
         tags = _optional_tags(args)

@@ -1,4 +1,4 @@
-"""GraphQL enums: the domain's enums exposed under their public names (DESIGN §8).
+"""GraphQL enums: the domain's enums exposed under their public names (docs/graphql/guide.md).
 
 Import them from here, never wrap a domain enum a second time: strawberry registers the
 GraphQL definition on the enum class itself.

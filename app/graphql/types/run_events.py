@@ -1,4 +1,4 @@
-"""``RunEvent``: one entry of a run tree's event log, as streamed by ``runTree`` (DESIGN §6)."""
+"""``RunEvent``: one entry of a run tree's event log, as streamed by ``runTree`` (docs/graphql/guide.md)."""
 
 from __future__ import annotations
 

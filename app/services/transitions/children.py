@@ -1,4 +1,4 @@
-"""Child runs (DESIGN §7): created inside the parent's fenced tree transaction, together
+"""Child runs (docs/concepts/delegation.md): created inside the parent's fenced tree transaction, together
 with the result of the parent's ``agents.delegate`` step. Part of ``TreeTx``.
 
 Because the whole tree is locked by its root row, a child can only be created while the

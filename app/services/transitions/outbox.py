@@ -46,7 +46,8 @@ return 1
 @dataclass(frozen=True, slots=True)
 class WakeUp:
     """A job to enqueue after commit: one per time a run becomes QUEUED. ``wake`` is part
-    of the arq job id, so each wake-up is a new job (PITFALLS: arq job ids)."""
+    of the arq job id, so each wake-up is a new job: arq refuses a job id
+    whose earlier job is queued, running or has a kept result (docs/architecture.md)."""
 
     run_id: int
     wake: int

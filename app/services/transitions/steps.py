@@ -113,7 +113,7 @@ class StepWrites:
 
     def step_started(self, run: Run, step: RunStep) -> None:
         # Tool, decision and approval id ride along so a live view can draw the step from its
-        # events alone (DESIGN §6), without querying the step.
+        # events alone (docs/graphql/guide.md), without querying the step.
         payload: dict[str, Any] = {"seq": step.seq, "tool": step.tool, "decision": step.decision}
         if step.approval_id is not None:
             payload["approvalId"] = step.approval_id
@@ -195,6 +195,17 @@ class StepWrites:
         step.finished_at = self.now
         step.started_at = step.started_at or self.now
         self.step_finished(run, step)
+
+    async def redact_arguments(self, step: RunStep, arguments: dict[str, Any]) -> None:
+        """Keep ``arguments`` (a redacted copy) instead of what the step was called with, on
+        the step and on its approval: a tool refused the call as holding a secret, and a
+        secret must not stay readable where the refusal is shown."""
+        await self.session.execute(update(RunStep).where(RunStep.id == step.id).values(arguments=arguments))
+        if step.approval_id is not None:
+            await self.session.execute(
+                update(Approval).where(Approval.id == step.approval_id).values(arguments=arguments)
+            )
+        step.arguments = arguments
 
     # -- approvals -----------------------------------------------------------------------
 

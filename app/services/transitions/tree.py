@@ -4,7 +4,7 @@ A ``TreeTx`` is one database transaction over one run tree. It locks the tree's 
 first (``SELECT ... FOR UPDATE``; on SQLite the whole database is locked by ``BEGIN
 IMMEDIATE``), then the rows it changes. Because every writer of a tree takes the root lock
 first, there is one lock order (no deadlocks) and event ``seq`` numbers, allocated from the
-root row, are handed out in commit order with no gaps (DESIGN §6).
+root row, are handed out in commit order with no gaps (docs/architecture.md).
 
 ``now`` is the database server's clock, read with the root lock: leases are set and
 compared on one clock whatever host a worker runs on (``app.db.clock``).
@@ -69,7 +69,7 @@ class TreeTx(StepWrites, ChildWrites):
         self._runs: dict[int, Run] = {root.id: root}
         # Runs this transaction is ending. A child that ends inside the cascade still hands
         # its outcome to its parent's step, but wakes nobody in this set: no run is ever
-        # seen resuming during its own end (DESIGN §3, cancel).
+        # seen resuming during its own end (docs/concepts/runs.md).
         self._ending: set[int] = set()
         self._awaiting = []
 

@@ -1,9 +1,10 @@
-"""The README's command line section shows the ``enverif`` command as its parser builds it.
+"""The command line page's synopsis shows the ``enverif`` command as its parser builds it.
 
-An operator types what the README's "Command line" block shows, so each line of it must name a
-real subcommand, only options that subcommand has (taking a value exactly when the option
-does), its positional arguments and required options; and every subcommand and option the
-parser has must be shown there. The parser is built and inspected; no command runs.
+An operator types what the "Synopsis" block of ``docs/operating/cli.md`` shows, so each line
+of it must name a real subcommand, only options that subcommand has (taking a value exactly
+when the option does), its positional arguments and required options; and every subcommand
+and option the parser has must be shown there. The parser is built and inspected; no command
+runs.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import pytest
 
 from app.cli import build_parser
 
-README = Path(__file__).parents[2] / "README.md"
-SECTION = "## Command line"
+REPO = Path(__file__).parents[2]
+PAGE = REPO / "docs" / "operating" / "cli.md"
+WHERE = PAGE.relative_to(REPO)
+SECTION = "## Synopsis"
 
 _OPTION_NAME = re.compile(r"--[a-z][a-z0-9-]*")
 # `--option VALUE`: the value is the next word when it is not another bracket or option.
@@ -39,15 +42,15 @@ class Entry:
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line} ({' '.join(self.words[:3])})"
+        return f"{WHERE}:{self.line} ({' '.join(self.words[:3])})"
 
 
-def readme_entries() -> list[Entry]:
+def page_entries() -> list[Entry]:
     """Each ``enverif ...`` line of the section's code block, with the lines under it.
 
     A line's description starts after a gap of two or more spaces; lines under a command are
     more synopsis when they start left of the description column, description otherwise."""
-    lines = README.read_text().splitlines()
+    lines = PAGE.read_text().splitlines()
     start = lines.index(SECTION)
     opening = lines.index("```", start)
     block = lines[opening + 1 : lines.index("```", opening + 1)]
@@ -58,10 +61,10 @@ def readme_entries() -> list[Entry]:
             synopsis, _, description = text.partition("  ")
             entries.append((number, [synopsis], [description.strip()]))
         else:
-            assert entries, f"README.md:{number}: text before the first enverif command: {text!r}"
+            assert entries, f"{WHERE}:{number}: text before the first enverif command: {text!r}"
             indent = len(text) - len(text.lstrip())
             entries[-1][1 if indent < column else 2].append(text.strip())
-    assert entries, f"no enverif commands in the code block under {SECTION!r} in README.md"
+    assert entries, f"no enverif commands in the code block under {SECTION!r} in {WHERE}"
     return [Entry(number, " ".join(syn), " ".join(filter(None, desc))) for number, syn, desc in entries]
 
 
@@ -111,7 +114,7 @@ def command_of(entry: Entry) -> tuple[tuple[str, ...], argparse.ArgumentParser]:
     return path, parser
 
 
-ENTRIES = readme_entries()
+ENTRIES = page_entries()
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda entry: " ".join(entry.words[1:3]))
@@ -153,4 +156,4 @@ def test_every_command_and_option_is_shown() -> None:
             for option in options_of(parser)
             if option.startswith("--") and option not in shown[path]
         ]
-    assert not missing, f"not shown in README.md {SECTION!r}: " + ", ".join(missing)
+    assert not missing, f"not shown in {WHERE} {SECTION!r}: " + ", ".join(missing)

@@ -1,9 +1,11 @@
-"""The README's configuration table says what ``app.settings.Settings`` reads, exactly.
+"""The configuration page's tables say what ``app.settings.Settings`` reads, exactly.
 
-The README is the operator's manual: an operator copies a variable name from its table and
-expects it to work, and trusts the default it states. So every field of ``Settings`` (each is
-read from the environment) must have a row under its real variable name, the row's default
-must be the field's default, and no row may name a variable that ``Settings`` does not read.
+``docs/operating/configuration.md`` is the operator's manual of settings: an operator copies
+a variable name from its tables and expects it to work, and trusts the default it states.
+So every field of ``Settings`` (each is read from the environment) must have a row under its
+real variable name, the row's default must be the field's default, and no row may name a
+variable that ``Settings`` does not read. The page groups the settings in several tables;
+every table whose header is ``| variable | default | meaning |`` counts.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from pydantic.fields import FieldInfo
 
 from app.settings import Settings
 
-README = Path(__file__).parents[2] / "README.md"
-SECTION = "## Configuration"
+REPO = Path(__file__).parents[2]
+PAGE = REPO / "docs" / "operating" / "configuration.md"
+WHERE = PAGE.relative_to(REPO)
+HEADER = "| variable | default | meaning |"
 
 # Settings whose default is "nothing set" (None), which the table describes in words because
 # the value that applies is derived from other settings (app.settings: effective_*_url).
@@ -45,19 +49,30 @@ class Row:
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line} ({self.variable})"
+        return f"{WHERE}:{self.line} ({self.variable})"
 
 
-def readme_rows() -> list[Row]:
-    lines = README.read_text().splitlines()
-    start = lines.index(SECTION)
+def table_lines() -> list[tuple[int, str]]:
+    """(line number, text) of every row of the page's settings tables: from each header line
+    to the first line that is not part of a table."""
+    found: list[tuple[int, str]] = []
+    in_table = False
+    for number, text in enumerate(PAGE.read_text().splitlines(), start=1):
+        if text.strip() == HEADER:
+            in_table = True
+        elif in_table and not text.startswith("|"):
+            in_table = False
+        elif in_table:
+            found.append((number, text))
+    return found
+
+
+def page_rows() -> list[Row]:
     rows: list[Row] = []
-    for number, text in enumerate(lines[start + 1 :], start=start + 2):
-        if text.startswith("## "):
-            break
+    for number, text in table_lines():
         match = _ROW.match(text)
         if match is None or not match["names"].strip().startswith("`"):
-            continue  # prose, the header, or the |---| rule
+            continue  # the |---| rule
         names = _CODE.findall(match["names"])
         cell = match["defaults"].strip()
         literals = _CODE.findall(cell)
@@ -66,10 +81,10 @@ def readme_rows() -> list[Row]:
         else:
             defaults = [cell] * len(names)
         assert len(defaults) == len(names), (
-            f"README.md:{number}: {len(names)} variables but {len(defaults)} defaults: {text}"
+            f"{WHERE}:{number}: {len(names)} variables but {len(defaults)} defaults: {text}"
         )
         rows += [Row(number, name, default) for name, default in zip(names, defaults, strict=True)]
-    assert rows, f"no configuration table under {SECTION!r} in README.md"
+    assert rows, f"no table with the header {HEADER!r} in {WHERE}"
     return rows
 
 
@@ -108,22 +123,22 @@ SETTINGS_BY_ENV = {
 
 def test_the_table_names_each_variable_once() -> None:
     seen: dict[str, Row] = {}
-    for row in readme_rows():
-        assert row.variable not in seen, f"{row.where} repeats README.md:{seen[row.variable].line}"
+    for row in page_rows():
+        assert row.variable not in seen, f"{row.where} repeats {WHERE}:{seen[row.variable].line}"
         seen[row.variable] = row
 
 
 def test_every_setting_is_in_the_table() -> None:
-    documented = {row.variable for row in readme_rows()}
+    documented = {row.variable for row in page_rows()}
     missing = [
         f"{variable} (Settings.{name}, default {as_written(default_of(field))!r})"
         for variable, (name, field) in SETTINGS_BY_ENV.items()
         if variable not in documented
     ]
-    assert not missing, f"settings missing from README.md {SECTION!r}: " + ", ".join(missing)
+    assert not missing, f"settings missing from the tables of {WHERE}: " + ", ".join(missing)
 
 
-@pytest.mark.parametrize("row", readme_rows(), ids=lambda row: row.variable)
+@pytest.mark.parametrize("row", page_rows(), ids=lambda row: row.variable)
 def test_the_table_states_the_real_name_and_default(row: Row) -> None:
     assert row.variable in SETTINGS_BY_ENV, f"{row.where}: Settings reads no such variable"
     name, field = SETTINGS_BY_ENV[row.variable]

@@ -1,0 +1,88 @@
+"""A worker's pace after Redis comes back (a private ``redis-server``, SIGKILLed twice).
+
+arq keeps the error of every job whose end it could not record while Redis was down and
+re-raises it from its poll loop later; each such stale error used to restart the loop after
+a backoff that had climbed to 5 s, so the worker stalled about 5 s per job that ended during
+the outage. The pace is read from the webhook receiver: calls started per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+
+import pytest
+from arq import create_pool
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from app import health
+from app.services.runtime import redis_settings
+from tests.conftest import DB_KIND
+from tests.integration.test_resilience import changed, redis_server
+from tests.support.throughput import Load, assert_back_to_pace
+from workers.main import build_worker
+
+pytestmark = pytest.mark.timeout(240)
+
+# Generous (a loaded CI box), and still far below one stale error's 5 s stall.
+RECOVERY_BOUND_S = 2.5
+
+
+# Redis-side behaviour, the same whatever the database: once is enough (the production leg).
+@pytest.mark.skipif(DB_KIND != "mysql", reason="Redis outages; run on the MariaDB leg")
+async def test_after_redis_returns_the_worker_is_back_to_its_pace_within_moments(
+    workspace, settings, sessionmaker, processes, tmp_path
+) -> None:
+    await assert_back_to_pace(
+        Load(workers=1, max_jobs=4, runs_per_s=10, outages=2, outage_s=2.0, gap_s=6.0), bound_s=RECOVERY_BOUND_S,
+        settings=settings, workspace=workspace, sessionmaker=sessionmaker, processes=processes, tmp_path=tmp_path,
+    )  # fmt: skip
+
+
+async def test_a_start_that_fails_gives_its_concurrency_slot_back(settings, tmp_path) -> None:
+    """arq takes a slot before marking a job in progress in Redis; when Redis fails right
+    then, the slot must come back, or a worker reused across restarts loses one per outage
+    until it takes no job at all."""
+    with redis_server(tmp_path) as (port, stop_redis, _):
+        mine = changed(settings, redis_url=f"redis://127.0.0.1:{port}/0", worker_max_jobs=2)
+        pool = await create_pool(redis_settings(mine))
+        try:
+            worker = build_worker(mine, redis_pool=pool, handle_signals=False)
+            stop_redis()
+            for _ in range(3):  # one more than the slots there are
+                with pytest.raises(RedisConnectionError):
+                    await asyncio.wait_for(worker.start_jobs([b"no-such-job"]), 10)
+            assert worker.job_counter == 0
+            assert worker.sem._value == worker.max_jobs + 1  # arq's bound, all free again
+        finally:
+            await pool.aclose()
+
+
+async def test_a_worker_that_does_not_poll_is_not_counted_alive(runtime, settings) -> None:
+    """/healthz and ``worker --check`` count workers that take jobs, not processes that beat."""
+    mine = changed(settings, redis_prefix=f"{settings.redis_prefix}-polling")
+    rt = replace(runtime, settings=mine)
+    polling = [False]
+    beats = asyncio.create_task(
+        health.heartbeat_loop(rt, "stalled-worker", lambda: 0, polling=lambda: polling[0])
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not await health.beating_workers(rt.redis, mine.redis_prefix):
+            assert time.monotonic() < deadline, "no heartbeat"
+            await asyncio.sleep(0.05)
+        body, healthy = await health.report(rt)
+        assert not healthy and (body["workers"], body["workersNotPolling"]) == (0, 1)
+        assert await health.live_workers(rt.redis, mine.redis_prefix) == []
+
+        polling[0] = True
+        deadline = time.monotonic() + 3 * health.HEARTBEAT_INTERVAL_S
+        while not (body := (await health.report(rt))[0])["workers"]:
+            assert time.monotonic() < deadline, body
+            await asyncio.sleep(0.1)
+        assert body["workersNotPolling"] == 0
+    finally:
+        beats.cancel()
+        await asyncio.gather(beats, return_exceptions=True)
+        await health.forget(rt.redis, mine.redis_prefix, "stalled-worker")
