@@ -12,20 +12,25 @@ Only failures in a row count: an attempt that delivered an event, or stayed subs
 for days through many restarts therefore never runs out of tries; ``max_failures`` attempts
 in a row that get nowhere end it with a message.
 
-The delay doubles from ``first_s`` up to ``max_s``, each one drawn from its upper half
-("equal jitter"): watchers that lost the same server do not all come back in the same
-instant, and none waits less than half its step. A server's ``retryAfter`` is a floor.
+The delays are the backoff every reconnect loop of Enverif follows
+(``app.events.subscriber.BackoffPolicy``: doubling up to a cap, each within ±20 %, so that
+watchers that lost the same server do not all come back in the same instant), starting at
+``FIRST_DELAY_S``: a person is watching, and a restarted server is back within a second or
+two. A server's ``retryAfter`` is a floor.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from app.events.subscriber import BackoffPolicy
 
 DEFAULT_MAX_FAILURES = 30
 FIRST_DELAY_S = 0.25
 MAX_DELAY_S = 5.0
+BACKOFF = BackoffPolicy(first_s=FIRST_DELAY_S, max_s=MAX_DELAY_S)
 # How long a connection must stay subscribed, delivering nothing, to count as a success: a
 # quiet tree (a run waiting for an approval) behind a proxy that drops idle connections
 # would otherwise use up its tries without anything going wrong.
@@ -33,14 +38,11 @@ STABLE_S = 10.0
 # A server asking for more than this is not waited for longer; the next try asks again.
 MAX_RETRY_AFTER_S = 60.0
 
-Uniform = Callable[[float, float], float]
-
 
 @dataclass
 class Reconnects:
     max_failures: int = DEFAULT_MAX_FAILURES
-    first_s: float = FIRST_DELAY_S
-    max_s: float = MAX_DELAY_S
+    backoff: BackoffPolicy = field(default=BACKOFF)
     stable_s: float = STABLE_S
     # Attempts in a row that got nowhere.
     failures: int = 0
@@ -54,18 +56,15 @@ class Reconnects:
         return delivered > 0 or subscribed_s >= self.stable_s
 
     def next_delay(
-        self, *, progressed: bool, retry_after_s: float = 0.0, uniform: Uniform = random.uniform
+        self, *, progressed: bool, retry_after_s: float = 0.0, draw: Callable[[], float] = random.random
     ) -> float | None:
-        """Seconds to wait before the next attempt, after one that ended; None: give up."""
+        """Seconds to wait before the next attempt, after one that ended; None: give up.
+        ``draw`` is uniform in [0, 1) (the jitter)."""
         if progressed:
             self.failures = 0
-            step = 0
         else:
             self.failures += 1
             if self.failures >= self.max_failures:
                 return None
-            step = self.failures
-        # Capped before the power: a huge --max-retries must not overflow a float.
-        base_s = min(self.max_s, self.first_s * 2 ** min(step, 32))
-        delay_s = uniform(base_s / 2, base_s)
+        delay_s = self.backoff.delay_s(self.failures, draw())
         return max(delay_s, min(retry_after_s, MAX_RETRY_AFTER_S))
