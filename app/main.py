@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
-from app import console, health
+from app import console
 from app.events.hub import EventHub
 from app.events.subscriber import RedisSubscriber
 from app.graphql import graphiql_page
@@ -29,6 +29,7 @@ from app.graphql.schema import build_schema
 from app.graphql.view import GraphQLView
 from app.graphql.ws_auth import TokenChecks
 from app.http_limits import BodySizeLimit
+from app.services import health
 from app.services.runtime import open_runtime
 from app.services.token_cache import TokenCache
 from app.settings import Settings
@@ -61,7 +62,7 @@ def create_app(settings: Settings) -> Starlette:
         routes.extend(graphiql_page.routes())  # the page's scripts and styles, vendored
     if settings.dev_mode:
         # Only the dev stack serves these (in-memory webhook sink, demo page).
-        from app.dev_routes import routes as dev_routes
+        from app.dev.routes import routes as dev_routes
 
         routes.extend(dev_routes)
     return Starlette(

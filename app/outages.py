@@ -36,6 +36,10 @@ MYSQL_OUTAGE_ERRNOS = frozenset(
     }
 )
 SQLITE_OUTAGE_MESSAGES = ("unable to open database file",)
+# asyncmy connecting to a server that accepted the connection and dropped it at once (a proxy
+# or load balancer with no database behind it): the transport is gone before asyncmy sets
+# its socket options, and it says so with a plain RuntimeError that SQLAlchemy passes on.
+ASYNCMY_DROPPED_AT_CONNECT = "Transport does not expose socket instance"
 # One warning per kind of message in this long, however many runs an outage interrupts.
 OUTAGE_WARNING_INTERVAL_S = 30.0
 
@@ -62,6 +66,8 @@ def _is_outage_here(exc: BaseException) -> bool:
         return True
     if isinstance(exc, ConnectionError | TimeoutError | asyncio.TimeoutError):
         # OSError subclasses: refused, reset, aborted, broken pipe; and socket timeouts.
+        return True
+    if isinstance(exc, RuntimeError) and str(exc) == ASYNCMY_DROPPED_AT_CONNECT:
         return True
     if isinstance(exc, sqlite3.OperationalError):
         return any(m in str(exc) for m in SQLITE_OUTAGE_MESSAGES)

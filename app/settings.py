@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.domain.provider_keys import BadURL, Endpoint, parse_endpoint
@@ -299,3 +299,35 @@ def _check_key_env(name: str, setting: str) -> None:
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment; overrides win (used by the CLI and tests)."""
     return Settings(**overrides)  # type: ignore[arg-type]
+
+
+DEFAULT_API_URL = "http://127.0.0.1:8000/graphql"
+
+
+class ClientSettings(BaseSettings):
+    """What a client of the API reads (``enverif runs watch``): where the API answers and
+    the token to use. Apart from ``Settings``: a client names no database, and a server
+    never reads a client's token. Command-line options override both."""
+
+    model_config = SettingsConfigDict(env_prefix="ENVERIF_", extra="ignore", frozen=True)
+
+    # The API's /graphql endpoint, http(s):// or ws(s)://.
+    url: str = DEFAULT_API_URL
+    # An API token; a viewer's is enough to watch.
+    token: SecretStr | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if value.partition("://")[0] not in ("http", "https", "ws", "wss"):
+            raise ValueError("ENVERIF_URL must be an http(s):// or ws(s):// URL of the API's /graphql")
+        return value
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+
+def load_client_settings() -> ClientSettings:
+    return ClientSettings()

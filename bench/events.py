@@ -273,7 +273,7 @@ async def main() -> None:
 
     from app.clock import utcnow
     from app.db import orm
-    from app.domain.events import EventType
+    from app.domain.run_events import EventType
     from app.domain.runs import RunTrigger
     from app.events.publish import publish_events
     from app.graphql.ids import to_global_id

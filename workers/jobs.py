@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.engine.loop import execute_run as run_loop
+from app.engine import loop as engine
 from app.outages import OUTAGE_WARNINGS, is_outage
 from app.services import schedule_firing
 
@@ -16,8 +16,8 @@ async def execute_run(ctx: dict[str, Any], run_id: int, wake: int, root_id: int 
     # `wake` is only part of the job identity (see app.keys.run_job_id); the claim decides.
     # `root_id` saves a lookup: a run's root never changes.
     try:
-        await run_loop(ctx["runtime"], ctx["registry"], run_id, owner=ctx["owner"], root_id=root_id,
-                       providers=ctx["providers"], stopping=ctx["stopping"])  # fmt: skip
+        await engine.execute_run(ctx["runtime"], ctx["registry"], run_id, owner=ctx["owner"], root_id=root_id,
+                                 providers=ctx["providers"], stopping=ctx["stopping"])  # fmt: skip
     except Exception as exc:
         if not is_outage(exc):
             raise

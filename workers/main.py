@@ -25,7 +25,7 @@ for ``job_timeout + 10 s``. So:
   starting the job) would keep that slot taken for the life of the process, since the same
   ``Worker`` is reused across restarts: ``EnverifWorker.start_jobs`` gives it back;
 - a worker whose poll loop is not polling (an outage, a bug) says so in its heartbeat, and
-  ``/healthz`` and ``enverif worker --check`` do not count it (``app.health``).
+  ``/healthz`` and ``enverif worker --check`` do not count it (``app.services.health``).
 
 Stopping (SIGTERM, a rolling restart) is ``stop_worker``'s: stop taking jobs, let the running
 ones finish their step within ``ENVERIF_WORKER_STOP_GRACE_S``, hand back the runs that did not,
@@ -51,12 +51,12 @@ from arq.constants import in_progress_key_prefix
 from arq.cron import cron
 from arq.worker import Worker, func
 
-from app import health
 from app.engine.providers import Providers
 from app.engine.tools.registry import default_registry
 from app.events.subscriber import RECONNECT, Backoff
 from app.keys import queue_name, schedules_cron_name
 from app.outages import is_outage
+from app.services import health
 from app.services.runtime import Runtime, open_runtime, redis_settings
 from app.services.sweeper import sweeper_loop
 from app.settings import Settings
@@ -67,7 +67,7 @@ log = logging.getLogger(__name__)
 # arq counts starts, not failures: a run job only fails on infrastructure errors (the run
 # itself records its own failures), so allow many restarts before arq gives up on a job.
 RUN_JOB_MAX_TRIES = 100
-# A poll loop that has not finished a turn for this long is not polling (see app.health):
+# A poll loop that has not finished a turn for this long is not polling (see app.services.health):
 # a turn is one Redis round trip or a few, so this is an outage, a stall or a bug.
 POLL_STALL_S = health.HEARTBEAT_TTL_S
 # Stopping: the poll loop stops at its next turn, one Redis round trip and one poll delay

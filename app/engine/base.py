@@ -17,9 +17,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.domain.engine_rules import HistoryItem as HistoryItem  # part of the plugin API
-from app.domain.events import EventType
 from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.policy import RiskClass
+from app.domain.run_events import EventType
 
 if TYPE_CHECKING:
     import httpx

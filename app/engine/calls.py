@@ -25,9 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Run, RunStep
 from app.domain.engine_rules import Outcome, failed
-from app.domain.events import EventType
 from app.domain.jsonvalue import NotStorable, strict_json
 from app.domain.model_errors import ModelErrorCode
+from app.domain.run_events import EventType
 from app.domain.runs import StepStatus
 from app.engine.base import ChildStarted, Tool, ToolContext, ToolError
 from app.engine.tools.registry import tool_timeout_s

@@ -25,8 +25,8 @@ from strawberry.dataloader import DataLoader
 
 from app.db import orm
 from app.domain.runs import ApprovalStatus, RunStatus
-from app.services import queries
-from app.services.queries import Page, PageRequest
+from app.services import reads
+from app.services.reads import Page, PageRequest
 
 # Bounds the IN (...) list of one query; a bigger batch becomes several queries.
 MAX_BATCH = 500
@@ -89,7 +89,7 @@ class Loaders:
     async def _runs_per_agent(
         self, session: AsyncSession, agent_ids: list[int], page: PageRequest, statuses: tuple[RunStatus, ...]
     ) -> dict[int, Page[orm.Run]]:
-        return await queries.list_runs_per_agent(
+        return await reads.list_runs_per_agent(
             session, workspace_id=self.workspace_id, agent_ids=agent_ids, page=page, statuses=statuses
         )
 
@@ -101,7 +101,7 @@ class Loaders:
         search: tuple[str | None, tuple[str, ...]],
     ) -> dict[int, Page[orm.Memory]]:
         query, tags = search
-        return await queries.list_memories_per_agent(
+        return await reads.list_memories_per_agent(
             session, workspace_id=self.workspace_id, agent_ids=agent_ids, page=page, query=query, tags=tags
         )
 
@@ -113,7 +113,7 @@ class Loaders:
         async def fetch(
             session: AsyncSession, schedule_ids: list[int], page: PageRequest, _: None
         ) -> dict[int, Page[M]]:
-            return await queries.fetch_pages_by_parent(
+            return await reads.fetch_pages_by_parent(
                 session,
                 model,
                 select(model).where(model.workspace_id == self.workspace_id),  # type: ignore[attr-defined]

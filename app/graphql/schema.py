@@ -33,7 +33,7 @@ from app.graphql.hardening import MaxQueryLength, RequestErrors
 from app.graphql.limits import ArgumentLimiter
 from app.graphql.mutations import Mutation
 from app.graphql.queries import Query
-from app.graphql.shared_events import SharedEventExecutor
+from app.graphql.shared_execution import SharedEventExecutor
 from app.graphql.subscriptions import Subscription
 from app.graphql.types.agents import Agent
 from app.graphql.types.approvals import Approval

@@ -2,7 +2,7 @@
 
 Order of operations is what makes the stream complete: subscribe to the process's event hub
 first, then replay the log from the database, then follow live messages (see
-``services.events.tree_events`` for duplicates, gaps and resyncs).
+``services.event_log.tree_events`` for duplicates, gaps and resyncs).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from app.domain.errors import Unavailable, ValidationFailed
 from app.events.hub import EventHub, SubscriberTooSlow
 from app.graphql.context import Context, Info
 from app.graphql.ids import from_global_id
-from app.graphql.shared_events import run_event
-from app.graphql.types.events import RunEvent
+from app.graphql.shared_execution import run_event
+from app.graphql.types.run_events import RunEvent
 from app.graphql.ws_auth import CLOSE_TOO_SLOW
-from app.services import events as event_log
+from app.services import event_log
 from app.services.event_labels import TreeLabels
 
 

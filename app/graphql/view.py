@@ -40,7 +40,7 @@ from strawberry.types.unset import UNSET, UnsetType
 from app.domain.errors import EnverifError, ValidationFailed
 from app.graphql import graphiql_page
 from app.graphql.context import Context
-from app.graphql.shared_events import encode_next
+from app.graphql.shared_execution import encode_next
 from app.graphql.ws_auth import TokenCheckingHandler
 from app.outages import is_outage
 
@@ -138,7 +138,7 @@ class GraphQLView(GraphQL[Context, None]):
     graphql_transport_ws_handler_class = TokenCheckingHandler
 
     def encode_json(self, data: object) -> str | bytes:
-        # A live event shared by many subscriptions is serialized once (app.graphql.shared_events).
+        # A live event shared by many subscriptions is serialized once (app.graphql.shared_execution).
         return encode_next(data) or super().encode_json(data)
 
     @property

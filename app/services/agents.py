@@ -23,7 +23,7 @@ from app.domain.errors import Conflict, ValidationFailed
 from app.domain.policy import validate_policy
 from app.engine.providers import validate_model_config
 from app.services.auth import Principal
-from app.services.queries import get_owned
+from app.services.reads import get_owned
 from app.services.runtime import Runtime
 from app.services.validation import KEEP, Keep, check_int_range, check_string_list, check_text
 from app.settings import Settings

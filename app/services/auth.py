@@ -38,7 +38,7 @@ from app.domain.tokens import (
     token_state,
     use_worth_recording,
 )
-from app.services.queries import Page, PageRequest, fetch_page
+from app.services.reads import Page, PageRequest, fetch_page
 from app.services.runtime import Runtime
 from app.services.token_cache import CachedToken, publish_revocation
 

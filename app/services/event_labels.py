@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import orm
-from app.domain.events import EventType
+from app.domain.run_events import EventType
 from app.events.hub import Subscription
 from app.events.publish import EventMessage
 

@@ -27,7 +27,7 @@ from app.domain.agents import Role
 from app.domain.credentials import check_credentials
 from app.domain.errors import Conflict, CredentialRejected, NotFound
 from app.services.auth import Principal
-from app.services.queries import get_owned
+from app.services.reads import get_owned
 from app.services.runtime import Runtime
 from app.services.validation import KEEP, Keep, check_fraction, check_string_list, check_text
 

@@ -18,8 +18,8 @@ from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Agent, Memory, Run
-from app.domain.events import EventType
 from app.domain.memory import MemoryCandidate, select_for_injection
+from app.domain.run_events import EventType
 from app.services.memory_search import record_use
 from app.services.runtime import Runtime
 from app.services.transitions import TreeTx

@@ -12,7 +12,7 @@ from arq.connections import ArqRedis, RedisSettings, create_pool
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.session import create_engine, create_read_sessionmaker, create_sessionmaker
-from app.embedded import ensure_embedded_redis
+from app.dev.embedded import ensure_embedded_redis
 from app.services.token_cache import TokenCache
 from app.settings import Settings
 

@@ -19,7 +19,7 @@ from app.domain.agents import AgentStatus, OverlapPolicy, Role
 from app.domain.errors import ValidationFailed
 from app.domain.schedules import next_fire_at
 from app.services.auth import Principal
-from app.services.queries import get_owned
+from app.services.reads import get_owned
 from app.services.runtime import Runtime
 from app.services.validation import KEEP, Keep, check_json_size
 

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from app.db.orm import Approval, Run, RunEvent, RunStep
 from app.domain.runs import RunStatus, can_transition_run
 from app.graphql.ids import to_global_id
-from tests.support.runs import DECIDE, create_agent, start_run
+from tests.support.runs import DECIDE, scripted_agent, start_run
 from tests.support.servers import sink_server
 from tests.support.workers import spawn_worker
 
@@ -41,13 +41,13 @@ async def test_delegation_trees_survive_repeated_worker_kills(
     rng = random.Random(4321)
     async with sink_server(delay_s=0.2) as (sink, url):
         child = f"child-{uuid.uuid4().hex[:6]}"
-        await create_agent(
+        await scripted_agent(
             gql, workspace.admin, name=child,
             policy={"rules": [{"tool": "webhook.post", "decision": "REQUIRE_APPROVAL"}]},
             steps=[{"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"task": "{{ input.task }}"}}},
                    {"final": "{{ input.task }} posted"}],
         )  # fmt: skip
-        root = await create_agent(
+        root = await scripted_agent(
             gql, workspace.admin, tools=["agents.*"],
             steps=[{"calls": [{"call": "agents.delegate", "args": {"agent": child, "task": f"part {i}"}}
                               for i in range(2)]},

@@ -28,7 +28,7 @@ from tests.integration.test_resilience import (
     wait_all,
     webhook_agent_steps,
 )
-from tests.support.runs import create_agent, start_run
+from tests.support.runs import scripted_agent, start_run
 from tests.support.servers import sink_server
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
@@ -42,7 +42,9 @@ async def test_kill_storm_at_incident_scale_never_wedges(
     runs, kills = 100, 20
     rng = random.Random(2026)
     async with sink_server(delay_s=1.0) as (sink, url):
-        agent = await create_agent(gql, workspace.admin, steps=webhook_agent_steps(url), policy=ALLOW_WEBHOOK)
+        agent = await scripted_agent(
+            gql, workspace.admin, steps=webhook_agent_steps(url), policy=ALLOW_WEBHOOK
+        )
         live = [spawn_worker(settings, lease_s=LEASE_S, max_jobs=16) for _ in range(2)]
         processes.extend(live)
         for _ in range(runs):
@@ -76,7 +78,7 @@ async def test_redis_restarted_again_and_again_under_load(
     with redis_server(tmp_path) as (port, stop_redis, start_redis):
         mine = changed(settings, redis_url=f"redis://127.0.0.1:{port}/0")
         async with sink_server(delay_s=0.5) as (sink, url), api(mine) as gql:
-            agent = await create_agent(
+            agent = await scripted_agent(
                 gql, workspace.admin, steps=webhook_agent_steps(url), policy=ALLOW_WEBHOOK
             )
             workers = [spawn_worker(mine, lease_s=2.0) for _ in range(2)]
@@ -100,7 +102,9 @@ async def test_database_connections_killed_again_and_again(
 ) -> None:
     runs = 40
     async with sink_server(delay_s=0.5) as (sink, url):
-        agent = await create_agent(gql, workspace.admin, steps=webhook_agent_steps(url), policy=ALLOW_WEBHOOK)
+        agent = await scripted_agent(
+            gql, workspace.admin, steps=webhook_agent_steps(url), policy=ALLOW_WEBHOOK
+        )
         workers = [spawn_worker(settings, lease_s=2.0) for _ in range(2)]
         processes.extend(workers)
         for _ in range(runs):

@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from app.db.orm import Run, RunStep
 from tests.integration.test_faults import ALLOW_WEBHOOK
-from tests.support.runs import create_agent, start_run
+from tests.support.runs import scripted_agent, start_run
 from tests.support.servers import sink_server
 from tests.support.workers import spawn_worker
 
@@ -33,7 +33,7 @@ async def test_runs_survive_repeated_worker_kills(gql, workspace, settings, sess
     async with sink_server(delay_s=0.2) as (sink, url):
         hook = {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"run": "{{ run.id }}"}}}
         page = {"call": "http.get", "args": {"url": url + "/page"}}
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql, workspace.admin, steps=[hook, page, hook, hook, {"final": "done"}], policy=ALLOW_WEBHOOK
         )
         live = [spawn_worker(settings, lease_s=2.0) for _ in range(WORKERS)]

@@ -3,16 +3,12 @@ process, the session's database (either leg) and the test Redis."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -27,67 +23,15 @@ from app.graphql.ids import parse_global_id
 from app.services import auth
 from app.services.runtime import Runtime
 from tests.conftest import REDIS_URL
+from tests.support.cli import ENVERIF, Enverif, assert_one_line_error, cli_env, in_thread
+from tests.support.cli import enverif as enverif
 
-_SCRIPT = Path(sys.executable).parent / "enverif"
-# The installed console script when there is one (the venv of `make test`), else the module.
-ENVERIF = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "app.cli"]
-
-
-Enverif = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def _env(home: Path, **overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVERIF_")}
-    env["ENVERIF_HOME"] = str(home)
-    env.update(overrides)
-    return env
-
-
-@pytest.fixture
-def enverif(database_url: str, redis_prefix: str, tmp_path: Path) -> Enverif:
-    """Run ``enverif ARGS`` against the session's database; returns the CompletedProcess."""
-
-    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        # The session's own Redis prefix: a worker started here must not see other sessions' jobs.
-        merged = {
-            "ENVERIF_DATABASE_URL": database_url,
-            "ENVERIF_REDIS_URL": REDIS_URL,
-            "ENVERIF_REDIS_PREFIX": redis_prefix,
-            **env,
-        }
-        return subprocess.run(
-            [*ENVERIF, *args],
-            env=_env(tmp_path / "home", **merged),
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    return run
-
-
-async def in_thread(enverif: Enverif, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``enverif(...)`` from an async test: off the event loop, so the test's in-process app
-    keeps running meanwhile. A blocked loop could freeze one of the app's background writes
-    (recording a token's use) inside SQLite's one write lock, and the CLI would wait for it
-    until its busy timeout."""
-    return await asyncio.to_thread(enverif, *args, **env)
+# The old name, for tests that import it from here; the helpers live in tests/support/cli.py.
+_env = cli_env
 
 
 def _name() -> str:
     return f"cli-{uuid.uuid4().hex[:10]}"
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("enverif: error: "), proc.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert proc.stdout == ""
 
 
 async def test_workspace_create_json_prints_a_working_admin_token(

@@ -6,8 +6,8 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from tests.integration.test_cli import Enverif, assert_one_line_error, enverif, in_thread  # noqa: F401  (fixture)
-from tests.support.runs import create_agent
+from tests.support.cli import Enverif, assert_one_line_error, in_thread
+from tests.support.runs import scripted_agent
 from tests.support.schedules import create_schedule, make_due
 
 UPDATE_AGENT = (
@@ -16,12 +16,14 @@ UPDATE_AGENT = (
 
 
 async def test_list_shows_each_schedule_and_its_last_skip(
-    enverif: Enverif,  # noqa: F811
+    enverif: Enverif,
     gql: Any,
     workspace: Any,
     sessionmaker: Any,
 ) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "ok"}], name=f"lister-{workspace.name}")
+    agent = await scripted_agent(
+        gql, workspace.admin, steps=[{"final": "ok"}], name=f"lister-{workspace.name}"
+    )
     hourly = await create_schedule(gql, workspace.operator, agent, cron="0 * * * *", input={"a": 1})
     yearly = await create_schedule(
         gql, workspace.operator, agent, cron="0 0 1 1 *", timezone="Europe/Berlin", overlapPolicy="ALLOW"
@@ -54,13 +56,13 @@ async def test_list_shows_each_schedule_and_its_last_skip(
     assert any(line.startswith(f"{yearly['id']} last skipped") and "PAUSED" in line for line in lines)
 
 
-def test_list_of_an_unknown_workspace_is_a_one_line_error(enverif: Enverif) -> None:  # noqa: F811
+def test_list_of_an_unknown_workspace_is_a_one_line_error(enverif: Enverif) -> None:
     assert_one_line_error(
         enverif("schedules", "list", "--workspace", "no-such-workspace"), "no-such-workspace"
     )
 
 
-def test_tick_prints_what_it_did(enverif: Enverif) -> None:  # noqa: F811
+def test_tick_prints_what_it_did(enverif: Enverif) -> None:
     tick = enverif("schedules", "tick")
     assert tick.returncode == 0, tick.stderr
     assert tick.stdout.splitlines()[0].endswith("skipped.")

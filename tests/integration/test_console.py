@@ -26,7 +26,7 @@ import pytest
 from playwright.async_api import Browser, BrowserContext, Page, Route, async_playwright, expect
 
 from app.clock import utcnow
-from app.dev import DEMO_WORKSPACE, seed_demo
+from app.dev.demo import DEMO_WORKSPACE, seed_demo
 from app.domain.agents import Role
 from app.main import create_app
 from app.services import auth

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import text
 
 from tests.conftest import DB_KIND
-from tests.support.runs import create_agent, start_run, wait_run
+from tests.support.runs import scripted_agent, start_run, wait_run
 
 pytestmark = [
     pytest.mark.skipif(DB_KIND != "mysql", reason="server-side connection kills"),
@@ -32,7 +32,7 @@ async def _kill_other_connections(engine) -> int:  # type: ignore[no-untyped-def
 
 
 async def test_runs_finish_after_the_server_dropped_every_connection(gql, workspace, engine) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
     first = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent, {"n": 1}))
     assert first["status"] == "SUCCEEDED"  # the worker's pool now holds live connections
 
@@ -70,7 +70,7 @@ async def test_runs_interrupted_by_an_outage_log_one_warning_not_a_traceback_eac
         return await apply(self, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(RunExecutor, "_apply", apply_once_on_a_killed_connection)
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
     with caplog.at_level(logging.WARNING, logger="app.engine.loop"):
         run_ids = [await start_run(gql, workspace.operator, agent, {"n": n}) for n in range(4)]
         done = [await wait_run(gql, workspace.viewer, r, timeout_s=60) for r in run_ids]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import stop_worker
-from tests.support.runs import CANCEL_RUN, DECIDE, create_agent, get_run, start_run, wait_run
+from tests.support.runs import CANCEL_RUN, DECIDE, get_run, scripted_agent, start_run, wait_run
 
 TREE = """
 query($id: ID!) {
@@ -41,7 +41,7 @@ async def agents(gql: Any, token: str, specs: dict[str, dict[str, Any]]) -> dict
     for short, spec in specs.items():
         spec = {"tools": ["agents.*", "webhook.post", "http.*"], **spec}
         names[short] = f"{short}-{uuid.uuid4().hex[:8]}"
-        await create_agent(gql, token, name=names[short], **spec)
+        await scripted_agent(gql, token, name=names[short], **spec)
     return names
 
 
@@ -190,7 +190,7 @@ async def test_cycles_depth_and_unknown_agents_are_refused_as_results(
     gql, workspace, make_workspace, shallow_worker
 ) -> None:
     other = await make_workspace()
-    await create_agent(gql, other.admin, name="elsewhere", steps=[{"final": "x"}])
+    await scripted_agent(gql, other.admin, name="elsewhere", steps=[{"final": "x"}])
     names = await agents(gql, workspace.admin, {"leaf": {"steps": [{"final": "x"}]}})
     names |= await agents(gql, workspace.admin, {"paused": {"steps": [{"final": "x"}]}})
     paused_id = await root_id_of(gql, workspace.admin, names["paused"])
@@ -201,7 +201,7 @@ async def test_cycles_depth_and_unknown_agents_are_refused_as_results(
     names |= await agents(gql, workspace.admin, {"mid": {"steps": [delegate(names["leaf"], "too deep"),
                                                                     {"final": "{{ results[0] }}"}]}})  # fmt: skip
     me = f"self-{uuid.uuid4().hex[:8]}"
-    await create_agent(
+    await scripted_agent(
         gql,
         workspace.admin,
         name=me,

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from app.db.orm import RunEvent, RunStep
 from app.graphql.ids import from_global_id
-from tests.support.runs import create_agent, get_run, start_run, wait_run
+from tests.support.runs import get_run, scripted_agent, start_run, wait_run
 from tests.support.servers import sink_server
 from tests.support.workers import spawn_worker, wait_for
 
@@ -22,13 +22,13 @@ ALLOW = {"default": "ALLOW"}
 
 async def _tree(gql: Any, token: str, url: str) -> str:
     child = f"child-{uuid.uuid4().hex[:8]}"
-    await create_agent(
+    await scripted_agent(
         gql, token, name=child, policy=ALLOW,
         steps=[{"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"from": "child"}}},
                {"final": "child posted {{ results[0].status }}"}],
     )  # fmt: skip
     # The parent allows it too: a child never gets a more permissive decision than its parent.
-    return await create_agent(
+    return await scripted_agent(
         gql, token, tools=["agents.*"], policy=ALLOW,
         steps=[{"call": "agents.delegate", "args": {"agent": child, "task": "post it"}},
                {"final": "{{ results[0] }}"}],

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,17 +15,16 @@ from typing import Any
 import httpx
 import pytest
 
-from app.embedded import stop_embedded_redis
+from app.dev.embedded import stop_embedded_redis
 from app.settings import Settings
 from tests.conftest import DB_KIND
+from tests.support.cli import ENVERIF
 
 # It runs on the embedded defaults whatever the leg, so once (in the SQLite leg) is enough.
 pytestmark = pytest.mark.skipif(
     DB_KIND != "sqlite", reason="enverif dev uses embedded SQLite; run in the sqlite leg"
 )
 
-_SCRIPT = Path(sys.executable).parent / "enverif"
-ENVERIF = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "app.cli"]
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 30.0

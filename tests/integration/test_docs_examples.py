@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded import stop_embedded_redis
+from app.dev.embedded import stop_embedded_redis
 from app.settings import Settings
 from tests.conftest import DB_KIND
 from tests.integration.test_dev import DevStack

@@ -19,7 +19,7 @@ from app.services.auth import Principal
 from app.services.runtime import open_runtime
 from app.services.sweeper import sweep
 from app.services.transitions import LeaseLost, tree_tx
-from tests.support.runs import CANCEL_RUN, create_agent, start_run
+from tests.support.runs import CANCEL_RUN, scripted_agent, start_run
 from tests.support.servers import sink_server
 
 ALLOW_WEBHOOK = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
@@ -50,7 +50,7 @@ async def test_a_second_delivery_does_not_run_the_run_twice(
     gql, workspace, rt, registry, sessionmaker
 ) -> None:
     async with sink_server(delay_s=0.3) as (sink, url):
-        agent_gid = await create_agent(
+        agent_gid = await scripted_agent(
             gql,
             workspace.admin,
             steps=[{"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}}, {"final": "ok"}],
@@ -71,7 +71,7 @@ async def test_a_second_delivery_does_not_run_the_run_twice(
 
 
 async def test_a_worker_whose_lease_was_taken_over_cannot_write(gql, workspace, rt, sessionmaker) -> None:
-    agent_gid = await create_agent(gql, workspace.admin, steps=[{"final": "ok"}])
+    agent_gid = await scripted_agent(gql, workspace.admin, steps=[{"final": "ok"}])
     agent = await _agent_row(sessionmaker, agent_gid)
     principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
     run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)
@@ -104,7 +104,7 @@ async def test_a_resumed_run_really_runs_again(gql, workspace, worker, sessionma
     from tests.support.runs import DECIDE, start_run, wait_run
 
     async with sink_server() as (_sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             steps=[
@@ -128,7 +128,7 @@ async def test_a_resumed_run_really_runs_again(gql, workspace, worker, sessionma
 
 async def test_cancel_a_queued_run(gql, workspace) -> None:
     # No worker in this test: the run stays QUEUED.
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": 1}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": 1}])
     run_id = await start_run(gql, workspace.operator, agent)
     data = await gql.ok(CANCEL_RUN, {"id": run_id}, token=workspace.operator)
     assert data["cancelRun"]["status"] == "CANCELLED"
@@ -146,7 +146,7 @@ async def test_a_job_held_by_a_vanished_worker_gets_a_new_job_id(
     from tests.support.runs import wait_run
     from workers.main import build_worker
 
-    agent_gid = await create_agent(gql, workspace.admin, steps=[{"final": "ok"}])
+    agent_gid = await scripted_agent(gql, workspace.admin, steps=[{"final": "ok"}])
     agent = await _agent_row(sessionmaker, agent_gid)
     principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
     run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)
@@ -178,7 +178,7 @@ async def test_a_job_held_by_a_vanished_worker_gets_a_new_job_id(
 async def test_a_run_that_keeps_breaking_its_workers_fails_instead_of_looping(
     gql, workspace, rt, sessionmaker, settings
 ) -> None:
-    agent_gid = await create_agent(gql, workspace.admin, steps=[{"final": "ok"}])
+    agent_gid = await scripted_agent(gql, workspace.admin, steps=[{"final": "ok"}])
     agent = await _agent_row(sessionmaker, agent_gid)
     principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
     run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)
@@ -198,7 +198,7 @@ async def test_an_internal_error_hands_the_run_back(
 ) -> None:
     from app.engine import loop
 
-    agent_gid = await create_agent(gql, workspace.admin, steps=[{"final": "ok"}])
+    agent_gid = await scripted_agent(gql, workspace.admin, steps=[{"final": "ok"}])
     agent = await _agent_row(sessionmaker, agent_gid)
     principal = Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
     run = await runs.start_run(rt, principal, agent_id=agent.id, input=None)

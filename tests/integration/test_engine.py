@@ -22,7 +22,8 @@ from app.db.orm import Agent, Run, RunEvent, RunStep
 from app.graphql.ids import from_global_id, to_global_id
 from app.services.runtime import open_runtime
 from tests.conftest import stop_worker
-from tests.support.runs import CANCEL_RUN, CREATE_AGENT, DECIDE, create_agent, start_run, wait_run
+from tests.support.graphql import CREATE_AGENT
+from tests.support.runs import CANCEL_RUN, DECIDE, scripted_agent, start_run, wait_run
 from tests.support.servers import sink_server
 from tests.support.trees import waiting_parent_with_child
 from tests.support.workers import WORKER_LOGS, install_plugins, spawn_worker
@@ -38,7 +39,7 @@ async def test_a_run_woken_by_twelve_approvals_succeeds_and_sends_each_key_once(
         steps: list[dict[str, Any]] = [
             {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": n}}} for n in range(12)
         ]
-        agent = await create_agent(gql, workspace.admin, steps=[*steps, {"final": "done"}])
+        agent = await scripted_agent(gql, workspace.admin, steps=[*steps, {"final": "done"}])
         processes.append(spawn_worker(settings, ENVERIF_MAX_ATTEMPTS="10"))
         run_id = await start_run(gql, workspace.operator, agent)
         for _ in range(12):
@@ -80,7 +81,7 @@ def _calls(env: dict[str, str]) -> list[str]:
 async def test_plugin_results_that_cannot_be_stored_fail_their_step_and_run_once(
     gql, workspace, settings, processes, plugin_env
 ) -> None:
-    agent = await create_agent(
+    agent = await scripted_agent(
         gql,
         workspace.admin,
         steps=[
@@ -107,7 +108,7 @@ async def test_plugin_results_that_cannot_be_stored_fail_their_step_and_run_once
 async def test_a_hung_tool_is_a_failed_step_after_its_timeout(
     gql, workspace, settings, processes, plugin_env
 ) -> None:
-    agent = await create_agent(
+    agent = await scripted_agent(
         gql,
         workspace.admin,
         steps=[{"call": "test.hang", "args": {}}, {"final": "{{ results[0].error.code }}"}],
@@ -144,7 +145,7 @@ async def test_a_provider_plugin_runs_in_the_worker_that_installed_it(
     assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model.provider"}
     assert "scripted, openai" in error["message"]
     # Written as an API process with the plugin installed would have written it.
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "not this"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "not this"}])
     async with sessionmaker() as session, session.begin():
         await session.execute(
             update(Agent).where(Agent.id == from_global_id(agent, "Agent")).values(model=echo)
@@ -163,7 +164,7 @@ def _worker_log(pid: int) -> str:
 
 async def test_every_tool_call_has_the_default_timeout(gql, workspace, settings, processes) -> None:
     async with sink_server(delay_s=5.0) as (_sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             steps=[
@@ -185,7 +186,7 @@ async def test_every_tool_call_has_the_default_timeout(gql, workspace, settings,
 async def test_a_run_that_ends_ends_its_live_descendants(
     gql, workspace, settings, sessionmaker, processes, end
 ) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "done"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "done"}])
     parent_gid = await start_run(gql, workspace.operator, agent)
     parent = from_global_id(parent_gid, "Run")
     agent_id = from_global_id(agent, "Agent")
@@ -209,7 +210,7 @@ async def test_a_run_that_ends_ends_its_live_descendants(
 
 
 async def test_cancelling_a_tree_never_shows_the_parent_resuming(gql, workspace, sessionmaker) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
     parent, step_id, child = await waiting_parent_with_child(sessionmaker, from_global_id(agent, "Agent"))
     data = await gql.ok(
         CANCEL_RUN, {"id": to_global_id("Run", parent), "reason": "stop"}, token=workspace.operator
@@ -239,7 +240,7 @@ async def test_leases_use_the_database_clock_not_the_hosts(
             monkeypatch.setattr(module, "utcnow", skewed)
     from app.services import runs
 
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
     run_gid = await start_run(gql, workspace.operator, agent)
     rt = await open_runtime(settings)
     try:
@@ -261,7 +262,7 @@ async def test_start_run_creates_the_run_on_the_database_clock(
     """An API host whose clock is two hours ahead still creates runs at the database's time,
     as schedules and delegations do: run creation goes through the chokepoint's clock."""
     skewed = lambda: utcnow() + timedelta(hours=2)  # noqa: E731
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
     for module in list(sys.modules.values()):
         if getattr(module, "__name__", "").startswith("app.") and hasattr(module, "utcnow"):
             monkeypatch.setattr(module, "utcnow", skewed)
@@ -294,7 +295,7 @@ async def test_finishing_never_cancels_its_own_after_commit_work(
             succeeded_published.set()
 
     monkeypatch.setattr(outbox, "send", slow_send)
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
     w = build_worker(settings.model_copy(update={"lease_s": 1.2}), handle_signals=False)
     task = asyncio.create_task(w.main())
     try:
@@ -321,7 +322,7 @@ async def test_a_result_the_database_refuses_fails_the_step_without_rerunning_it
 
     monkeypatch.setattr(TreeTx, "finish_running_step", refusing)
     async with sink_server() as (sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             steps=[

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from app.embedded import redis_server_binary
+from app.dev.embedded import redis_server_binary
 from app.events.hub import DEFAULT_QUEUE_MAX, EventHub, HubStopped, Resync, SubscriberTooSlow, Subscription
 from app.events.publish import EventMessage, decode_message, encode_message, publish_events
 from app.events.subscriber import RedisSubscriber, subscriber_client_name

@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from sqlalchemy import select
 
 from app.db.orm import RunStep
-from tests.support.runs import create_agent, start_run, wait_run
+from tests.support.runs import scripted_agent, start_run, wait_run
 from tests.support.servers import sink_server
 from tests.support.workers import WORKER_LOGS, spawn_worker, wait_for
 
@@ -25,7 +25,7 @@ async def test_sigkill_mid_webhook_loses_nothing_and_repeats_no_recorded_step(
     gql, workspace, settings, sessionmaker, processes
 ) -> None:
     async with sink_server(delay_s=1.0) as (sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             steps=[
@@ -67,7 +67,7 @@ async def test_sigkill_mid_webhook_loses_nothing_and_repeats_no_recorded_step(
 
 
 async def test_flushall_while_queued_loses_no_run(gql, workspace, settings, processes) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
     run_ids = [await start_run(gql, workspace.operator, agent, {"n": n}) for n in range(5)]
     client = aioredis.from_url(settings.effective_redis_url)
     try:
@@ -91,7 +91,7 @@ async def test_sigterm_finishes_the_call_then_hands_the_run_back_at_once(
 
     async with sink_server(delay_s=1.0) as (sink, url):
         hook = {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}}
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql, workspace.admin, steps=[hook, hook, {"final": "done"}], policy=ALLOW_WEBHOOK
         )
         first = spawn_worker(settings, lease_s=600)

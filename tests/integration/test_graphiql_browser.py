@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from app.settings import Settings
-from tests.support.runs import DECIDE, PENDING_APPROVALS, create_agent, start_run, wait_run
+from tests.support.runs import DECIDE, PENDING_APPROVALS, scripted_agent, start_run, wait_run
 from tests.support.servers import serve
 
 CHROMIUM = "/usr/bin/chromium"
@@ -145,7 +145,7 @@ async def test_graphiql_runs_a_query_and_a_live_subscription_without_network(
     graphiql_url, browser_page, gql, workspace, worker
 ) -> None:
     page = browser_page
-    agent = await create_agent(
+    agent = await scripted_agent(
         gql,
         workspace.admin,
         steps=[{"call": "http.get", "args": {"url": "http://127.0.0.1:9/never"}}, {"final": "done"}],

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.graphql_support import CREATE_AGENT, SCRIPTED, create_agent, unique
+from tests.support.graphql import CREATE_AGENT, SCRIPTED, create_agent, unique
 
 UPDATE_AGENT = """
 mutation($id: ID!, $input: UpdateAgentInput!) {

@@ -14,8 +14,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from app.db import orm
-from app.services import auth, queries
-from tests.integration.graphql_support import create_agent
+from app.services import auth, reads
+from tests.support.graphql import CREATE_AGENT, create_agent
 
 
 @pytest.mark.parametrize(
@@ -84,7 +84,7 @@ async def test_unexpected_errors_are_masked_and_logged(
             "SELECT token_hash FROM api_tokens WHERE 1", {"p": "hunter2"}, Exception("gone away")
         )
 
-    monkeypatch.setattr(queries, "list_agents", explode)
+    monkeypatch.setattr(reads, "list_agents", explode)
     agent = await create_agent(gql, workspace.admin)
     with caplog.at_level(logging.ERROR, logger="app.graphql.errors"):
         body = await gql.raw(
@@ -125,9 +125,7 @@ async def test_syntax_and_validation_errors_come_from_graphql_core(gql: Any, wor
     body = await gql.raw("{ agents { nope } }", token=workspace.viewer)
     assert "Cannot query field 'nope'" in body["errors"][0]["message"]
     body = await gql.raw(
-        "mutation($i: CreateAgentInput!) { createAgent(input: $i) { id } }",
-        {"i": {"name": "x", "model": {}, "status": "SLEEPY"}},
-        token=workspace.admin,
+        CREATE_AGENT, {"input": {"name": "x", "model": {}, "status": "SLEEPY"}}, token=workspace.admin
     )
     assert "SLEEPY" in body["errors"][0]["message"]
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from app.main import create_app
 from app.settings import Settings
-from tests.integration.graphql_support import create_agent, create_memory
+from tests.support.graphql import create_agent, create_memory
 from tests.support.servers import serve
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schema.graphql"

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.graphql_support import Rows, create_agent, create_memory, gid, pk
+from tests.support.graphql import create_agent, create_memory, gid, pk
+from tests.support.trees import Rows
 
 NODE = """query($id: ID!) { node(id: $id) { __typename id
   ... on Agent { name } ... on Run { status } ... on RunStep { seq } ... on Memory { key }

@@ -11,8 +11,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from app.services.runtime import open_runtime
-from tests.integration.graphql_support import Rows, create_agent, create_memory, gid, pk
 from tests.integration.test_graphql_runs import count_statements
+from tests.support.graphql import create_agent, create_memory, gid, pk
+from tests.support.trees import Rows
 
 INCIDENT = "{ runs(first:100){edges{node{agent{runs(first:100){edges{node{agent{runs(first:5){edges{node{id}}}}}}}}}}}}"
 

@@ -6,15 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.graphql_support import (
-    CREATE_MEMORY,
-    Rows,
-    create_agent,
-    create_memory,
-    gid,
-    pk,
-    unique,
-)
+from tests.support.graphql import CREATE_MEMORY, create_agent, create_memory, gid, pk, unique
+from tests.support.trees import Rows
 
 UPDATE_MEMORY = """
 mutation($id: ID!, $input: MemoryPatch!) {
@@ -381,7 +374,7 @@ async def test_memories_of_an_unknown_agent_is_not_found(gql: Any, workspace: An
 async def test_a_deleted_memory_id_is_never_given_to_another_memory(gql: Any, workspace: Any) -> None:
     """Global ids (and the revision history keyed by them) must not come to mean another row,
     on SQLite too (AUTOINCREMENT)."""
-    from tests.integration.graphql_support import create_agent, create_memory
+    from tests.support.graphql import create_agent, create_memory
 
     agent = await create_agent(gql, workspace.admin)
     first = await create_memory(gql, workspace.operator, agent["id"], key="k1", value="v1")

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.graphql_support import Rows, create_agent, create_memory, pk
+from tests.support.graphql import create_agent, create_memory, pk
+from tests.support.trees import Rows
 
 AGENTS_PAGE = """
 query($first: Int, $after: String) {

@@ -11,7 +11,8 @@ from sqlalchemy import event
 
 from app.db import orm
 from app.domain.runs import RunStatus
-from tests.integration.graphql_support import Rows, create_agent, create_memory, gid, pk
+from tests.support.graphql import create_agent, create_memory, gid, pk
+from tests.support.trees import Rows
 
 RUN_FIELDS = """
 id status trigger input result error depth createdAt startedAt finishedAt cancelReason

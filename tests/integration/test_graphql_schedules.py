@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.integration.graphql_support import create_agent
+from tests.support.graphql import create_agent
 
 SCHEDULE_FIELDS = "id cron timezone input enabled overlapPolicy nextFireAt lastFiredAt agent { id }"
 CREATE = f"""mutation($agentId: ID!, $input: ScheduleInput!) {{

@@ -14,7 +14,7 @@ from app.clock import utcnow
 from app.db import orm
 from app.services import auth
 from tests.conftest import WorkspaceFixture
-from tests.integration.graphql_support import pk, unique
+from tests.support.graphql import pk, unique
 
 TOKEN_FIELDS = "id name role createdAt expiresAt lastUsedAt revokedAt"
 CREATE = f"""

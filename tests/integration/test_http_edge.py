@@ -17,8 +17,9 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.integration.graphql_support import create_agent, create_memory, unique
+from tests.support.graphql import create_agent, create_memory, unique
 from tests.support.servers import serve
+from tests.support.ws import GraphQLWS, ws_url
 
 GRAPHQL_RESPONSE = "application/graphql-response+json"
 
@@ -416,21 +417,16 @@ async def test_bodies_up_to_the_limit_are_served(limited_server: str, workspace:
 
 
 async def test_an_oversized_websocket_message_closes_the_socket(limited_server: str, workspace: Any) -> None:
-    from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
-    ws_url = limited_server.replace("http://", "ws://") + "/graphql"
-    async with connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
-        await ws.send(
-            json.dumps(
-                {"type": "connection_init", "payload": {"Authorization": f"Bearer {workspace.viewer}"}}
-            )
-        )
-        assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "connection_ack"
+    client = await GraphQLWS.open(ws_url(limited_server), workspace.viewer)
+    try:
         query = "{ viewer { role } } #" + "a" * LIMIT
-        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": query}}))
+        await client.send({"id": "1", "type": "subscribe", "payload": {"query": query}})
         with pytest.raises(ConnectionClosed) as closed:
-            await asyncio.wait_for(ws.recv(), 10)
+            await client.receive()
+    finally:
+        await client.close()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
 
 
@@ -440,12 +436,13 @@ async def test_an_oversized_websocket_message_closes_the_socket(limited_server: 
 async def test_a_websocket_message_that_is_not_a_json_object_closes_with_4400(
     limited_server: str, message: str
 ) -> None:
-    from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
-    ws_url = limited_server.replace("http://", "ws://") + "/graphql"
-    async with connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
-        await ws.send(message)
+    client = await GraphQLWS.connect(ws_url(limited_server))
+    try:
+        await client.ws.send(message)  # as it is: not a JSON object
         with pytest.raises(ConnectionClosed) as closed:
-            await asyncio.wait_for(ws.recv(), 10)
+            await client.receive()
+    finally:
+        await client.close()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4400

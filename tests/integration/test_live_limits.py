@@ -22,9 +22,9 @@ from app.services.runtime import Runtime
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
 from tests.support.events import append, gid, new_root_run
-from tests.support.live import RUN_TREE_LIGHT, TreeSocket, ws_url
 from tests.support.servers import serve
 from tests.support.workers import wait_for
+from tests.support.ws import RUN_TREE_LIGHT, GraphQLWS, ws_url
 
 QUEUE_MAX = 200
 CAP = 3
@@ -122,7 +122,7 @@ async def test_a_subscriber_that_stops_reading_is_closed_and_the_others_get_ever
 ) -> None:
     run = await new_root_run(runtime, workspace)
     hub = app.state.event_hub
-    keeping_up = await TreeSocket.open(ws_url(api), workspace.viewer)
+    keeping_up = await GraphQLWS.open(ws_url(api), workspace.viewer)
     await keeping_up.subscribe("ok", gid(run), query=RUN_TREE_LIGHT)
     assert (await keeping_up.events("ok", until=lambda e: e["seq"] == 1)).seqs == [1]
 
@@ -160,7 +160,7 @@ async def test_a_subscriber_that_stops_reading_is_closed_and_the_others_get_ever
     slow.close()
 
     # It resumes where it stopped: exactly the rest.
-    again = await TreeSocket.open(ws_url(api), workspace.viewer)
+    again = await GraphQLWS.open(ws_url(api), workspace.viewer)
     await again.subscribe("resume", gid(run), after_seq=received[-1], query=RUN_TREE_LIGHT)
     resumed = await again.events("resume", until=lambda e: e["seq"] == total)
     assert resumed.seqs == list(range(received[-1] + 1, total + 1))
@@ -170,7 +170,7 @@ async def test_one_connection_runs_at_most_the_configured_number_of_operations(
     api: str, runtime: Runtime, workspace: WorkspaceFixture
 ) -> None:
     run = await new_root_run(runtime, workspace)
-    sock = await TreeSocket.open(ws_url(api), workspace.viewer)
+    sock = await GraphQLWS.open(ws_url(api), workspace.viewer)
     for i in range(CAP):
         await sock.subscribe(str(i), gid(run))
         assert (await sock.events(str(i), until=lambda e: e["seq"] == 1)).seqs == [1]

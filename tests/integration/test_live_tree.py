@@ -17,21 +17,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.graphql.ids import from_global_id
 from app.main import create_app
-from app.services import events as event_log
+from app.services import event_log
 from app.settings import Settings
 from tests.conftest import GraphQLClient, WorkspaceFixture
-from tests.support.live import (
-    PrivateRedis,
-    TreeSocket,
-    demo_tree_agents,
-    http_gql,
-    spawn_api,
-    start_demo_tree,
-    ws_url,
-)
+from tests.support.live import PrivateRedis, demo_tree_agents, http_gql, spawn_api, start_demo_tree
 from tests.support.runs import DECIDE, wait_run
 from tests.support.servers import serve, sink_server
 from tests.support.workers import spawn_worker
+from tests.support.ws import GraphQLWS, ws_url
 
 
 @pytest.fixture
@@ -86,7 +79,7 @@ async def test_a_three_level_tree_streams_every_event_in_order_then_completes(
     tree = await demo_tree_agents(gql, workspace.admin, hook)
     root = await start_demo_tree(gql, workspace.operator, tree)
 
-    sock = await TreeSocket.open(ws_url(api), workspace.viewer)
+    sock = await GraphQLWS.open(ws_url(api), workspace.viewer)
     await sock.subscribe("t", root)
     # The approval is decided from what the event itself carries: no query needed.
     stream = await sock.events("t", on_event=approver(gql, workspace.operator))
@@ -138,7 +131,7 @@ async def test_reconnecting_with_after_seq_mid_run_gets_exactly_the_missing_even
     processes.append(spawn_worker(settings))
     gql = http_gql(api)
     root = await start_demo_tree(gql, workspace.operator, await demo_tree_agents(gql, workspace.admin, hook))
-    first = await TreeSocket.open(ws_url(api), workspace.viewer)
+    first = await GraphQLWS.open(ws_url(api), workspace.viewer)
     await first.subscribe("t", root)
     before = await first.events("t", until=until_type("APPROVAL_REQUESTED"))
     await first.close()  # the client goes away mid-run ...
@@ -147,7 +140,7 @@ async def test_reconnecting_with_after_seq_mid_run_gets_exactly_the_missing_even
     await gql.ok(DECIDE, {"id": before.events[-1]["approvalId"], "approve": True}, token=workspace.operator)
     await wait_run(gql, workspace.viewer, root, timeout_s=60)
 
-    second = await TreeSocket.open(ws_url(api), workspace.viewer)
+    second = await GraphQLWS.open(ws_url(api), workspace.viewer)
     await second.subscribe("t", root, after_seq=before.seqs[-1])
     after = await second.events("t")
     assert after.complete
@@ -167,7 +160,7 @@ async def test_restarting_redis_mid_run_loses_no_event(
         root = await start_demo_tree(
             gql, workspace.operator, await demo_tree_agents(gql, workspace.admin, hook)
         )
-        sock = await TreeSocket.open(ws_url(api), workspace.viewer)
+        sock = await GraphQLWS.open(ws_url(api), workspace.viewer)
         await sock.subscribe("t", root)
         before = await sock.events("t", until=until_type("APPROVAL_REQUESTED"))
 
@@ -200,7 +193,7 @@ async def test_two_api_processes_a_subscriber_on_one_sees_what_the_other_and_a_w
         via_b, workspace.operator, await demo_tree_agents(via_b, workspace.admin, hook)
     )
 
-    on_a = await TreeSocket.open(ws_url(api_a), workspace.viewer)
+    on_a = await GraphQLWS.open(ws_url(api_a), workspace.viewer)
     await on_a.subscribe("t", root)
     stream = await on_a.events("t", on_event=approver(via_b, workspace.operator))  # decided through B
     assert stream.complete
@@ -209,7 +202,7 @@ async def test_two_api_processes_a_subscriber_on_one_sees_what_the_other_and_a_w
 
     # Another workspace's token: NOT_FOUND, and nothing else on that operation.
     other = await make_workspace()
-    stranger = await TreeSocket.open(ws_url(api_a), other.admin)
+    stranger = await GraphQLWS.open(ws_url(api_a), other.admin)
     await stranger.subscribe("x", root)
     refused = await stranger.receive()
     assert refused["id"] == "x", refused

@@ -19,10 +19,11 @@ from app.settings import Settings
 from tests.conftest import WorkspaceFixture
 from tests.integration.test_live_tree import logged
 from tests.support.js import ensure_js_packages
-from tests.support.live import demo_tree_agents, http_gql, start_demo_tree, ws_url
+from tests.support.live import demo_tree_agents, http_gql, start_demo_tree
 from tests.support.runs import DECIDE
 from tests.support.servers import serve, sink_server
 from tests.support.workers import spawn_worker
+from tests.support.ws import ws_url
 
 NODE_TIMEOUT_S = 120
 

@@ -14,7 +14,7 @@ from app.engine.tools.registry import default_registry
 from app.graphql.ids import from_global_id
 from app.services.runtime import open_runtime
 from app.services.transitions import TreeTx
-from tests.support.runs import create_agent, start_run
+from tests.support.runs import scripted_agent, start_run
 
 KEY = "processed:acme.example"
 
@@ -49,7 +49,7 @@ async def _state(sessionmaker: Any, run_id: int) -> tuple[list[Memory], list[Mem
 async def test_a_crash_between_a_memory_write_and_its_step_leaves_neither(
     gql: Any, workspace: Any, rt: Any, registry: Any, sessionmaker: Any, monkeypatch: Any
 ) -> None:
-    agent = await create_agent(
+    agent = await scripted_agent(
         gql,
         workspace.admin,
         tools=["memory.*"],

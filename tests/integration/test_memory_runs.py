@@ -16,8 +16,9 @@ from app.domain.errors import CredentialRejected, ValidationFailed
 from app.domain.memory import value_score
 from app.services import memories, memory_injection, memory_search
 from app.services.runtime import Runtime, open_runtime
-from tests.integration.graphql_support import Rows, create_memory, gid, pk
-from tests.support.runs import create_agent, start_run, wait_run
+from tests.support.graphql import create_memory, gid, pk
+from tests.support.runs import scripted_agent, start_run, wait_run
+from tests.support.trees import Rows
 
 RUN_MEMORIES = """
 query($id: ID!) { run(id: $id) { status result injectedMemories { key lastUsedAt } } }
@@ -54,7 +55,7 @@ async def _insert(sessionmaker: Any, workspace_id: int, agent_id: int, **fields:
 async def test_a_run_starts_with_its_best_memories_within_budget(
     gql: Any, workspace: Any, worker: Any, sessionmaker: Any
 ) -> None:
-    agent_id = await create_agent(
+    agent_id = await scripted_agent(
         gql,
         workspace.admin,
         steps=[{"final": "{{ memories | map(attribute='key') | join(',') }}"}],
@@ -98,7 +99,7 @@ async def test_a_run_starts_with_its_best_memories_within_budget(
 
 
 async def test_no_budget_injects_nothing(gql: Any, workspace: Any, worker: Any) -> None:
-    agent_id = await create_agent(
+    agent_id = await scripted_agent(
         gql, workspace.admin, steps=[{"final": "{{ memories | length }}"}], tools=[]
     )
     await gql.ok(
@@ -114,7 +115,7 @@ async def test_no_budget_injects_nothing(gql: Any, workspace: Any, worker: Any) 
 async def test_candidates_are_bounded_and_read_only_on_a_first_start(
     gql: Any, workspace: Any, sessionmaker: Any, rt: Runtime
 ) -> None:
-    agent_id = await create_agent(gql, workspace.admin, tools=[])
+    agent_id = await scripted_agent(gql, workspace.admin, tools=[])
     agent_pk = pk(agent_id)
     async with sessionmaker() as session, session.begin():
         now = datetime.now(UTC)
@@ -157,7 +158,7 @@ async def test_candidates_are_bounded_and_read_only_on_a_first_start(
 async def test_remember_upserts_by_key_with_run_revisions(
     gql: Any, workspace: Any, sessionmaker: Any
 ) -> None:
-    agent_id = await create_agent(gql, workspace.admin, tools=[])
+    agent_id = await scripted_agent(gql, workspace.admin, tools=[])
     agent_pk = pk(agent_id)
     rows = Rows(sessionmaker, workspace.id)
     run_a = await rows.run(agent_pk, status="RUNNING")
@@ -245,7 +246,7 @@ async def test_remember_upserts_by_key_with_run_revisions(
 async def test_refused_writes_store_nothing(
     gql: Any, workspace: Any, sessionmaker: Any, fields: dict[str, Any], error: type[Exception], field: str
 ) -> None:
-    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    agent_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
     with pytest.raises(error) as caught:
         async with sessionmaker() as session, session.begin():
             await memories.remember(
@@ -266,7 +267,7 @@ async def test_refused_writes_store_nothing(
 
 
 async def test_search_for_a_run_marks_results_used(gql: Any, workspace: Any, sessionmaker: Any) -> None:
-    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    agent_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
     await _insert(
         sessionmaker,
         workspace.id,
@@ -303,7 +304,7 @@ async def test_concurrent_remembers_of_one_new_key_both_land(
     """Two runs remembering the same new key at once: one creates, the other updates (the
     unique index decides; a savepoint keeps the loser's transaction alive). On MariaDB this
     is real row locking; on SQLite the writers take turns."""
-    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    agent_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
     rows = Rows(sessionmaker, workspace.id)
     runs = [await rows.run(agent_pk, status="RUNNING") for _ in range(4)]
 

@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 from app.db import orm
 from app.domain.memory import injection_rank, memory_terms, tag_term, value_score, write_rank
 from app.services import memories, memory_injection, memory_search
-from tests.integration.graphql_support import create_memory, pk
-from tests.support.runs import create_agent
+from tests.support.graphql import create_memory, pk
+from tests.support.runs import scripted_agent
 
 UPDATE_MEMORY = """
 mutation($id: ID!, $input: MemoryPatch!) {
@@ -77,8 +77,8 @@ async def _search(
 async def test_what_a_search_matches(
     gql: Any, workspace: Any, sessionmaker: Any, query: str, keys: list[str]
 ) -> None:
-    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
-    other_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    agent_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
+    other_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
     await _insert(
         sessionmaker,
         workspace.id,
@@ -94,7 +94,7 @@ async def test_what_a_search_matches(
 async def test_a_tag_filter_is_part_of_the_match(gql: Any, workspace: Any, sessionmaker: Any) -> None:
     """More better-matching memories than the engine hands over (MAX_CANDIDATES) do not hide
     the one carrying the tag: the tag is a required term of the full-text match."""
-    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    agent_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
     crowd = memory_search.MAX_CANDIDATES + 20
     await _insert(
         sessionmaker,
@@ -113,7 +113,7 @@ async def test_a_tag_filter_is_part_of_the_match(gql: Any, workspace: Any, sessi
 async def test_without_words_the_best_by_importance_and_recency(
     gql: Any, workspace: Any, sessionmaker: Any
 ) -> None:
-    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    agent_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
     now = datetime.now(UTC)
     await _insert(
         sessionmaker,
@@ -142,7 +142,7 @@ async def test_without_words_the_best_by_importance_and_recency(
 async def test_every_write_keeps_the_derived_columns(gql: Any, workspace: Any, sessionmaker: Any) -> None:
     """The search text follows an update, and the injection rank follows importance and use
     (the ORM's hook, and the bulk update of a search that marks its results used)."""
-    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    agent_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
     old = datetime.now(UTC) - timedelta(days=60)
     await _insert(
         sessionmaker, workspace.id, agent_pk, {"key": "plan", "value": "expand to Spain", "at": old}
@@ -187,7 +187,7 @@ async def test_every_write_keeps_the_derived_columns(gql: Any, workspace: Any, s
 async def test_every_word_first_then_any_word(gql: Any, workspace: Any, sessionmaker: Any) -> None:
     """With at least ``limit`` memories holding every word, only those are returned, even if
     one holding a single word many times would rank higher; fewer, and any word competes."""
-    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    agent_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
     await _insert(
         sessionmaker,
         workspace.id,
@@ -215,7 +215,7 @@ async def test_use_of_a_memory_rewritten_since_it_was_read_keeps_the_writers_ran
 ) -> None:
     """Injection reads its candidates before the claim; an operator lowering a memory's
     importance in between must not be undone by a rank computed from the old importance."""
-    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    agent_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
     old = datetime.now(UTC) - timedelta(days=10)
     await _insert(
         sessionmaker, workspace.id, agent_pk, {"key": "plan", "value": "x", "importance": 0.9, "at": old}
@@ -290,7 +290,7 @@ async def _terms(sessionmaker: Any, agent_id: int) -> dict[str, dict[str, int]]:
 async def test_every_write_path_keeps_the_term_index(gql: Any, workspace: Any, sessionmaker: Any) -> None:
     """Operator writes (GraphQL) and agent writes (the tools' functions) rewrite a memory's
     terms with it; a delete drops them, and so does deleting the agent's workspace rows."""
-    agent = await create_agent(gql, workspace.admin, tools=[])
+    agent = await scripted_agent(gql, workspace.admin, tools=[])
     agent_pk = pk(agent)
     created = await create_memory(
         gql, workspace.operator, agent, key="venue", value="Café Müller", tags=["vip"], importance=0.4
@@ -338,7 +338,7 @@ async def test_a_common_word_costs_its_best_postings(
     counted ones are found by index seeks."""
     monkeypatch.setattr(memory_search, "MAX_CANDIDATES", 20)
     monkeypatch.setattr(memory_search, "DF_CAP", df_cap)
-    agent_pk = pk(await create_agent(gql, workspace.admin, tools=[]))
+    agent_pk = pk(await scripted_agent(gql, workspace.admin, tools=[]))
     old = datetime.now(UTC) - timedelta(days=200)
     await _insert(
         sessionmaker,

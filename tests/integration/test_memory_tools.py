@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import select
 
 from app.db import orm
-from tests.integration.graphql_support import create_memory, gid, pk
-from tests.support.runs import DECIDE, PENDING_APPROVALS, create_agent, start_run, wait_run
+from tests.support.graphql import create_memory, gid, pk
+from tests.support.runs import DECIDE, PENDING_APPROVALS, scripted_agent, start_run, wait_run
 
 UPDATE_AGENT = """
 mutation($id: ID!, $input: UpdateAgentInput!) { updateAgent(id: $id, input: $input) { id } }
@@ -70,7 +70,7 @@ async def test_an_agent_remembers_and_its_next_run_finds_the_memory(
         {"call": "memory.search", "args": {"query": "fintech", "tags": ["decision"]}},
         {"final": {"injected": "{{ memories | map(attribute='key') | list }}", "results": "{{ results }}"}},
     ]
-    agent_id = await create_agent(gql, workspace.admin, steps=steps, tools=["memory.*"])
+    agent_id = await scripted_agent(gql, workspace.admin, steps=steps, tools=["memory.*"])
     await create_memory(
         gql,
         workspace.operator,
@@ -149,7 +149,7 @@ async def test_an_agent_remembers_and_its_next_run_finds_the_memory(
 
 
 async def test_injection_respects_the_budget(gql: Any, workspace: Any, worker: Any) -> None:
-    agent_id = await create_agent(
+    agent_id = await scripted_agent(
         gql,
         workspace.admin,
         steps=[{"final": "{{ memories | map(attribute='key') | list }}"}],
@@ -185,7 +185,7 @@ async def test_refused_writes_are_results_the_model_sees_and_store_nothing(
         {"call": "memory.remember", "args": {"key": "k", "value": "v", "tags": [f"t{i}" for i in range(33)]}},
         {"final": "{{ results }}"},
     ]
-    agent_id = await create_agent(gql, workspace.admin, steps=steps, tools=["memory.*"])
+    agent_id = await scripted_agent(gql, workspace.admin, steps=steps, tools=["memory.*"])
     run_id = await start_run(gql, workspace.operator, agent_id)
     run = await wait_run(gql, workspace.operator, run_id)
     assert run["status"] == "SUCCEEDED", run
@@ -225,7 +225,7 @@ async def test_forget_waits_for_an_operator(gql: Any, workspace: Any, worker: An
         {"final": "{{ results }}"},
     ]
     # Even an agent whose policy allows everything cannot forget silently (DESTRUCTIVE clamp).
-    agent_id = await create_agent(
+    agent_id = await scripted_agent(
         gql, workspace.admin, steps=steps, tools=["memory.*"], policy={"default": "ALLOW"}
     )
     await create_memory(gql, workspace.operator, agent_id, key="obsolete", value="old plan")

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.support.runs import create_agent, start_run, wait_run
+from tests.support.runs import scripted_agent, start_run, wait_run
 from tests.support.servers import sink_server
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -51,7 +51,7 @@ async def test_an_openai_model_calls_a_tool_then_answers(gql, workspace, model_s
     async with sink_server() as (sink, sink_url):
         # Where the session binds the key (tests/conftest.py): the model server's /bound.
         model_url = model_server.mount(chat_server(sink_url + "/page?n=7", seen))
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             model={

@@ -34,7 +34,8 @@ from app.db import orm
 from app.graphql.ids import from_global_id
 from app.settings import Settings
 from tests.conftest import stop_worker
-from tests.support.runs import create_agent, start_run, wait_run
+from tests.support.graphql import CREATE_AGENT
+from tests.support.runs import scripted_agent, start_run, wait_run
 from tests.support.servers import serve
 
 # Bound by the session settings (tests/conftest.py) to the model server's /bound prefix.
@@ -42,9 +43,6 @@ KEY_ENV = "TEST_OPENAI_KEY_FOR_ENVERIF"
 KEY = "sk-bound-key-must-not-leave"
 SECRET_BODY = "db_password=hunter2-internal"
 
-CREATE_AGENT = """
-mutation($input: CreateAgentInput!) { createAgent(input: $input) { id } }
-"""
 UPDATE_AGENT = """
 mutation($id: ID!, $input: UpdateAgentInput!) { updateAgent(id: $id, input: $input) { id model } }
 """
@@ -104,7 +102,7 @@ async def test_create_agent_refuses_key_variables_outside_the_allowlist(
 
 
 async def test_update_agent_refuses_key_variables_outside_the_allowlist(gql, workspace, model_server) -> None:
-    agent = await create_agent(gql, workspace.admin, model=openai_model(model_server.bound_url))
+    agent = await scripted_agent(gql, workspace.admin, model=openai_model(model_server.bound_url))
     error = await gql.error(
         UPDATE_AGENT,
         {"id": agent, "input": {"model": openai_model(model_server.bound_url, "HOME")}},
@@ -142,7 +140,7 @@ async def test_create_and_update_agent_refuse_a_base_url_the_key_is_not_bound_to
         spec = {"name": f"a-{uuid.uuid4().hex[:8]}", "model": openai_model(url)}
         error = await gql.error(CREATE_AGENT, {"input": spec}, token=workspace.admin)
         assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model.base_url"}, error
-        agent = await create_agent(gql, workspace.admin, model=openai_model(model_server.bound_url))
+        agent = await scripted_agent(gql, workspace.admin, model=openai_model(model_server.bound_url))
         error = await gql.error(
             UPDATE_AGENT, {"id": agent, "input": {"model": openai_model(url)}}, token=workspace.admin
         )
@@ -163,9 +161,9 @@ async def test_the_key_goes_to_its_bound_url_only(
     bound_url = model_server.mount(listener(bound_seen))
     unbound_url = model_server.mount_unbound(listener(other_seen))
     async with serve(listener(other_seen)) as other_port_url:
-        good = await create_agent(gql, workspace.admin, model=openai_model(bound_url), tools=[])
+        good = await scripted_agent(gql, workspace.admin, model=openai_model(bound_url), tools=[])
         bad = [
-            await create_agent(gql, workspace.admin, model=openai_model(bound_url), tools=[])
+            await scripted_agent(gql, workspace.admin, model=openai_model(bound_url), tools=[])
             for _ in range(2)
         ]
         async with sessionmaker() as session, session.begin():
@@ -202,7 +200,7 @@ async def test_a_worker_whose_binding_narrowed_refuses_before_sending(
     monkeypatch.setenv(KEY_ENV, KEY)
     seen: list[dict[str, Any]] = []
     url = model_server.mount(listener(seen))
-    agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
+    agent = await scripted_agent(gql, workspace.admin, model=openai_model(url), tools=[])
     narrowed = {
         KEY_ENV: [model_server.origin + "/bound/someone-else"],
         "OPENAI_API_KEY": [model_server.bound_url],
@@ -220,7 +218,7 @@ async def test_a_stored_config_naming_another_variable_fails_the_run_without_sen
     monkeypatch.setenv("HOME_LIKE_SECRET_FOR_ENVERIF", "s3cr3t-value")
     seen: list[dict[str, Any]] = []
     url = model_server.mount(listener(seen))
-    agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
+    agent = await scripted_agent(gql, workspace.admin, model=openai_model(url), tools=[])
     # An old row, written before the allowlist existed (or by hand): the API would refuse it.
     async with sessionmaker() as session, session.begin():
         await session.execute(
@@ -245,7 +243,7 @@ async def test_a_loopback_base_url_is_refused_when_private_networks_are_not_allo
     monkeypatch.setenv(KEY_ENV, "sk-must-not-leave")
     seen: list[dict[str, Any]] = []
     url = model_server.mount(listener(seen))
-    agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
+    agent = await scripted_agent(gql, workspace.admin, model=openai_model(url), tools=[])
     async with make_worker(http_allow_private_networks=False):
         run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
     assert run["status"] == "FAILED", run
@@ -263,7 +261,7 @@ async def test_a_provider_error_shows_the_status_but_never_the_body(
     seen: list[dict[str, Any]] = []
     body = {"error": {"message": SECRET_BODY, "type": SECRET_BODY}, "detail": SECRET_BODY}
     url = model_server.mount(listener(seen, status=500, body=body))
-    agent = await create_agent(gql, workspace.admin, model=openai_model(url), tools=[])
+    agent = await scripted_agent(gql, workspace.admin, model=openai_model(url), tools=[])
     async with make_worker(provider_max_retries=0):
         run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
     assert run["status"] == "FAILED", run
@@ -294,7 +292,7 @@ CPU_LOOP = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}
 async def test_template_bombs_fail_the_run_with_a_clear_error(
     gql, workspace, make_worker, template: str, fragment: str
 ) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": template}], tools=[])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": template}], tools=[])
     async with make_worker():
         run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
     assert run["status"] == "FAILED", run
@@ -312,10 +310,10 @@ async def test_a_slow_template_does_not_hold_up_another_workspaces_run(
     """With a long budget (1.5 s of CPU) so the overlap is wide: the other run still
     finishes fast, while the slow one burns."""
     slow_ws, quick_ws = await make_workspace(), await make_workspace()
-    slow_agent = await create_agent(gql, slow_ws.admin, steps=[{"final": CPU_LOOP}], tools=[])
+    slow_agent = await scripted_agent(gql, slow_ws.admin, steps=[{"final": CPU_LOOP}], tools=[])
     # A loop too, so this run's template also goes to a render process (not in-process).
     quick_steps = [{"final": "{% for t in input.tags %}{{ t }}{% endfor %}"}]
-    quick_agent = await create_agent(gql, quick_ws.admin, steps=quick_steps, tools=[])
+    quick_agent = await scripted_agent(gql, quick_ws.admin, steps=quick_steps, tools=[])
     async with make_worker(template_timeout_ms=1_500):
         # Two runs at once, so both render processes are started before the timing below.
         warm = [await start_run(gql, quick_ws.operator, quick_agent, {"tags": ["w"]}) for _ in range(2)]

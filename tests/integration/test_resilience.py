@@ -26,13 +26,13 @@ import redis.asyncio as aioredis
 from sqlalchemy import select, text
 
 from app.db.orm import Run, RunStep
-from app.health import HEARTBEAT_TTL_S, live_workers
 from app.keys import queue_name
+from app.services.health import HEARTBEAT_TTL_S, live_workers
 from app.settings import Settings
 from tests.conftest import DB_KIND, GraphQLClient
-from tests.integration.graphql_support import pk
 from tests.integration.test_faults import ALLOW_WEBHOOK
-from tests.support.runs import create_agent, get_run, start_run, wait_run
+from tests.support.graphql import pk
+from tests.support.runs import get_run, scripted_agent, start_run, wait_run
 from tests.support.servers import Sink, sink_server
 from tests.support.workers import exited, spawn_worker
 
@@ -113,7 +113,9 @@ async def test_sigkill_storm_every_run_succeeds_and_no_recorded_step_repeats(
     runs, kills = 16, 8
     rng = random.Random(7)
     async with sink_server(delay_s=1.0) as (sink, url):
-        agent = await create_agent(gql, workspace.admin, steps=webhook_agent_steps(url), policy=ALLOW_WEBHOOK)
+        agent = await scripted_agent(
+            gql, workspace.admin, steps=webhook_agent_steps(url), policy=ALLOW_WEBHOOK
+        )
         live = [spawn_worker(settings, lease_s=LEASE_S) for _ in range(2)]
         processes.extend(live)
         for _ in range(runs):
@@ -159,7 +161,7 @@ async def test_a_killed_workers_run_moves_to_a_live_worker_within_a_few_leases(
     worker that runs the call; the other one sends it again after the lease expires and the
     sweeper requeues the run."""
     async with sink_server(delay_s=1.0) as (sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql, workspace.admin, steps=webhook_agent_steps(url, 2), policy=ALLOW_WEBHOOK
         )
         workers = [spawn_worker(settings, lease_s=LEASE_S) for _ in range(2)]
@@ -215,7 +217,7 @@ async def test_a_poisoned_queue_head_does_not_stop_work(gql, workspace, settings
                 pipe.zadd(queue_name(settings.redis_prefix), {job_id: 1 + n})  # oldest first
                 pipe.psetex(f"arq:in-progress:{job_id}", 3_610_000, b"1")
             await pipe.execute()
-        agent = await create_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
+        agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
         run_ids = [await start_run(gql, workspace.operator, agent, {"n": n}) for n in range(5)]
         processes.append(spawn_worker(settings, lease_s=LEASE_S))
         deadline = time.monotonic() + 30
@@ -235,7 +237,7 @@ async def test_a_run_longer_than_the_job_timeout_is_handed_back_and_finishes(
     """arq cancels a job at ENVERIF_JOB_TIMEOUT_S even though the run's lease is fine: the
     run is handed back at once and resumes after its last recorded step."""
     async with sink_server(delay_s=4.0) as (sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql, workspace.admin, steps=webhook_agent_steps(url, 4), policy=ALLOW_WEBHOOK
         )
         processes.append(spawn_worker(settings, lease_s=LEASE_S, ENVERIF_JOB_TIMEOUT_S="10"))
@@ -249,7 +251,7 @@ async def test_a_run_longer_than_the_job_timeout_is_handed_back_and_finishes(
 
 
 async def test_healthz_reports_the_oldest_queued_run(gql, client, workspace) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
     await start_run(gql, workspace.operator, agent)  # no worker of this session runs now
     await asyncio.sleep(0.3)
     body = (await client.get("/healthz")).json()
@@ -351,7 +353,7 @@ async def test_redis_restart_under_load_workers_stay_up_and_runs_finish(
     with redis_server(tmp_path) as (port, stop_redis, start_redis):
         mine = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{port}/0"})
         async with sink_server(delay_s=0.3) as (sink, url), api(mine) as gql:
-            agent = await create_agent(
+            agent = await scripted_agent(
                 gql, workspace.admin, steps=webhook_agent_steps(url), policy=ALLOW_WEBHOOK
             )
             workers = [spawn_worker(mine, lease_s=LEASE_S) for _ in range(2)]
@@ -417,7 +419,9 @@ async def test_database_connections_killed_under_load(
 ) -> None:
     runs = 10
     async with sink_server(delay_s=0.3) as (sink, url):
-        agent = await create_agent(gql, workspace.admin, steps=webhook_agent_steps(url), policy=ALLOW_WEBHOOK)
+        agent = await scripted_agent(
+            gql, workspace.admin, steps=webhook_agent_steps(url), policy=ALLOW_WEBHOOK
+        )
         workers = [spawn_worker(settings, lease_s=LEASE_S) for _ in range(2)]
         processes.extend(workers)
         for _ in range(runs):
@@ -489,12 +493,12 @@ async def test_a_sql_bug_stays_internal(gql, workspace, monkeypatch) -> None:
     """Precise detection: a statement the database rejects is a bug, not an outage."""
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from app.services import queries
+    from app.services import reads
 
     async def broken(session: AsyncSession, **_: Any) -> Any:
         await session.execute(text("SELECT no_such_column FROM agent_runs"))
 
-    monkeypatch.setattr(queries, "list_agents", broken)
+    monkeypatch.setattr(reads, "list_agents", broken)
     response = await gql.http.post(
         "/graphql",
         json={"query": "{ agents { edges { cursor } } }"},
@@ -533,6 +537,6 @@ async def test_a_worker_started_without_its_database_waits_and_then_works(
     finally:
         await engine.dispose()
     async with api(mine) as gql:
-        agent = await create_agent(gql, admin, steps=[{"final": "late but fine"}])
+        agent = await scripted_agent(gql, admin, steps=[{"final": "late but fine"}])
         run = await wait_run(gql, admin, await start_run(gql, admin, agent), timeout_s=60)
     assert run["status"] == "SUCCEEDED" and run["result"] == "late but fine"

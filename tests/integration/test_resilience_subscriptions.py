@@ -8,13 +8,12 @@ import socket
 from collections.abc import AsyncIterator
 
 import pytest
-from websockets.asyncio.client import connect
 
 from app.graphql.ids import to_global_id
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
-from tests.integration.test_subscriptions import GraphQLWS
 from tests.support.servers import serve
+from tests.support.ws import GraphQLWS, bearer
 
 
 def closed_port() -> int:
@@ -37,14 +36,14 @@ async def server_without_database(settings: Settings) -> AsyncIterator[str]:
 async def test_subscription_without_a_database_is_unavailable(
     server_without_database: str, workspace: WorkspaceFixture
 ) -> None:
-    async with connect(server_without_database, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
-        client = GraphQLWS(ws)
-        await client.send(
-            {"type": "connection_init", "payload": {"Authorization": f"Bearer {workspace.viewer}"}}
-        )
+    client = await GraphQLWS.connect(server_without_database)
+    try:
+        await client.send({"type": "connection_init", "payload": bearer(workspace.viewer)})
         # The token cannot be checked now; the socket is kept, and the operation answers.
         assert await client.receive() == {"type": "connection_ack"}
         await client.subscribe("1", to_global_id("Run", 1))
         errors = await client.errors("1")
         assert [e["extensions"]["code"] for e in errors] == ["UNAVAILABLE"], json.dumps(errors)
         assert errors[0]["extensions"]["retryAfter"] >= 1
+    finally:
+        await client.close()

@@ -11,12 +11,12 @@ from app.graphql.ids import from_global_id, to_global_id
 from app.services import runs
 from app.services.auth import Principal
 from app.services.runtime import open_runtime
-from tests.support.runs import CANCEL_RUN, create_agent, get_run, wait_run
+from tests.support.runs import CANCEL_RUN, get_run, scripted_agent, wait_run
 from tests.support.trees import waiting_parent_with_child
 
 
 async def test_cancelling_a_parent_cancels_its_descendants(gql, workspace, sessionmaker) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "{{ results[-1] }}"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "{{ results[-1] }}"}])
     parent, step_id, child = await waiting_parent_with_child(sessionmaker, from_global_id(agent, "Agent"))
     data = await gql.ok(
         CANCEL_RUN, {"id": to_global_id("Run", parent), "reason": "stop all"}, token=workspace.operator
@@ -34,7 +34,7 @@ async def test_cancelling_a_parent_cancels_its_descendants(gql, workspace, sessi
 async def test_a_cancelled_child_wakes_its_parent_with_the_outcome(
     gql, workspace, sessionmaker, settings, worker
 ) -> None:
-    agent = await create_agent(
+    agent = await scripted_agent(
         gql, workspace.admin, steps=[{"final": "never"}, {"final": "{{ results[-1] }}"}]
     )
     parent, _step_id, child = await waiting_parent_with_child(sessionmaker, from_global_id(agent, "Agent"))

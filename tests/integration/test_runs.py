@@ -13,8 +13,8 @@ from tests.support.runs import (
     CANCEL_RUN,
     DECIDE,
     PENDING_APPROVALS,
-    create_agent,
     get_run,
+    scripted_agent,
     start_run,
     wait_run,
 )
@@ -27,7 +27,7 @@ ALLOW_WEBHOOK = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
 
 async def test_three_call_scripted_run_succeeds_with_its_steps(gql, workspace) -> None:
     async with sink_server() as (sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             steps=[
@@ -61,7 +61,7 @@ async def test_three_call_scripted_run_succeeds_with_its_steps(gql, workspace) -
 
 
 async def test_run_events_are_gap_free_and_ordered(gql, workspace, sessionmaker) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "done"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "done"}])
     run_id = await start_run(gql, workspace.operator, agent)
     await wait_run(gql, workspace.viewer, run_id)
     async with sessionmaker() as session:
@@ -76,7 +76,7 @@ async def test_run_events_are_gap_free_and_ordered(gql, workspace, sessionmaker)
 
 
 async def _approval_run(gql: Any, workspace: Any, url: str) -> tuple[str, dict[str, Any]]:
-    agent = await create_agent(
+    agent = await scripted_agent(
         gql,
         workspace.admin,
         steps=[
@@ -140,7 +140,7 @@ async def test_viewer_cannot_decide(gql, workspace) -> None:
 
 async def test_deny_is_recorded_and_the_model_sees_it(gql, workspace) -> None:
     async with sink_server() as (sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             steps=[{"call": "http.get", "args": {"url": url + "/page"}}, {"final": "{{ results[-1] }}"}],
@@ -175,7 +175,7 @@ async def test_cancel_a_running_run_stops_it_and_the_worker_writes_nothing_more(
     gql, workspace, sessionmaker
 ) -> None:
     async with sink_server(delay_s=1.5) as (sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             steps=[
@@ -206,7 +206,7 @@ async def test_consecutive_reads_are_recorded_as_ordinary_steps(gql, workspace, 
     """Allowed READ calls may run before their rows exist (batched); what is recorded is
     the same: one step per call, in order, each with its decision, events gap-free."""
     async with sink_server() as (sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             steps=[
@@ -242,7 +242,7 @@ async def _last_seq(session: Any, workspace_id: int) -> int:
 
 
 async def test_a_failing_tool_fails_the_step_and_the_run_goes_on(gql, workspace) -> None:
-    agent = await create_agent(
+    agent = await scripted_agent(
         gql,
         workspace.admin,
         steps=[
@@ -258,7 +258,7 @@ async def test_a_failing_tool_fails_the_step_and_the_run_goes_on(gql, workspace)
 
 
 async def test_an_unknown_tool_is_a_failed_step(gql, workspace) -> None:
-    agent = await create_agent(
+    agent = await scripted_agent(
         gql, workspace.admin, steps=[{"call": "no.such.tool", "args": {}}, {"final": "{{ results[-1] }}"}]
     )
     run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
@@ -270,7 +270,7 @@ async def test_a_failing_provider_fails_the_run(gql, workspace, model_server, mo
     # A variable the deployment binds to its model server (tests/conftest.py), at a path
     # where nothing answers but a 404; PATH, or another server, would be refused.
     monkeypatch.setenv("TEST_OPENAI_KEY_FOR_ENVERIF", "sk-test")
-    agent = await create_agent(
+    agent = await scripted_agent(
         gql,
         workspace.admin,
         model={
@@ -286,14 +286,14 @@ async def test_a_failing_provider_fails_the_run(gql, workspace, model_server, mo
 
 
 async def test_a_template_error_fails_the_run_with_a_clear_error(gql, workspace) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "{{ results[5].nope }}"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "{{ results[5].nope }}"}])
     run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
     assert run["status"] == "FAILED"
     assert run["error"]
 
 
 async def test_paused_agent_cannot_start(gql, workspace) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": 1}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": 1}])
     await gql.ok(
         "mutation($id: ID!) { updateAgent(id: $id, input: {status: PAUSED}) { id } }",
         {"id": agent},
@@ -307,7 +307,7 @@ async def test_paused_agent_cannot_start(gql, workspace) -> None:
 
 async def test_another_workspace_cannot_touch_runs(gql, workspace, make_workspace) -> None:
     other = await make_workspace()
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": 1}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": 1}])
     err = await gql.error(
         "mutation($a: ID!) { startRun(agentId: $a) { id } }", {"a": agent}, token=other.operator
     )
@@ -324,7 +324,7 @@ async def test_bad_run_input_is_refused_and_nothing_is_written(gql, workspace, s
 
     from app.db.orm import Run
 
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": 1}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": 1}])
     huge = {"blob": "x" * 300_000}
     err = await gql.error(
         "mutation($a: ID!, $i: JSON) { startRun(agentId: $a, input: $i) { id } }",
@@ -348,7 +348,7 @@ async def test_bad_run_input_is_refused_and_nothing_is_written(gql, workspace, s
 
 async def test_steps_record_their_turns(gql, workspace) -> None:
     async with sink_server() as (_sink, url):
-        agent = await create_agent(
+        agent = await scripted_agent(
             gql,
             workspace.admin,
             steps=[

@@ -15,28 +15,39 @@ import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pexpect
 import pytest
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
 
+from app.db import orm
 from app.graphql.ids import to_global_id
 from app.settings import Settings
+from tests.conftest import DB_KIND
 from tests.integration.test_delegation import agents, delegate, root_id_of
+from tests.support.graphql import pk
+from tests.support.proxy import TcpProxy
 from tests.support.runs import DECIDE, PENDING_APPROVALS, start_run, wait_run
 from tests.support.workers import ENVERIF, spawn_worker, worker_env
 
 TIMEOUT_S = 60
 
 
-def spawn_api(settings: Settings, port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
-    """An ``enverif serve`` process (on a free port by default); returns it and its /graphql URL."""
-    server = subprocess.Popen(
-        [ENVERIF, "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=worker_env(settings),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+def spawn_api(
+    settings: Settings, port: int = 0, log: Path | None = None, **env: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """An ``enverif serve`` process (on a free port by default, with ``env`` on top of the
+    test's settings, its log appended to ``log``); returns it and its /graphql URL."""
+    with open(log or os.devnull, "ab") as stderr:
+        server = subprocess.Popen(
+            [ENVERIF, "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=worker_env(settings, **env),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
     assert server.stdout is not None
     line = server.stdout.readline().decode()
     found = re.search(r"(http://\S+/graphql)", line)
@@ -55,17 +66,17 @@ async def api(settings: Settings, processes: list[subprocess.Popen[bytes]]) -> A
     yield url
 
 
-def _watch_env(token: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVERIF_")}
+def _watch_env(token: str | None, **env: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ENVERIF_")}
     if token is not None:
-        env["ENVERIF_TOKEN"] = token
-    return env
+        clean["ENVERIF_TOKEN"] = token
+    return clean | env
 
 
-def watch(*args: str, token: str | None) -> subprocess.CompletedProcess[str]:
+def watch(*args: str, token: str | None, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [ENVERIF, "runs", "watch", *args],
-        env=_watch_env(token),
+        env=_watch_env(token, **env),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -73,13 +84,13 @@ def watch(*args: str, token: str | None) -> subprocess.CompletedProcess[str]:
     )
 
 
-def spawn_watch(*args: str, token: str) -> subprocess.Popen[str]:
+def spawn_watch(*args: str, token: str, stderr: Any = subprocess.PIPE) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [ENVERIF, "runs", "watch", *args],
         env=_watch_env(token),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )
 
@@ -157,7 +168,8 @@ async def test_watch_json_prints_the_whole_ordered_log_then_exits(api, gql, work
         DECIDE, {"id": await pending_approval(gql, workspace), "approve": True}, token=workspace.operator
     )
     await wait_run(gql, workspace.viewer, run_id, timeout_s=TIMEOUT_S)
-    proc = watch(run_id, "--url", api, "--json", token=workspace.viewer)
+    # The API's URL from ENVERIF_URL, as the token from ENVERIF_TOKEN.
+    proc = watch(run_id, "--json", token=workspace.viewer, ENVERIF_URL=api)
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
@@ -186,6 +198,7 @@ async def test_watch_refuses_with_one_clear_line(api, gql, workspace, make_works
         ((run_id, "--url", api), other.viewer, "NOT_FOUND"),
         ((to_global_id("Run", 10**9), "--url", api), workspace.viewer, "NOT_FOUND"),
         (("not-an-id", "--url", api), workspace.viewer, "is not a run id"),
+        ((run_id, "--max-retries", "0", "--url", api), workspace.viewer, "--max-retries must be 1 or more"),
         ((run_id, "--url", f"http://127.0.0.1:{_closed_port()}/graphql"), workspace.viewer, "cannot reach"),
     ]
     for args, token, needle in cases:
@@ -193,6 +206,9 @@ async def test_watch_refuses_with_one_clear_line(api, gql, workspace, make_works
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert needle in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    bad_url = watch(run_id, token=workspace.viewer, ENVERIF_URL="127.0.0.1:8000/graphql")
+    assert bad_url.returncode == 2 and "ENVERIF_URL must be an http(s):// or ws(s):// URL" in bad_url.stderr
+    assert "Traceback" not in bad_url.stderr and "127.0.0.1:8000" not in bad_url.stderr
 
 
 @pytest.mark.timeout(300)  # three processes start, one twice
@@ -229,4 +245,129 @@ async def test_watch_resumes_after_the_server_restarts_without_missing_or_repeat
     assert watcher.returncode == 0, stderr
     assert "connection lost; resuming after seq" in stderr
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events[-1]["runId"] == run_id and events[-1]["status"] == "SUCCEEDED"
+
+
+async def test_watch_gives_up_after_max_retries_failed_tries_in_a_row(
+    settings, processes, gql, workspace, tmp_path
+) -> None:
+    server, url = spawn_api(settings)
+    processes.extend([server, spawn_worker(settings)])
+    _names, run_id = await three_level_tree(gql, workspace)
+    watcher = spawn_watch(run_id, "--url", url, "--json", "--max-retries", "2", token=workspace.viewer)
+    processes.append(watcher)  # type: ignore[arg-type]
+    assert watcher.stdout is not None and watcher.stderr is not None
+    assert await asyncio.wait_for(asyncio.to_thread(watcher.stdout.readline), TIMEOUT_S)
+    server.kill()  # and it stays away
+    await asyncio.wait_for(asyncio.to_thread(watcher.wait), TIMEOUT_S)
+    said = watcher.stderr.read()
+    assert watcher.returncode == 2, said
+    *notes, last = said.strip().splitlines()
+    assert notes[0].startswith("enverif: connection lost; resuming after seq")
+    assert (
+        last.startswith("enverif: error: cannot reach the Enverif API")
+        and "gave up after 2 tries in a row" in last
+    )
+    assert f"enverif runs watch {run_id} --after-seq" in last and "Traceback" not in said
+
+
+async def two_approval_tree(gql: Any, workspace: Any) -> str:
+    """root -> mid -> leaf; the leaf's http.get waits for an approval, and once the leaf and
+    mid are done the root's own http.get waits for another."""
+    ask = {"rules": [{"tool": "http.get", "decision": "REQUIRE_APPROVAL"}]}
+    get = {"call": "http.get", "args": {"url": "http://127.0.0.1:9/x"}}
+    names = await agents(gql, workspace.admin, {"leaf": {"steps": [get, {"final": "leaf"}], "policy": ask}})
+    names |= await agents(
+        gql, workspace.admin, {"mid": {"steps": [delegate(names["leaf"], "deep"), {"final": "mid"}]}}
+    )
+    names |= await agents(
+        gql,
+        workspace.admin,
+        {"root": {"steps": [delegate(names["mid"], "top"), get, {"final": "root"}], "policy": ask}},
+    )
+    return await start_run(gql, workspace.operator, await root_id_of(gql, workspace.admin, names["root"]))
+
+
+@pytest.mark.skipif(DB_KIND != "mysql", reason="the API's database is cut by a proxy in front of MariaDB")
+@pytest.mark.timeout(300)  # three processes start, the API twice
+async def test_watch_rides_out_a_database_outage_and_a_server_restart(
+    settings, processes, gql, workspace, sessionmaker, tmp_path
+) -> None:
+    """The API answers UNAVAILABLE for ~5 s (its database connections go through a proxy
+    that drops them; the worker's do not, so the tree goes on meanwhile), later the API is
+    killed and started again: the watcher resumes each time after the last seq it printed,
+    prints every event of the tree exactly once, in order, and exits 0 when it completes."""
+    database = make_url(settings.effective_database_url)
+    proxy = await TcpProxy(database.host or "127.0.0.1", database.port or 3306).start()
+    through_proxy = database.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    port = _closed_port()
+    # Off the event loop, which serves the proxy the API starts through.
+    api_log = tmp_path / "api.log"
+    server, url = await asyncio.to_thread(
+        spawn_api, settings, port, api_log, ENVERIF_DATABASE_URL=through_proxy
+    )
+    processes.extend([server, spawn_worker(settings)])
+    run_id = await two_approval_tree(gql, workspace)
+    notes = tmp_path / "watch.stderr"
+    with notes.open("w") as stderr:
+        watcher = spawn_watch(run_id, "--url", url, "--json", token=workspace.viewer, stderr=stderr)
+    processes.append(watcher)  # type: ignore[arg-type]
+    assert watcher.stdout is not None
+    events: list[dict[str, Any]] = []
+
+    async def read_until(approvals: int) -> None:
+        while sum(e["type"] == "APPROVAL_REQUESTED" for e in events) < approvals:
+            line = await asyncio.wait_for(asyncio.to_thread(watcher.stdout.readline), TIMEOUT_S)  # type: ignore[union-attr]
+            assert line, f"watch ended early: {notes.read_text()}"
+            events.append(json.loads(line))
+
+    try:
+        await read_until(1)
+        # The database goes away for the API. The leaf's approval is decided (by an API that
+        # still reaches it), the worker carries the tree on to the root's approval, and the
+        # API, told by Redis, cannot read the database to go on: UNAVAILABLE.
+        proxy.down()
+        outage_started = time.monotonic()
+        await gql.ok(
+            DECIDE, {"id": await pending_approval(gql, workspace), "approve": False}, token=workspace.operator
+        )
+        deadline = time.monotonic() + TIMEOUT_S
+        while "UNAVAILABLE" not in notes.read_text():
+            assert watcher.poll() is None, (
+                f"watch exited {watcher.returncode}: {notes.read_text()}\n{api_log.read_text()}"
+            )
+            assert time.monotonic() < deadline, f"no UNAVAILABLE seen: {notes.read_text()}"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(max(0.0, 5.0 - (time.monotonic() - outage_started)))
+        assert watcher.poll() is None, notes.read_text()
+        proxy.up()
+        await read_until(2)
+
+        # The API is killed (no close frame) and comes back on the same port.
+        server.kill()
+        await asyncio.to_thread(server.wait)
+        await gql.ok(
+            DECIDE, {"id": await pending_approval(gql, workspace), "approve": False}, token=workspace.operator
+        )
+        restarted, _ = await asyncio.to_thread(
+            spawn_api, settings, port, api_log, ENVERIF_DATABASE_URL=through_proxy
+        )
+        processes.append(restarted)
+        while line := await asyncio.wait_for(asyncio.to_thread(watcher.stdout.readline), TIMEOUT_S):
+            events.append(json.loads(line))
+        await asyncio.wait_for(asyncio.to_thread(watcher.wait), TIMEOUT_S)
+    finally:
+        await proxy.stop()
+    said = notes.read_text()
+    assert watcher.returncode == 0, said
+    assert "the server is unavailable (UNAVAILABLE" in said and "connection lost; resuming after seq" in said
+    async with sessionmaker() as session:
+        logged = list(
+            await session.scalars(
+                select(orm.RunEvent.seq)
+                .where(orm.RunEvent.root_run_id == pk(run_id))
+                .order_by(orm.RunEvent.seq)
+            )
+        )
+    assert [e["seq"] for e in events] == logged == list(range(1, len(logged) + 1))
     assert events[-1]["runId"] == run_id and events[-1]["status"] == "SUCCEEDED"

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 from starlette.applications import Starlette
 
-from app import dev_routes
-from app.dev import seed_demo
+from app.dev import routes as dev_routes
+from app.dev.demo import seed_demo
 from tests.support.runs import DECIDE, wait_run
 from tests.support.schedules import get_schedule, make_due, tick_cli
 from tests.support.servers import serve

@@ -15,8 +15,8 @@ from sqlalchemy import func, select, text
 from app.db.orm import Run, RunEvent, Schedule, ScheduleFiring
 from app.services import schedule_firing
 from app.services.runtime import open_runtime
-from tests.integration.graphql_support import create_memory, pk
-from tests.support.runs import DECIDE, create_agent, wait_run
+from tests.support.graphql import create_memory, pk
+from tests.support.runs import DECIDE, scripted_agent, wait_run
 from tests.support.schedules import create_schedule, get_schedule, make_due, tick_cli, tick_many
 from tests.support.servers import sink_server
 from tests.support.workers import spawn_worker
@@ -41,7 +41,7 @@ async def _runs_of(sessionmaker: Any, schedule_id: str) -> list[Run]:
 async def test_a_due_schedule_fires_once_through_the_path_every_run_takes(
     gql, workspace, settings, sessionmaker, processes
 ) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=GREET)
+    agent = await scripted_agent(gql, workspace.admin, steps=GREET)
     await create_memory(gql, workspace.admin, agent, key="tone", value="Be brief")
     schedule = await create_schedule(
         gql, workspace.operator, agent, cron="0 9 * * *", timezone="Europe/Berlin", input={"name": "Ada"}
@@ -102,7 +102,7 @@ async def _until_waiting_for_locks(session: Any, n: int, timeout_s: float = 60) 
 async def test_three_processes_ticking_at_once_fire_each_schedule_once(
     gql, workspace, settings, sessionmaker
 ) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=GREET)
+    agent = await scripted_agent(gql, workspace.admin, steps=GREET)
     schedules = [
         await create_schedule(gql, workspace.operator, agent, cron=YEARLY, overlapPolicy="ALLOW")
         for _ in range(12)
@@ -130,7 +130,7 @@ async def test_ticks_racing_in_one_process_on_separate_connections_fire_once(
 ) -> None:
     """The same race with the three ticks' transactions really interleaved: each tick has
     its own engine, all start together, and the database's row lock decides."""
-    agent = await create_agent(gql, workspace.admin, steps=GREET)
+    agent = await scripted_agent(gql, workspace.admin, steps=GREET)
     schedules = [
         await create_schedule(gql, workspace.operator, agent, cron=YEARLY, overlapPolicy="ALLOW")
         for _ in range(8)
@@ -164,7 +164,7 @@ async def test_skip_waits_for_the_previous_run_and_says_why(
             {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": 1}}},
             {"final": "posted"},
         ]
-        agent = await create_agent(gql, workspace.admin, steps=steps)
+        agent = await scripted_agent(gql, workspace.admin, steps=steps)
         # Yearly: no fire time of its own comes while the test runs, only the ones it makes due.
         schedule = await create_schedule(gql, workspace.operator, agent, cron=YEARLY)
         assert schedule["overlapPolicy"] == "SKIP"
@@ -207,7 +207,7 @@ async def test_skip_waits_for_the_previous_run_and_says_why(
 
 
 async def test_disabled_schedules_and_idle_agents_never_fire(gql, workspace, settings, sessionmaker) -> None:
-    disabled_agent = await create_agent(gql, workspace.admin, steps=GREET)
+    disabled_agent = await scripted_agent(gql, workspace.admin, steps=GREET)
     disabled = await create_schedule(gql, workspace.operator, disabled_agent, cron="* * * * *")
     await make_due(sessionmaker, disabled, ago=timedelta(minutes=5))
     await gql.ok(
@@ -216,7 +216,7 @@ async def test_disabled_schedules_and_idle_agents_never_fire(gql, workspace, set
 
     idle = {}
     for status in ("PAUSED", "ARCHIVED"):
-        agent = await create_agent(gql, workspace.admin, steps=GREET)
+        agent = await scripted_agent(gql, workspace.admin, steps=GREET)
         idle[status] = await create_schedule(gql, workspace.operator, agent, cron=YEARLY)
         await gql.ok(UPDATE_AGENT, {"id": agent, "input": {"status": status}}, token=workspace.admin)
         await make_due(sessionmaker, idle[status], ago=A_YEAR)
@@ -240,7 +240,7 @@ async def test_disabled_schedules_and_idle_agents_never_fire(gql, workspace, set
 async def test_workers_fire_due_schedules_at_start_and_every_minute(
     gql, workspace, settings, sessionmaker, processes
 ) -> None:
-    agent = await create_agent(gql, workspace.admin, steps=GREET)
+    agent = await scripted_agent(gql, workspace.admin, steps=GREET)
     schedule = await create_schedule(gql, workspace.operator, agent, cron=YEARLY, input={"name": "cron"})
     await make_due(sessionmaker, schedule, ago=A_YEAR)
     # Two workers start together; each runs the cron job at start-up: one run all the same.

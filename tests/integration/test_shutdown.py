@@ -19,9 +19,9 @@ from app.db.orm import Run
 from app.db.session import create_engine
 from app.keys import events_channel, run_job_prefix
 from tests.conftest import stop_worker
-from tests.integration.graphql_support import pk
 from tests.integration.test_faults import ALLOW_WEBHOOK
-from tests.support.runs import create_agent, get_run, start_run
+from tests.support.graphql import pk
+from tests.support.runs import get_run, scripted_agent, start_run
 from tests.support.servers import sink_server
 from tests.support.workers import WORKER_LOGS, spawn_worker
 
@@ -36,7 +36,7 @@ async def test_sigterm_right_after_runs_finish_logs_no_error(gql, workspace, set
     """As the throughput bench stops its workers: frozen while the queue fills, then SIGTERM
     as soon as the last run's SUCCEEDED event arrives, while jobs are in arq's bookkeeping."""
     runs = 60
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "done"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "done"}])
     workers = [spawn_worker(settings, lease_s=5.0) for _ in range(2)]
     processes.extend(workers)
     client = aioredis.from_url(settings.effective_redis_url)
@@ -91,7 +91,7 @@ async def test_a_stopped_worker_waits_for_arqs_bookkeeping_before_closing(
         ended.set()
 
     monkeypatch.setattr(Worker, "finish_job", slow_finish_job)
-    agent = await create_agent(gql, workspace.admin, steps=[{"final": "done"}])
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "done"}])
     worker = asyncio.create_task(run_worker(settings))
     run_id = await start_run(gql, workspace.operator, agent)
     await asyncio.wait_for(entered.wait(), 30)
@@ -125,7 +125,7 @@ async def test_a_run_cancelled_twice_still_finishes_handing_itself_back(
     registry = default_registry(runtime.settings)
     async with sink_server(delay_s=1.0) as (sink, url):
         hook = {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}}
-        agent = await create_agent(gql, workspace.admin, steps=[hook, {"final": 1}], policy=ALLOW_WEBHOOK)
+        agent = await scripted_agent(gql, workspace.admin, steps=[hook, {"final": 1}], policy=ALLOW_WEBHOOK)
         run_id = await start_run(gql, workspace.operator, agent)
         job = asyncio.create_task(execute_run(runtime, registry, pk(run_id), owner="w1"))
         deadline = time.monotonic() + 30
@@ -159,7 +159,7 @@ async def test_a_hand_back_the_database_never_answers_is_given_up(
     registry = default_registry(runtime.settings)
     async with sink_server(delay_s=1.0) as (sink, url):
         hook = {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}}
-        agent = await create_agent(gql, workspace.admin, steps=[hook, {"final": 1}], policy=ALLOW_WEBHOOK)
+        agent = await scripted_agent(gql, workspace.admin, steps=[hook, {"final": 1}], policy=ALLOW_WEBHOOK)
         run_id = await start_run(gql, workspace.operator, agent)
         job = asyncio.create_task(loop.execute_run(runtime, registry, pk(run_id), owner="w1"))
         deadline = time.monotonic() + 30
@@ -184,7 +184,7 @@ async def test_an_in_process_stop_mid_run_leaves_the_database_writable(
 
     async with sink_server(delay_s=1.0) as (_, url):
         hook = {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}}
-        agent = await create_agent(gql, workspace.admin, steps=[hook, {"final": 1}], policy=ALLOW_WEBHOOK)
+        agent = await scripted_agent(gql, workspace.admin, steps=[hook, {"final": 1}], policy=ALLOW_WEBHOOK)
         w = build_worker(settings, handle_signals=False)
         task = asyncio.create_task(w.main())
         await asyncio.sleep(0.5)  # start-up

@@ -8,34 +8,23 @@ is exactly what a lost pub/sub message looks like to a subscriber.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from app.events.publish import publish_events
 from app.events.subscriber import subscriber_client_name
-from app.services import auth, runs
-from app.services import events as event_log
+from app.services import auth, event_log, runs
 from app.services.runtime import Runtime
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
 from tests.support.events import append, gid, new_child_run, new_root_run
 from tests.support.servers import serve
+from tests.support.ws import GraphQLWS
 
-RUN_TREE = """
-subscription Watch($root: ID!, $after: Int) {
-  runTree(rootRunId: $root, afterSeq: $after) {
-    seq type runId rootRunId parentRunId status stepId at payload
-    run { id status }
-  }
-}
-"""
 # Generous for a loaded CI box, yet well below IDLE_POLL_S in the tests that must prove an
 # event came through live delivery, a gap re-read or a resync rather than the idle poll.
 FAST_S = 3.0
@@ -52,74 +41,18 @@ async def server(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> AsyncIt
         yield base_url.replace("http://", "ws://") + "/graphql"
 
 
-class GraphQLWS:
-    """A graphql-transport-ws client, as a browser library would speak it."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-
-    async def send(self, message: dict[str, Any]) -> None:
-        await self.ws.send(json.dumps(message))
-
-    async def receive(self, timeout_s: float = 10.0) -> dict[str, Any]:
-        while True:
-            message: dict[str, Any] = json.loads(await asyncio.wait_for(self.ws.recv(), timeout_s))
-            if message["type"] == "ping":
-                await self.send({"type": "pong"})
-                continue
-            return message
-
-    async def init(self, payload: dict[str, Any]) -> None:
-        await self.send({"type": "connection_init", "payload": payload})
-        assert await self.receive() == {"type": "connection_ack"}
-
-    async def subscribe(self, op_id: str, root_run_id: str, after_seq: int | None = None) -> None:
-        variables: dict[str, Any] = {"root": root_run_id}
-        if after_seq is not None:
-            variables["after"] = after_seq
-        await self.send(
-            {"id": op_id, "type": "subscribe", "payload": {"query": RUN_TREE, "variables": variables}}
-        )
-
-    async def events(self, op_id: str, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-        got: list[dict[str, Any]] = []
-        while len(got) < count:
-            message = await self.receive(timeout_s)
-            assert message.get("id") == op_id, message
-            assert message["type"] == "next" and not message["payload"].get("errors"), message
-            got.append(message["payload"]["data"]["runTree"])
-        return got
-
-    async def nothing_more(self, quiet_s: float = 0.5) -> None:
-        with pytest.raises(TimeoutError):
-            message = await self.receive(quiet_s)
-            pytest.fail(f"unexpected message {message}")
-
-    async def errors(self, op_id: str) -> list[dict[str, Any]]:
-        """The errors an operation ended with (as ``next`` + ``complete`` or as ``error``)."""
-        message = await self.receive()
-        assert message.get("id") == op_id, message
-        if message["type"] == "error":
-            errors: list[dict[str, Any]] = message["payload"]
-            return errors
-        assert message["type"] == "next" and message["payload"].get("errors"), message
-        assert (await self.receive())["type"] == "complete"
-        errors = message["payload"]["errors"]
-        return errors
-
-
 @pytest.fixture
 async def connect_ws(server: str) -> AsyncIterator[Any]:
-    opened: list[ClientConnection] = []
+    opened: list[GraphQLWS] = []
 
     async def _connect() -> GraphQLWS:
-        ws = await connect(server, subprotocols=["graphql-transport-ws"])  # type: ignore[list-item]
-        opened.append(ws)
-        return GraphQLWS(ws)
+        client = await GraphQLWS.connect(server)
+        opened.append(client)
+        return client
 
     yield _connect
-    for ws in opened:
-        await ws.close()
+    for client in opened:
+        await client.close()
 
 
 # -- tests -----------------------------------------------------------------------------

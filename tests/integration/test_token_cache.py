@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -27,10 +26,10 @@ from app.events.subscriber import subscriber_client_name
 from app.services import auth
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
-from tests.integration.graphql_support import unique
+from tests.support.cli import ENVERIF
+from tests.support.graphql import unique
 from tests.support.workers import worker_env
 
-ENVERIF = [sys.executable, "-m", "app.cli"]
 WHO = "{ viewer { role } }"
 CREATE = """
 mutation($input: CreateApiTokenInput!) { createApiToken(input: $input) { token apiToken { id } } }

@@ -17,19 +17,18 @@ from typing import Any
 
 import pytest
 from starlette.applications import Starlette
-from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from app.clock import utcnow
-from app.services import events as event_log
+from app.services import event_log
 from app.services.runtime import Runtime
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
 from tests.integration.test_graphql_tokens import REVOKE, create
-from tests.integration.test_subscriptions import GraphQLWS, append, gid, new_root_run
+from tests.support.events import append, gid, new_root_run
 from tests.support.servers import serve
+from tests.support.ws import GraphQLWS, bearer
 
-PROTOCOL = "graphql-transport-ws"
 # An open websocket of a revoked token is closed within seconds (docs/operating/security.md): 5 s.
 CLOSE_WITHIN_S = 5.0
 
@@ -56,10 +55,11 @@ def server(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Server:
 
 @asynccontextmanager
 async def socket(url: str, token: str) -> AsyncIterator[GraphQLWS]:
-    async with connect(url, subprotocols=[PROTOCOL]) as ws:  # type: ignore[list-item]
-        client = GraphQLWS(ws)
-        await client.init({"Authorization": f"Bearer {token}"})
+    client = await GraphQLWS.open(url, token)
+    try:
         yield client
+    finally:
+        await client.close()
 
 
 async def closed_within(client: GraphQLWS, timeout_s: float) -> tuple[int, str, float, list[dict[str, Any]]]:
@@ -137,10 +137,9 @@ async def test_a_revoked_token_cannot_open_a_socket(
 ) -> None:
     created = await create(gql, workspace.admin)
     await gql.ok(REVOKE, {"id": created["apiToken"]["id"]}, token=workspace.admin)
-    async with server() as (_, url), connect(url, subprotocols=[PROTOCOL]) as ws:  # type: ignore[list-item]
-        client = GraphQLWS(ws)
-        await client.send(
-            {"type": "connection_init", "payload": {"Authorization": f"Bearer {created['token']}"}}
-        )
+    async with server() as (_, url):
+        client = await GraphQLWS.connect(url)
+        await client.send({"type": "connection_init", "payload": bearer(created["token"])})
         code, _, _, messages = await closed_within(client, 5.0)
+        await client.close()
     assert code == 4403 and messages == []

@@ -16,7 +16,7 @@ import pytest
 from arq import create_pool
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from app import health
+from app.services import health
 from app.services.runtime import redis_settings
 from tests.conftest import DB_KIND
 from tests.integration.test_resilience import changed, redis_server

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import AgentStatus
-from app.domain.events import EventType
+from app.domain.run_events import EventType
 from app.domain.runs import RunStatus, RunTrigger
 from app.events.publish import EventMessage, publish_events
 from app.graphql.ids import to_global_id

@@ -1,11 +1,9 @@
-"""Live-tree tests: a graphql-transport-ws client that reads a ``runTree`` stream to its
-``complete``, GraphQL over real HTTP, ``enverif serve`` processes, and the demo-like
-three-level tree (lead -> enricher -> poster, whose webhook call waits for an approval)."""
+"""Live-tree tests: GraphQL over real HTTP, ``enverif serve`` processes, a private Redis,
+and the demo-like three-level tree (lead -> enricher -> poster, whose webhook call waits for
+an approval). The websocket client is ``tests.support.ws.GraphQLWS``."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
 import shutil
 import socket
@@ -13,120 +11,25 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
-from websockets.asyncio.client import ClientConnection, connect
 
 from app.settings import Settings
 from tests.conftest import GraphQLClient
-from tests.support.runs import create_agent, start_run
+from tests.support.runs import scripted_agent, start_run
 from tests.support.workers import ENVERIF, worker_env
 
-RUN_TREE = """
-subscription Watch($root: ID!, $after: Int) {
-  runTree(rootRunId: $root, afterSeq: $after) {
-    seq type runId rootRunId parentRunId status stepId stepStatus
-    agentName stepTool stepDecision approvalId payload
-    run { id status }
-  }
-}
-"""
+# The websocket client lived here as TreeSocket before tests/support/ws.py held the one
+# client; the old names still import from here.
+from tests.support.ws import RUN_TREE, RUN_TREE_LIGHT, GraphQLWS, Stream, ws_url  # noqa: F401
 
-# Only what the event carries: no field that reads the database per event.
-RUN_TREE_LIGHT = """
-subscription Watch($root: ID!, $after: Int) {
-  runTree(rootRunId: $root, afterSeq: $after) { seq type runId agentName payload }
-}
-"""
-
-
-class TreeSocket:
-    """One graphql-transport-ws connection, spoken as a browser library would."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-
-    @classmethod
-    async def open(cls, ws_url: str, token: str) -> TreeSocket:
-        ws = await connect(ws_url, subprotocols=["graphql-transport-ws"])  # type: ignore[list-item]
-        sock = cls(ws)
-        await sock.send({"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}})
-        assert await sock.receive() == {"type": "connection_ack"}
-        return sock
-
-    async def send(self, message: dict[str, Any]) -> None:
-        await self.ws.send(json.dumps(message))
-
-    async def receive(self, timeout_s: float = 30.0) -> dict[str, Any]:
-        while True:
-            message: dict[str, Any] = json.loads(await asyncio.wait_for(self.ws.recv(), timeout_s))
-            if message["type"] == "ping":
-                await self.send({"type": "pong"})
-                continue
-            return message
-
-    async def subscribe(
-        self, op_id: str, root: str, after_seq: int | None = None, query: str = RUN_TREE
-    ) -> None:
-        variables: dict[str, Any] = {"root": root}
-        if after_seq is not None:
-            variables["after"] = after_seq
-        await self.send(
-            {"id": op_id, "type": "subscribe", "payload": {"query": query, "variables": variables}}
-        )
-
-    async def events(
-        self,
-        op_id: str,
-        *,
-        until: Callable[[dict[str, Any]], bool] | None = None,
-        on_event: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
-        timeout_s: float = 60.0,
-    ) -> Stream:
-        """Events of ``op_id`` until ``until`` says stop (``complete`` is False) or the
-        server sends ``complete`` (``complete`` is True)."""
-        stream = Stream()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"no complete after {timeout_s}s; got seqs {stream.seqs}"
-            message = await self.receive(remaining)
-            assert message.get("id") == op_id, message
-            if message["type"] == "complete":
-                stream.complete = True
-                return stream
-            assert message["type"] == "next" and not message["payload"].get("errors"), message
-            event = message["payload"]["data"]["runTree"]
-            stream.events.append(event)
-            if on_event is not None:
-                await on_event(event)
-            if until is not None and until(event):
-                return stream
-
-    async def close(self) -> None:
-        await self.ws.close()
-
-
-@dataclass
-class Stream:
-    events: list[dict[str, Any]] = field(default_factory=list)
-    complete: bool = False
-
-    @property
-    def seqs(self) -> list[int]:
-        return [e["seq"] for e in self.events]
+TreeSocket = GraphQLWS
 
 
 def http_gql(base_url: str) -> GraphQLClient:
     return GraphQLClient(httpx.AsyncClient(base_url=base_url, timeout=30))
-
-
-def ws_url(base_url: str) -> str:
-    return base_url.replace("http://", "ws://") + "/graphql"
 
 
 # -- the demo-like tree ----------------------------------------------------------------
@@ -146,15 +49,15 @@ async def demo_tree_agents(gql: GraphQLClient, admin: str, hook_url: str) -> Dem
     suffix = uuid.uuid4().hex[:8]
     names = {k: f"{k}-{suffix}" for k in ("lead", "enricher", "poster")}
     tools = ["agents.*", "webhook.post"]
-    await create_agent(gql, admin, name=names["poster"], tools=tools, steps=[
+    await scripted_agent(gql, admin, name=names["poster"], tools=tools, steps=[
         {"call": "webhook.post", "args": {"url": hook_url, "payload": {"x": 1}}},
         {"final": "posted {{ results[0].status }}"},
     ])  # fmt: skip
-    await create_agent(gql, admin, name=names["enricher"], tools=tools, steps=[
+    await scripted_agent(gql, admin, name=names["enricher"], tools=tools, steps=[
         {"call": "agents.delegate", "args": {"agent": names["poster"], "task": "post"}},
         {"final": "{{ results[0].result }}"},
     ])  # fmt: skip
-    lead_id = await create_agent(gql, admin, name=names["lead"], tools=tools, steps=[
+    lead_id = await scripted_agent(gql, admin, name=names["lead"], tools=tools, steps=[
         {"call": "agents.delegate", "args": {"agent": names["enricher"], "task": "enrich"}},
         {"final": "{{ results[0].result }}"},
     ])  # fmt: skip

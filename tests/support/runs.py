@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
-CREATE_AGENT = """
-mutation($input: CreateAgentInput!) { createAgent(input: $input) { id name status } }
-"""
+from tests.support.graphql import create_agent as _create_agent
+
 START_RUN = """
 mutation($agentId: ID!, $input: JSON) { startRun(agentId: $agentId, input: $input) { id status trigger } }
 """
@@ -38,7 +36,7 @@ query { approvals(status: PENDING, first: 50) { edges { node { id tool status ru
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
-async def create_agent(
+async def scripted_agent(
     gql: Any,
     token: str,
     *,
@@ -47,17 +45,25 @@ async def create_agent(
     tools: list[str] | None = None,
     policy: dict[str, Any] | None = None,
     name: str | None = None,
+    **fields: Any,
 ) -> str:
+    """An agent for a run to follow, by id: a scripted model taking ``steps`` (or ``model``),
+    offered the HTTP tools unless ``tools`` says otherwise."""
     spec: dict[str, Any] = {
-        "name": name or f"agent-{uuid.uuid4().hex[:8]}",
         "instructions": "test agent",
         "model": model or {"provider": "scripted", "steps": steps or []},
         "tools": tools if tools is not None else ["http.*", "webhook.post"],
+        **fields,
     }
     if policy is not None:
         spec["policy"] = policy
-    data = await gql.ok(CREATE_AGENT, {"input": spec}, token=token)
-    return str(data["createAgent"]["id"])
+    agent = await _create_agent(gql, token, name=name, **spec)
+    return str(agent["id"])
+
+
+# The old name of scripted_agent, for tests that import it from here (it returned the id,
+# tests.support.graphql.create_agent returns the agent).
+create_agent = scripted_agent
 
 
 async def start_run(gql: Any, token: str, agent_id: str, input: Any = None) -> str:

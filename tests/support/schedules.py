@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.orm import Schedule, ScheduleFiring
 from app.domain.schedules import next_fire_at
 from app.settings import Settings
-from tests.integration.graphql_support import pk
+from tests.support.graphql import pk
 from tests.support.workers import ENVERIF, worker_env
 
 SCHEDULE_FIELDS = """id cron timezone input enabled overlapPolicy nextFireAt lastFiredAt

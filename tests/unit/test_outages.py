@@ -38,6 +38,9 @@ def wrapped(orig: BaseException, cls: type = OperationalError, *, invalidated: b
         (wrapped(MyProgrammingError(1064, "You have an error in your SQL syntax")), False),
         (wrapped(MyOperationalError(1205, "Lock wait timeout exceeded")), False),
         (wrapped(Exception("anything"), invalidated=True), True),
+        # a server (a proxy in front of it) that accepts and drops the connection at once
+        (RuntimeError("Transport does not expose socket instance"), True),
+        (RuntimeError("Transport does not expose socket instance, really"), False),
         (wrapped(Exception("gone away")), False),
         (IntegrityError("INSERT", {}, Exception("Duplicate entry")), False),
         (ProgrammingError("SELECT", {}, Exception("syntax")), False),

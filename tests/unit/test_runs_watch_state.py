@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from app.cli.watch.client import StreamLost, WatchError, endpoints, refusal, run_global_id
+from app.cli.watch.state import TreeState
+from app.cli.watch.view import render
 from app.graphql.ids import to_global_id
-from app.runs_watch import TreeState, WatchError, endpoints, run_global_id
-from app.runs_watch_view import render
 
 ROOT, MID, LEAF = (to_global_id("Run", n) for n in (1, 2, 3))
 
@@ -98,3 +99,37 @@ def test_the_events_own_fields_win_over_the_payload() -> None:
     assert state.approvals == {approval: (ROOT, "webhook.post")}
     state.apply(ev(4, "APPROVAL_DECIDED", ROOT, approvalId=approval, payload={"approvalId": 4}))
     assert state.approvals == {}
+
+
+def test_an_event_already_applied_is_not_new() -> None:
+    """A resumed stream starts after the last seq applied; anything at or before it (a
+    server replaying what it sent before the reconnect) is not printed again."""
+    state = TreeState(root_id=ROOT, last_seq=3)
+    assert [state.is_new(ev(seq, "RUN_STATUS_CHANGED", ROOT)) for seq in (2, 3, 4)] == [False, False, True]
+    state.apply(EVENTS[3] | {"seq": 4})
+    assert not state.is_new(ev(4, "RUN_STATUS_CHANGED", ROOT))
+
+
+@pytest.mark.parametrize(
+    ("errors", "retry", "retry_after_s", "needle"),
+    [
+        ([{"message": "database down", "extensions": {"code": "UNAVAILABLE", "retryAfter": 2}}], True, 2.0,
+         "the server is unavailable (UNAVAILABLE: database down)"),
+        ([{"message": "x", "extensions": {"code": "UNAVAILABLE"}}], True, 0.0, "UNAVAILABLE"),
+        ([{"message": "a", "extensions": {"code": "NOT_FOUND"}},
+          {"message": "b", "extensions": {"code": "UNAVAILABLE"}}], True, 0.0, "UNAVAILABLE: b"),
+        ([{"message": "run not found", "extensions": {"code": "NOT_FOUND"}}], False, 0.0, "NOT_FOUND: run not found"),
+        ([{"message": "bad", "extensions": {"code": "UNAUTHENTICATED"}}], False, 0.0, "ENVERIF_TOKEN"),
+        ([{"message": "no code"}], False, 0.0, "no code"),
+    ],
+    ids=["unavailable", "unavailable-without-retry-after", "unavailable-among-others", "not-found",
+         "unauthenticated", "no-code"],
+)  # fmt: skip
+def test_unavailable_is_worth_another_try_and_the_rest_is_final(
+    errors: list[dict[str, Any]], retry: bool, retry_after_s: float, needle: str
+) -> None:
+    answer = refusal(errors)
+    assert isinstance(answer, StreamLost if retry else WatchError)
+    assert needle in str(answer)
+    if isinstance(answer, StreamLost):
+        assert answer.retry_after_s == retry_after_s

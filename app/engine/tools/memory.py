@@ -19,9 +19,9 @@ from typing import Any
 
 from app.domain.credentials import screen_memory_write
 from app.domain.errors import EnverifError
-from app.domain.events import EventType
 from app.domain.model_errors import ModelErrorCode
 from app.domain.policy import RiskClass
+from app.domain.run_events import EventType
 from app.engine.base import RunWriter, ToolContext, ToolError, ToolKind
 from app.services import memories, memory_search
 

@@ -16,7 +16,7 @@ from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
 from app.graphql.types.node import Connection, Node, build_edges, page_request
-from app.services import queries
+from app.services import reads
 
 if TYPE_CHECKING:
     from app.graphql.types.memories import MemoryConnection
@@ -149,7 +149,7 @@ async def agent_connection(
     principal = await info.context.principal()
     request = page_request(first, after, info.context.settings)
     async with info.context.session() as session:
-        page = await queries.list_agents(
+        page = await reads.list_agents(
             session, workspace_id=principal.workspace_id, status=status, page=request
         )
     edges, page_info = build_edges(page, request, Agent.from_row)

@@ -14,7 +14,7 @@ from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.node import Connection, Node, build_edges, page_request
 from app.graphql.types.runs import Run, RunStep
-from app.services import queries
+from app.services import reads
 
 
 @strawberry.type(name="Approval")
@@ -67,7 +67,7 @@ async def approval_connection(
     principal = await info.context.principal()
     request = page_request(first, after, info.context.settings)
     async with info.context.session() as session:
-        page = await queries.list_approvals(
+        page = await reads.list_approvals(
             session, workspace_id=principal.workspace_id, status=status, page=request
         )
     edges, page_info = build_edges(page, request, Approval.from_row)

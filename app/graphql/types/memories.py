@@ -15,9 +15,9 @@ from app.graphql.ids import to_global_id
 from app.graphql.types.agents import Agent
 from app.graphql.types.node import Connection, Node, build_edges, page_request
 from app.graphql.types.runs import Run
-from app.services import memory_search, queries
+from app.services import memory_search, reads
 from app.services.memories import RevisionAction
-from app.services.queries import Page, PageRequest
+from app.services.reads import Page, PageRequest
 
 
 async def _source_run(info: Info, run_id: int | None) -> Run | None:
@@ -128,7 +128,7 @@ async def memory_connection(
     request = page_request(first, after, info.context.settings)
     async with info.context.session() as session:
         # An agent of another workspace is NOT_FOUND, never an empty list that confirms it.
-        await queries.get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
+        await reads.get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
         if query is not None and query.strip():
             page = await _search_page(
                 session,
@@ -139,7 +139,7 @@ async def memory_connection(
                 page=request,
             )
         else:
-            page = await queries.list_memories(
+            page = await reads.list_memories(
                 session, workspace_id=principal.workspace_id, agent_id=agent_id, page=request, tags=tags
             )
     edges, page_info = build_edges(page, request, Memory.from_row)

@@ -9,7 +9,7 @@ import strawberry
 
 from app.domain.errors import ValidationFailed
 from app.graphql.ids import from_cursor, to_cursor
-from app.services.queries import Page, PageRequest
+from app.services.reads import Page, PageRequest
 from app.settings import Settings
 
 T = TypeVar("T")

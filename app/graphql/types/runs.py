@@ -23,7 +23,7 @@ from app.graphql.ids import to_global_id
 from app.graphql.loaders import subtree_ids
 from app.graphql.types.agents import Agent
 from app.graphql.types.node import Connection, Node, build_edges, page_request
-from app.services import queries
+from app.services import reads
 
 if TYPE_CHECKING:
     from app.graphql.types.approvals import Approval
@@ -256,7 +256,7 @@ async def run_connection(
     principal = await info.context.principal()
     request = page_request(first, after, info.context.settings)
     async with info.context.session() as session:
-        page = await queries.list_runs(
+        page = await reads.list_runs(
             session,
             workspace_id=principal.workspace_id,
             page=request,

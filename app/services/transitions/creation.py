@@ -27,7 +27,7 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Agent, Run
-from app.domain.events import EventType
+from app.domain.run_events import EventType
 from app.domain.runs import RunStatus, RunTrigger
 from app.services.transitions.outbox import WakeUp
 

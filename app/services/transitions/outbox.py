@@ -28,7 +28,7 @@ from app.services.runtime import Runtime
 
 if TYPE_CHECKING:
     from app.db.orm import Run
-    from app.domain.events import EventType
+    from app.domain.run_events import EventType
 
 log = logging.getLogger(__name__)
 

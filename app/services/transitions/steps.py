@@ -14,8 +14,8 @@ from sqlalchemy import bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Approval, Run, RunStep
-from app.domain.events import EventType
 from app.domain.model_errors import ModelErrorCode, model_error
+from app.domain.run_events import EventType
 from app.domain.runs import (
     TERMINAL_STEP,
     ApprovalStatus,

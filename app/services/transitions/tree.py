@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.clock import db_now, now_sql
 from app.db.orm import Agent, Run, RunEvent, RunStep
 from app.domain.errors import NotFound
-from app.domain.events import EventType
+from app.domain.run_events import EventType
 from app.domain.runs import (
     CANCELLABLE_RUN,
     TERMINAL_RUN,

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import strawberry
 from strawberry.scalars import JSON
 
-from app.domain.events import EventType
 from app.domain.policy import Decision
+from app.domain.run_events import EventType
 from app.domain.runs import RunStatus, StepStatus
 from app.events.publish import EventMessage
 from app.graphql.context import Info

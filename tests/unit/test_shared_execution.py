@@ -1,4 +1,4 @@
-"""Which variables split the sharing of a live event's execution (app.graphql.shared_events):
+"""Which variables split the sharing of a live event's execution (app.graphql.shared_execution):
 those the selection reads; not those that only feed the subscription field's arguments."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from graphql import FragmentDefinitionNode, OperationDefinitionNode, parse
 
-from app.graphql.shared_events import _variables_read_by_events, encode_next
+from app.graphql.shared_execution import _variables_read_by_events, encode_next
 
 
 def read_by_events(text: str) -> frozenset[str]:
@@ -60,11 +60,11 @@ def test_only_shared_data_only_next_messages_are_encoded_ahead() -> None:
 def test_shared_entries_are_forgotten_by_age_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
     from collections import OrderedDict
 
-    from app.graphql import shared_events
+    from app.graphql import shared_execution
 
-    monkeypatch.setattr(shared_events, "MAX_SHARED", 3)
+    monkeypatch.setattr(shared_execution, "MAX_SHARED", 3)
     entries: OrderedDict[int, tuple[float, str]] = OrderedDict((i, (float(i), "x")) for i in range(5))
-    shared_events._forget_old(entries, now=4.0)
+    shared_execution._forget_old(entries, now=4.0)
     assert list(entries) == [3, 4]  # 0 and 1: too many; 2: older than SHARE_S (1 s)
-    shared_events._forget_old(entries, now=10.0)
+    shared_execution._forget_old(entries, now=10.0)
     assert list(entries) == []

@@ -12,32 +12,22 @@ import asyncio
 import json
 from typing import Any
 
+from app.cli import common
 from app.graphql.ids import to_global_id
 
 
 def cmd_tick(args: argparse.Namespace) -> int:
-    from app import cli
     from app.services import schedule_firing
-    from app.services.runtime import open_runtime
 
-    settings = cli._settings(log=False)
+    settings = common.settings(log=False)
 
-    async def run() -> schedule_firing.TickReport:
-        await cli._preflight(settings)
-        # The workers' cron job, run by hand: on the workers' terms, so the API's cap on one
-        # statement does not abort a tick waiting on another tick's row lock.
-        rt = await open_runtime(settings, worker=True)
-        try:
-            with cli._database_errors(settings.effective_database_url):
-                return await schedule_firing.tick(rt)
-        finally:
-            await rt.close()
-
-    report = asyncio.run(run())
+    # The workers' cron job, run by hand: on the workers' terms, so the API's cap on one
+    # statement does not abort a tick waiting on another tick's row lock.
+    report = asyncio.run(common.with_runtime(settings, schedule_firing.tick, worker=True))
     firings = [
         {
             "schedule_id": to_global_id("Schedule", f.schedule_id),
-            "fire_at": cli._iso(f.fire_at),
+            "fire_at": common.iso(f.fire_at),
             "outcome": f.outcome.value,
             "missed": f.missed,
             "run_id": None if f.run_id is None else to_global_id("Run", f.run_id),
@@ -60,17 +50,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     from sqlalchemy import select
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from app import cli
-    from app.db.orm import Agent, Schedule, Workspace
+    from app.db.orm import Agent, Schedule
     from app.db.session import create_sessionmaker
 
-    settings = cli._settings(log=False)
+    settings = common.settings(log=False)
 
-    async def run(engine: AsyncEngine) -> list[dict[str, Any]] | None:
+    async def run(engine: AsyncEngine) -> list[dict[str, Any]]:
         async with create_sessionmaker(engine)() as session:
-            workspace_id = await session.scalar(select(Workspace.id).where(Workspace.name == args.workspace))
-            if workspace_id is None:
-                return None
+            workspace_id = await common.workspace_id(session, args.workspace)
             rows = (
                 await session.execute(
                     select(Schedule, Agent.name)
@@ -81,17 +68,12 @@ def cmd_list(args: argparse.Namespace) -> int:
             ).all()
         return [_describe(schedule, agent) for schedule, agent in rows]
 
-    schedules = asyncio.run(cli._with_engine(settings, run))
-    if schedules is None:
-        raise cli.CliError(f"no workspace named {args.workspace!r}")
+    schedules = asyncio.run(common.with_engine(settings, run))
     if args.json:
         print(json.dumps({"workspace": args.workspace, "schedules": schedules}))
         return 0
-    if not schedules:
-        print(f"Workspace {args.workspace!r} has no schedules.")
-        return 0
     columns = ("id", "agent", "cron", "timezone", "enabled", "overlap", "next_fire_at", "last_fired_at")
-    cli.print_table(columns, [[str(s[c] if s[c] is not None else "-") for c in columns] for s in schedules])
+    common.print_rows(columns, schedules, empty=f"Workspace {args.workspace!r} has no schedules.")
     for s in schedules:
         if s["last_skip_reason"]:
             print(f"{s['id']} last skipped {s['last_skipped_at']}: {s['last_skip_reason']}")
@@ -99,7 +81,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _describe(schedule: Any, agent: str) -> dict[str, Any]:
-    from app import cli
 
     return {
         "id": to_global_id("Schedule", schedule.id),
@@ -109,20 +90,22 @@ def _describe(schedule: Any, agent: str) -> dict[str, Any]:
         "enabled": schedule.enabled,
         "overlap": schedule.overlap_policy,
         "input": schedule.input,
-        "next_fire_at": cli._iso(schedule.next_fire_at),
-        "last_fired_at": cli._iso(schedule.last_fired_at),
-        "last_skipped_at": cli._iso(schedule.last_skipped_at),
+        "next_fire_at": common.iso(schedule.next_fire_at),
+        "last_fired_at": common.iso(schedule.last_fired_at),
+        "last_skipped_at": common.iso(schedule.last_skipped_at),
         "last_skip_reason": schedule.last_skip_reason,
     }
 
 
 def add_parser(commands: Any) -> None:
-    p = commands.add_parser("schedules", help="scheduled runs")
+    p = common.add_command(commands, "schedules", "scheduled runs")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    c = sub.add_parser("tick", help="fire the schedules that are due now (the workers do it every minute)")
-    c.add_argument("--json", action="store_true", help='print {"fired", "skipped", "firings": [...]} as JSON')
+    c = common.add_command(
+        sub, "tick", "fire the schedules that are due now (the workers do it every minute)"
+    )
+    common.add_json(c, '{"fired", "skipped", "firings": [...]}')
     c.set_defaults(handler=cmd_tick)
-    c = sub.add_parser("list", help="list a workspace's schedules")
-    c.add_argument("--workspace", required=True, metavar="NAME")
-    c.add_argument("--json", action="store_true", help='print {"workspace", "schedules": [...]} as JSON')
+    c = common.add_command(sub, "list", "list a workspace's schedules")
+    common.add_workspace(c)
+    common.add_json(c, '{"workspace", "schedules": [...]}')
     c.set_defaults(handler=cmd_list)

@@ -1,19 +1,38 @@
-"""The terminal view of ``enverif runs watch``: the run tree drawn with ``rich``, redrawn in
-place on every event (one live region at the bottom of the terminal, nothing scrolls)."""
+"""What ``enverif runs watch`` shows: the run tree drawn with ``rich`` and redrawn in place
+on every event (one live region at the bottom of the terminal, nothing scrolls), or with
+``--json`` one event per line."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+import sys
+from types import TracebackType
+from typing import Any, Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 from rich.tree import Tree
 
-from app.graphql.ids import to_global_id
+from app.cli.watch.state import RunNode, TreeState, approval_id
 
-if TYPE_CHECKING:
-    from app.runs_watch import RunNode, TreeState
+
+class View(Protocol):
+    def __enter__(self) -> View: ...
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+    def event(self, event: dict[str, Any], state: TreeState) -> None:
+        """Show an event just applied to ``state``."""
+
+    def note(self, text: str) -> None:
+        """Say something about the stream itself (a reconnect)."""
+
+    def done(self, state: TreeState) -> None:
+        """The stream completed."""
+
 
 STATUS_STYLES = {
     "QUEUED": "dim",
@@ -41,12 +60,12 @@ def render(state: TreeState, footer: str) -> Group:
         if run.id != state.root_id:
             children.setdefault(parent or state.root_id, []).append(run)
     pending: dict[str, list[tuple[str, str]]] = {}
-    for approval_id, (run_id, tool) in state.approvals.items():
-        pending.setdefault(run_id, []).append((approval_id, tool))
+    for pending_id, (run_id, tool) in state.approvals.items():
+        pending.setdefault(run_id, []).append((pending_id, tool))
 
     def grow(branch: Tree, run: RunNode) -> None:
-        for approval_id, tool in pending.get(run.id, []):
-            branch.add(Text.assemble(("approval pending ", "bold yellow"), f"{tool}  ", (approval_id, "dim")))
+        for pending_id, tool in pending.get(run.id, []):
+            branch.add(Text.assemble(("approval pending ", "bold yellow"), f"{tool}  ", (pending_id, "dim")))
         for child in children.get(run.id, []):
             grow(branch.add(_label(child)), child)
 
@@ -78,9 +97,11 @@ class LiveView:
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if not self.plain:
-            self.live.__exit__(*exc)
+            self.live.__exit__(kind, exc, tb)
 
     def event(self, event: dict[str, Any], state: TreeState) -> None:
         if self.plain:
@@ -88,8 +109,7 @@ class LiveView:
             kind = event["type"]
             what = run.step if kind.startswith("STEP") else (event.get("status") or "")
             if kind.startswith("APPROVAL"):
-                raw = event.get("approvalId") or (event.get("payload") or {}).get("approvalId")
-                what = f"approval {to_global_id('Approval', raw) if isinstance(raw, int) else raw}"
+                what = f"approval {approval_id(event)}"
             line = f"{event['seq']:>5} {kind:<20} {run.agent} {run.id} {what}".rstrip()
             self.console.print(line, soft_wrap=True, highlight=False)
             return
@@ -105,3 +125,25 @@ class LiveView:
             self.console.print(final)
         else:
             self.live.update(final, refresh=True)
+
+
+class JsonView:
+    """One event per line on stdout, flushed: ``enverif runs watch --json | jq``. Notes go to
+    stderr, so stdout stays exactly the event log."""
+
+    def __enter__(self) -> JsonView:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def event(self, event: dict[str, Any], state: TreeState) -> None:
+        print(json.dumps(event, separators=(",", ":")), flush=True)
+
+    def note(self, text: str) -> None:
+        print(f"enverif: {text}", file=sys.stderr, flush=True)
+
+    def done(self, state: TreeState) -> None:
+        return None

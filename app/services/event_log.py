@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import orm
 from app.domain.errors import NotFound
-from app.domain.events import EventType
+from app.domain.run_events import EventType
 from app.domain.runs import TERMINAL_RUN
 from app.events.hub import Subscription
 from app.events.publish import EventMessage, event_to_message

@@ -33,7 +33,7 @@ from graphql.language import FieldNode, FragmentDefinitionNode, Node, OperationD
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 from app.events.publish import EventMessage
-from app.graphql.types.events import RunEvent
+from app.graphql.types.run_events import RunEvent
 from app.services.event_labels import EventLabels
 
 # How long one execution of an event serves the other subscriptions of the process. Every

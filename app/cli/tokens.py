@@ -14,7 +14,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import cli
+from app.cli import common
+from app.cli.common import CliError
 from app.db.session import create_sessionmaker
 from app.graphql.ids import to_global_id
 from app.settings import Settings
@@ -25,7 +26,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
     role = auth.parse_role(args.role)
     expires_at = _parse_expiry(args.expires_at)
-    settings = cli._settings(log=False)
+    settings = common.settings(log=False)
 
     async def run(engine: AsyncEngine) -> auth.IssuedToken:
         async with create_sessionmaker(engine)() as session:
@@ -33,12 +34,12 @@ def cmd_create(args: argparse.Namespace) -> int:
                 session, workspace_name=args.workspace, role=role, name=args.name, expires_at=expires_at
             )
 
-    issued: auth.IssuedToken = asyncio.run(cli._with_engine(settings, run))
+    issued: auth.IssuedToken = asyncio.run(common.with_engine(settings, run))
     if args.json:
         described = _describe_token(issued.row)
         print(json.dumps({"token": issued.secret, "workspace": args.workspace, **described}))
     else:
-        until = f", expires {cli._iso(issued.row.expires_at)}" if issued.row.expires_at else ""
+        until = f", expires {common.iso(issued.row.expires_at)}" if issued.row.expires_at else ""
         print(
             f"Created {role.value} token {issued.row.name!r} for workspace {args.workspace!r}{until}, "
             "shown only this once:"
@@ -50,22 +51,19 @@ def cmd_create(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from app.services import auth
 
-    settings = cli._settings(log=False)
+    settings = common.settings(log=False)
 
     async def run(engine: AsyncEngine) -> list[dict[str, Any]]:
         async with create_sessionmaker(engine)() as session:
             rows = await auth.workspace_tokens(session, workspace_name=args.workspace)
             return [_describe_token(row) for row in rows]
 
-    tokens: list[dict[str, Any]] = asyncio.run(cli._with_engine(settings, run))
+    tokens: list[dict[str, Any]] = asyncio.run(common.with_engine(settings, run))
     if args.json:
         print(json.dumps({"workspace": args.workspace, "tokens": tokens}))
         return 0
-    if not tokens:
-        print(f"Workspace {args.workspace!r} has no tokens.")
-        return 0
     columns = ("id", "name", "role", "state", "created_at", "expires_at", "last_used_at")
-    cli.print_table(columns, [[str(t[c] or "-") for c in columns] for t in tokens])
+    common.print_rows(columns, tokens, empty=f"Workspace {args.workspace!r} has no tokens.")
     return 0
 
 
@@ -77,9 +75,9 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     if args.id is not None:
         parsed = parse_global_id(args.id)
         if parsed is None or parsed[0] != "ApiToken":
-            raise cli.CliError(f"no token with id {args.id!r} in workspace {args.workspace!r}")
+            raise CliError(f"no token with id {args.id!r} in workspace {args.workspace!r}")
         token_id = parsed[1]
-    settings = cli._settings(log=False)
+    settings = common.settings(log=False)
 
     async def run(engine: AsyncEngine) -> dict[str, Any]:
         async with create_sessionmaker(engine)() as session:
@@ -89,7 +87,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
         await _announce_revocation(settings, row.id)
         return _describe_token(row)
 
-    token: dict[str, Any] = asyncio.run(cli._with_engine(settings, run))
+    token: dict[str, Any] = asyncio.run(common.with_engine(settings, run))
     if args.json:
         print(json.dumps({"workspace": args.workspace, **token}))
     else:
@@ -116,9 +114,9 @@ def _parse_expiry(value: str | None) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise cli.CliError(f"--expires-at is not an ISO 8601 date and time: {value!r}") from None
+        raise CliError(f"--expires-at is not an ISO 8601 date and time: {value!r}") from None
     if parsed.tzinfo is None:
-        raise cli.CliError(f"--expires-at needs a timezone, e.g. {value}Z or {value}+02:00")
+        raise CliError(f"--expires-at needs a timezone, e.g. {value}Z or {value}+02:00")
     return parsed
 
 
@@ -132,33 +130,35 @@ def _describe_token(row: Any) -> dict[str, Any]:
         "name": row.name,
         "role": row.role,
         "state": token_state(revoked_at=row.revoked_at, expires_at=row.expires_at, now=utcnow()).value,
-        "created_at": cli._iso(row.created_at),
-        "expires_at": cli._iso(row.expires_at),
-        "last_used_at": cli._iso(row.last_used_at),
-        "revoked_at": cli._iso(row.revoked_at),
+        "created_at": common.iso(row.created_at),
+        "expires_at": common.iso(row.expires_at),
+        "last_used_at": common.iso(row.last_used_at),
+        "revoked_at": common.iso(row.revoked_at),
     }
 
 
 def add_parser(commands: Any) -> None:
-    p = commands.add_parser("token", help="manage API tokens")
+    p = common.add_command(commands, "token", "manage API tokens")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    c = sub.add_parser("create", help="create an API token for a workspace")
-    c.add_argument("--workspace", required=True, metavar="NAME")
+    c = common.add_command(sub, "create", "create an API token for a workspace")
+    common.add_workspace(c)
     c.add_argument("--role", required=True, metavar="ROLE", help="viewer, operator or admin")
     c.add_argument("--name", help="unique in the workspace (default: generated, e.g. viewer-1a2b3c4d)")
-    c.add_argument("--expires-at", metavar="ISO", help="when it stops working, e.g. 2027-01-31T00:00:00Z")
     c.add_argument(
-        "--json", action="store_true", help='print {"token", "workspace", "id", "name", "role", ...} as JSON'
+        "--expires-at",
+        metavar="ISO",
+        help="when it stops working, with a timezone, e.g. 2027-01-31T00:00:00Z (default: never)",
     )
+    common.add_json(c, '{"token", "workspace", "id", "name", "role", ...}')
     c.set_defaults(handler=cmd_create)
-    c = sub.add_parser("list", help="list a workspace's tokens (never their secrets)")
-    c.add_argument("--workspace", required=True, metavar="NAME")
-    c.add_argument("--json", action="store_true", help='print {"workspace", "tokens": [...]} as JSON')
+    c = common.add_command(sub, "list", "list a workspace's tokens (never their secrets)")
+    common.add_workspace(c)
+    common.add_json(c, '{"workspace", "tokens": [...]}')
     c.set_defaults(handler=cmd_list)
-    c = sub.add_parser("revoke", help="revoke a token: it stops working everywhere within seconds")
-    c.add_argument("--workspace", required=True, metavar="NAME")
+    c = common.add_command(sub, "revoke", "revoke a token: it stops working everywhere within seconds")
+    common.add_workspace(c)
     which = c.add_mutually_exclusive_group(required=True)
     which.add_argument("--id", metavar="ID", help="the token's id, as `token list` shows it")
     which.add_argument("--name", metavar="NAME", help="the token's name")
-    c.add_argument("--json", action="store_true", help="print the revoked token as JSON")
+    common.add_json(c, "the revoked token")
     c.set_defaults(handler=cmd_revoke)

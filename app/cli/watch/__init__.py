@@ -1,0 +1,1 @@
+"""``enverif runs watch``: a run tree, live, in a terminal."""
