@@ -143,12 +143,13 @@ async def test_a_job_cancelled_mid_statement_hands_its_run_back_cleanly(
 ) -> None:
     """A stop (or arq's job timeout) cancels a job while it waits on the database: that is a
     clean hand-back (the run QUEUED again, no abandoned claim counted), not "broke off"."""
-    from app.engine.loop import RunExecutor, execute_run
+    from app.engine.loop import execute_run
+    from app.engine.persist import RunWrites
 
     rt = await open_runtime(settings)
     registry = default_registry(settings)
     in_statement = asyncio.Event()
-    apply = RunExecutor._apply
+    apply = RunWrites.apply
 
     async def slow_apply(self: Any, *args: Any) -> Any:
         # The plan's write waits on the database (a lock, a slow disk) when the stop comes.
@@ -157,7 +158,7 @@ async def test_a_job_cancelled_mid_statement_hands_its_run_back_cleanly(
             await session.execute(text("SELECT SLEEP(2)"))
         return await apply(self, *args)
 
-    monkeypatch.setattr(RunExecutor, "_apply", slow_apply)
+    monkeypatch.setattr(RunWrites, "apply", slow_apply)
     try:
         async with sink_server() as (_, url):
             run_id = await _webhook_run(gql, workspace, rt, sessionmaker, url, calls=1)

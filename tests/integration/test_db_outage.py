@@ -53,23 +53,23 @@ async def test_runs_interrupted_by_an_outage_log_one_warning_not_a_traceback_eac
     import logging
 
     from app.engine import loop
-    from app.engine.loop import RunExecutor
+    from app.engine.persist import RunWrites
     from app.outages import OutageWarnings
 
     monkeypatch.setattr(loop, "OUTAGE_WARNINGS", OutageWarnings())  # this test's interval
-    apply = RunExecutor._apply
+    apply = RunWrites.apply
     interrupted: set[int] = set()
 
-    async def apply_once_on_a_killed_connection(self: RunExecutor, *args: object) -> bool:
-        if self.run_id not in interrupted:
-            interrupted.add(self.run_id)
+    async def apply_once_on_a_killed_connection(self: RunWrites, *args: object) -> bool:
+        if self.state.run_id not in interrupted:
+            interrupted.add(self.state.run_id)
             # The server drops the connection under the run's write, as in a restart.
             async with self.rt.sessionmaker() as session:
                 own = (await session.execute(text("SELECT CONNECTION_ID()"))).scalar_one()
                 await session.execute(text(f"KILL CONNECTION {int(own)}"))
         return await apply(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(RunExecutor, "_apply", apply_once_on_a_killed_connection)
+    monkeypatch.setattr(RunWrites, "apply", apply_once_on_a_killed_connection)
     agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "{{ input.n }}"}])
     with caplog.at_level(logging.WARNING, logger="app.engine.loop"):
         run_ids = [await start_run(gql, workspace.operator, agent, {"n": n}) for n in range(4)]
