@@ -35,20 +35,33 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Usage:
+    """What one model turn consumed, as its provider reported it:
+    the remote providers read it from the vendor's response, the scripted one from a turn's
+    ``"usage"``. Cost is not here: it is computed from the deployment's prices."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCalls:
     """A turn that asks for one or more tool calls (executed in order, results in call order)."""
 
     calls: list[ToolCall]
+    usage: Usage | None = None  # None: the model reported nothing
 
 
 @dataclass(frozen=True, slots=True)
 class FinalAnswer:
     value: Any
+    usage: Usage | None = None
 
 
-# What a model answers. Facts about the turn as a whole (the tokens it used, say) will be
-# keyword fields with a default on both kinds, so a model that does not report them is
-# unchanged.
+# What a model answers. Facts about the turn as a whole (``usage``) are keyword fields with a
+# default on both kinds, so a model that does not report them is unchanged.
 Turn = ToolCalls | FinalAnswer
 
 
