@@ -155,6 +155,13 @@ class EnverifWorker(Worker):
         for job_id in job_ids:
             if self.job_counter >= self.max_jobs:
                 return
+            running = self.tasks.get(job_id.decode())
+            if running is not None and not running.done():
+                # Its in-progress key lapsed while this worker still runs it (renewals missed
+                # under load or a Redis blip). Taken again here, arq would run the same job
+                # twice in one process: its second end finds the first one's bookkeeping gone
+                # (a KeyError in its wrapper). Another worker may take it; its claim is fenced.
+                continue
             taken = self.slots.taken
             try:
                 await super().start_jobs([job_id])

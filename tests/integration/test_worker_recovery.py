@@ -86,3 +86,24 @@ async def test_a_worker_that_does_not_poll_is_not_counted_alive(runtime, setting
         beats.cancel()
         await asyncio.gather(beats, return_exceptions=True)
         await health.forget(rt.redis, mine.redis_prefix, "stalled-worker")
+
+
+async def test_a_job_this_worker_still_runs_is_not_taken_again(settings, runtime) -> None:
+    """Its in-progress key can lapse while the job runs (renewals missed on a loaded box):
+    the queue entry is then free to take, but not by the process already running it."""
+    from arq.constants import in_progress_key_prefix
+
+    from app.keys import queue_name
+
+    worker = build_worker(settings, redis_pool=runtime.redis, handle_signals=False)
+    job_id = f"{settings.redis_prefix}:lapsed-{time.monotonic_ns()}"
+    await runtime.redis.zadd(queue_name(settings.redis_prefix), {job_id: 1})
+    still_running = asyncio.create_task(asyncio.sleep(30))
+    worker.tasks[job_id] = still_running
+    try:
+        await worker.start_jobs([job_id.encode()])
+        assert worker.tasks[job_id] is still_running and worker.job_counter == 0
+        assert not await runtime.redis.exists(in_progress_key_prefix + job_id)  # not marked by us
+    finally:
+        still_running.cancel()
+        await runtime.redis.zrem(queue_name(settings.redis_prefix), job_id)
