@@ -152,7 +152,7 @@ class EnverifWorker(Worker):
         # arq takes a slot (semaphore + job counter) per job before the Redis round trips that
         # mark it in progress, and gives it back on every path but an exception. One job at a
         # time, so that a failure is known to concern the job whose slot is still taken.
-        for job_id in job_ids:
+        for job_id in await self._not_in_progress(job_ids):
             if self.job_counter >= self.max_jobs:
                 return
             running = self.tasks.get(job_id.decode())
@@ -170,6 +170,19 @@ class EnverifWorker(Worker):
                     self.job_counter -= 1
                     self.sem.release()
                 raise
+
+    async def _not_in_progress(self, job_ids: list[bytes]) -> list[bytes]:
+        """The jobs of ``job_ids`` no worker has in progress, by one pipelined EXISTS. arq
+        checks each job with WATCH, EXISTS, ZSCORE and UNWATCH, so two workers polling the
+        same queue head used to pay those for every job the other had just taken
+        (docs/performance.md). The check stays arq's: this only skips the sure losers."""
+        if not job_ids:
+            return job_ids
+        async with self.pool.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.exists(in_progress_key_prefix + job_id.decode())
+            taken = await pipe.execute()
+        return [job_id for job_id, in_progress in zip(job_ids, taken, strict=True) if not in_progress]
 
 
 def worker_id() -> str:

@@ -107,3 +107,28 @@ async def test_a_job_this_worker_still_runs_is_not_taken_again(settings, runtime
     finally:
         still_running.cancel()
         await runtime.redis.zrem(queue_name(settings.redis_prefix), job_id)
+
+
+async def test_jobs_another_worker_has_in_progress_cost_one_pipelined_check(settings, tmp_path) -> None:
+    """arq pays WATCH, EXISTS, ZSCORE and UNWATCH for every job at the queue's head, also
+    for the ones another worker (or this one) is running; those are skipped up front."""
+    from arq.constants import in_progress_key_prefix
+
+    from app.keys import queue_name
+
+    with redis_server(tmp_path) as (port, _, _):
+        mine = changed(settings, redis_url=f"redis://127.0.0.1:{port}/0")
+        pool = await create_pool(redis_settings(mine))
+        try:
+            worker = build_worker(mine, redis_pool=pool, handle_signals=False)
+            job_ids = [f"{mine.redis_prefix}:job-{n}" for n in range(5)]
+            await pool.zadd(queue_name(mine.redis_prefix), {j: 1 for j in job_ids})
+            for job_id in job_ids[1:]:  # four taken elsewhere, one free
+                await pool.set(in_progress_key_prefix + job_id, b"1", px=60_000)
+            await pool.config_resetstat()
+            await worker.start_jobs([j.encode() for j in job_ids])
+            watches = (await pool.info("commandstats")).get("cmdstat_watch", {}).get("calls", 0)
+            assert watches == 1 and list(worker.tasks) == job_ids[:1]
+            await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+        finally:
+            await pool.aclose()
