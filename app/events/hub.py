@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from app import keys
-from app.events.publish import EventMessage, decode_message
+from app.events.publish import EventMessage, decode_messages
 from app.events.subscriber import RedisSubscriber
 
 if TYPE_CHECKING:
@@ -303,11 +303,12 @@ class EventHub:
         if not self._subscriptions:
             return
         try:
-            message = decode_message(data)
+            messages = decode_messages(data)  # a transaction's events, or one (older publishers)
         except ValueError as exc:
             logger.warning("event hub: ignoring %s", exc)
             return
-        self._dispatch(message)
+        for message in messages:
+            self._dispatch(message)
 
     def on_lost(self) -> None:
         self._connected = False

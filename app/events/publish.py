@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 # message and the subscriber reads that event from the database instead: this keeps every
 # subscriber's Redis output buffer far from the server's pubsub limit.
 MAX_INLINE_PAYLOAD_CHARS = 32_000
+# A transaction's events go out as one message (an array) up to this size, then in more.
+MAX_MESSAGE_CHARS = 256_000
 # A hung Redis must not hold up the caller (a worker mid-run, a mutation) after its commit.
 PUBLISH_TIMEOUT_S = 2.0
 
@@ -89,10 +91,25 @@ def encode_message(message: EventMessage) -> str:
 
 
 def decode_message(raw: str | bytes) -> EventMessage:
-    """Parse a published message; raises ``ValueError`` for anything malformed."""
+    """Parse a message of one event; raises ``ValueError`` for anything malformed."""
+    messages = decode_messages(raw)
+    if len(messages) != 1:
+        raise ValueError(f"malformed run event message: {len(messages)} events, one expected")
+    return messages[0]
+
+
+def decode_messages(raw: str | bytes) -> list[EventMessage]:
+    """Parse a published message: one event (an object) or a transaction's events (an array
+    of them, in seq order). Raises ``ValueError`` for anything malformed."""
     try:
         data = json.loads(raw)
-        at = datetime.fromisoformat(data["at"])
+    except ValueError as exc:
+        raise ValueError(f"malformed run event message: {exc}") from exc
+    return [_from_fields(item) for item in (data if isinstance(data, list) else [data])]
+
+
+def _from_fields(data: Any) -> EventMessage:
+    try:
         return EventMessage(
             workspace_id=int(data["workspace_id"]),
             root_run_id=int(data["root_run_id"]),
@@ -102,18 +119,31 @@ def decode_message(raw: str | bytes) -> EventMessage:
             type=str(data["type"]),
             status=data.get("status"),
             step_id=_optional_int(data.get("step_id")),
-            at=at,
+            at=datetime.fromisoformat(data["at"]),
             payload=data.get("payload"),
             payload_omitted=bool(data.get("payload_omitted", False)),
         )
-    except (TypeError, KeyError, ValueError) as exc:
-        raise ValueError(f"malformed run event message: {exc}") from exc
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise ValueError(f"malformed run event message: {exc!r}") from exc
 
 
 def encode_events(events: list[EventMessage]) -> list[str]:
-    """The messages of committed events, in the order they must be published (seq order)."""
-    ordered = sorted(events, key=lambda e: (e.root_run_id, e.seq))
-    return [encode_message(e) for e in ordered]
+    """The messages of a transaction's committed events, in seq order: one message (an array
+    when there are several) per ``MAX_MESSAGE_CHARS``, so one PUBLISH per transaction in all
+    but the largest (docs/architecture.md). Each event's own payload is capped as above."""
+    encoded = [encode_message(e) for e in sorted(events, key=lambda e: (e.root_run_id, e.seq))]
+    messages: list[str] = []
+    batch: list[str] = []
+    size = 0
+    for one in encoded:
+        if batch and size + len(one) > MAX_MESSAGE_CHARS:
+            messages.append(_joined(batch))
+            batch, size = [], 0
+        batch.append(one)
+        size += len(one) + 1
+    if batch:
+        messages.append(_joined(batch))
+    return messages
 
 
 async def publish_events(redis: Redis, prefix: str, events: list[EventMessage]) -> None:
@@ -124,22 +154,23 @@ async def publish_events(redis: Redis, prefix: str, events: list[EventMessage]) 
     messages = encode_events(events)
     try:
         async with asyncio.timeout(PUBLISH_TIMEOUT_S):
-            if len(messages) == 1:
-                await redis.publish(channel, messages[0])
-            else:
-                # One round trip; a non-transactional pipeline still keeps the order.
-                async with redis.pipeline(transaction=False) as pipe:
-                    for message in messages:
-                        pipe.publish(channel, message)
-                    await pipe.execute()
+            # One round trip; a non-transactional pipeline still keeps the order.
+            async with redis.pipeline(transaction=False) as pipe:
+                for message in messages:
+                    pipe.publish(channel, message)
+                await pipe.execute()
     except (RedisError, OSError, TimeoutError) as exc:
         # OSError covers socket errors redis-py lets through; TimeoutError is our own cap.
         logger.warning(
             "could not publish %d run event(s) on %s (subscribers will re-read them): %r",
-            len(messages),
+            len(events),
             channel,
             exc,
         )
+
+
+def _joined(batch: list[str]) -> str:
+    return batch[0] if len(batch) == 1 else "[" + ",".join(batch) + "]"
 
 
 def _dumps(fields: dict[str, Any]) -> str:

@@ -236,6 +236,27 @@ def test_message_round_trip_and_large_payloads_are_left_to_the_database() -> Non
         decode_message(b"not json")
 
 
+def test_a_transactions_events_are_one_message_split_only_when_large() -> None:
+    """One PUBLISH per transaction: an array of its events in seq order; a single event is
+    the plain object older hubs read; a transaction past MAX_MESSAGE_CHARS goes in several."""
+    from app.events.publish import MAX_INLINE_PAYLOAD_CHARS, MAX_MESSAGE_CHARS, decode_messages, encode_events
+
+    events = [event(1, 9, seq) for seq in (2, 3, 1)]
+    (wire,) = encode_events(events)
+    assert [e.seq for e in decode_messages(wire)] == [1, 2, 3]
+    (single,) = encode_events(events[:1])
+    assert decode_message(single).seq == 2
+    bulky = "x" * (MAX_INLINE_PAYLOAD_CHARS - 1_000)
+    many = [
+        event(1, 9, seq, payload={"v": bulky}) for seq in range(1, 2 * MAX_MESSAGE_CHARS // len(bulky) + 2)
+    ]
+    messages = encode_events(many)
+    assert len(messages) >= 2 and all(len(m) <= MAX_MESSAGE_CHARS for m in messages)
+    assert [e.seq for m in messages for e in decode_messages(m)] == list(range(1, len(many) + 1))
+    with pytest.raises(ValueError):
+        decode_messages(b'[{"seq": 1}]')
+
+
 async def _kill_clients_named(client: aioredis.Redis, name: str) -> int:
     killed = 0
     for entry in await client.client_list():

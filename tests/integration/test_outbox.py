@@ -13,7 +13,7 @@ from arq.constants import result_key_prefix
 from arq.jobs import Job, JobStatus
 
 from app import keys
-from app.events.publish import decode_message
+from app.events.publish import decode_messages
 from app.services.runtime import Runtime
 from app.services.transitions.outbox import WakeUp, after_commit, enqueue_run
 from tests.integration.test_event_hub import event, fresh_id
@@ -62,14 +62,14 @@ async def test_events_and_wake_ups_go_out_together_in_seq_order(runtime: Runtime
     try:
         events = [event(1, root, seq) for seq in (3, 1, 2)]
         await after_commit(runtime, events, [WakeUp(root, 1, root)])
-        got: list[int] = []
+        got: list[list[int]] = []  # the seqs of each message
         deadline = asyncio.get_running_loop().time() + 10
-        while len(got) < 3 and asyncio.get_running_loop().time() < deadline:
+        while sum(map(len, got)) < 3 and asyncio.get_running_loop().time() < deadline:
             # None also stands for the subscription's confirmation (ignored): keep reading.
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1)
-            if message is not None and decode_message(message["data"]).root_run_id == root:
-                got.append(decode_message(message["data"]).seq)
-        assert got == [1, 2, 3]
+            if message is not None:
+                got.append([e.seq for e in decode_messages(message["data"]) if e.root_run_id == root])
+        assert got == [[1, 2, 3]]  # one PUBLISH for the transaction, in seq order
         assert await job(runtime, root, 1).status() == JobStatus.queued
     finally:
         await pubsub.aclose()
