@@ -66,7 +66,7 @@ async def ask(
         with io:
             return await model.next_turn(ctx)
     except ProviderError as exc:
-        return Fail(f"model provider failed: {exc}")
+        return Fail(f"model provider failed: {exc} [{exc.code}]")
     except (asyncio.CancelledError, LeaseLost):
         raise
     except Exception as exc:

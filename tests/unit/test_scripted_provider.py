@@ -368,9 +368,9 @@ def test_unknown_provider_names_the_allowed_ones(config: Any) -> None:
         validate_model_config(config, SETTINGS)
     assert info.value.code == "VALIDATION_FAILED"
     assert info.value.field == ("model.provider" if isinstance(config, dict) else "model")
-    assert [p.name for p in BUILTIN_PROVIDERS] == ["scripted", "openai"]
+    assert [p.name for p in BUILTIN_PROVIDERS] == ["scripted", "openai", "anthropic"]
     if isinstance(config, dict):
-        assert "scripted, openai" in info.value.message
+        assert "scripted, openai, anthropic" in info.value.message
 
 
 @MODULE_LOOP
