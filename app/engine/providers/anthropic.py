@@ -259,6 +259,8 @@ class _Stream:
             self.usage = usage_of(event.usage.model_dump(), self.usage)
 
     def turn(self, names: FunctionNames) -> Turn:
+        if self.stop_reason is None:
+            raise _bad("the stream ended before the message did (no stop_reason)")
         for n, (index, parts) in enumerate(sorted(self.json.items()), start=1):
             raw = "".join(parts) or "{}"
             try:
@@ -326,11 +328,10 @@ class AnthropicProvider(remote.SDKModel):
     async def streamed(
         self, client: _Client, body: dict[str, Any], names: FunctionNames, ctx: TurnContext
     ) -> Turn:
-        state = _Stream(self.capped_text())
-        events = await client.messages.create(**body, stream=True)
-        try:
-            async for event in events:
+        async with client.messages.with_streaming_response.create(**body, stream=True) as response:
+            if remote.is_json(response.headers):  # a server that does not stream answered whole
+                return parse_response(await self.read_whole(response.iter_bytes()), names)
+            state = _Stream(self.capped_text())
+            async for event in await response.parse():
                 await state.add(event, ctx)
-        finally:
-            await events.close()
         return state.turn(names)

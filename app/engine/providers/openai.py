@@ -283,6 +283,8 @@ class _Stream:
                     await ctx.on_text(delta.content)
 
     def turn(self, names: FunctionNames) -> Turn:
+        if self.finish_reason is None:
+            raise _bad("the stream ended before the answer did (no finish_reason)")
         raw: list[tuple[object, object]] = [(self.calls[i][0], self.calls[i][1]) for i in sorted(self.calls)]
         content = "".join(self.text) if self.text or not raw else None
         return _finish(self.finish_reason, content, self.refusal, raw, names, self.usage)
@@ -333,12 +335,12 @@ class OpenAIProvider(remote.SDKModel):
     async def streamed(
         self, client: _Client, body: dict[str, Any], names: FunctionNames, ctx: TurnContext
     ) -> Turn:
-        state = _Stream(self.capped_text())
-        request = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        chunks = await client.chat.completions.create(**request)
-        try:
-            async for chunk in chunks:
+        async with client.chat.completions.with_streaming_response.create(
+            **{**body, "stream": True, "stream_options": {"include_usage": True}}
+        ) as response:
+            if remote.is_json(response.headers):  # a server that does not stream answered whole
+                return parse_response(await self.read_whole(response.iter_bytes()), names)
+            state = _Stream(self.capped_text())
+            async for chunk in await response.parse():
                 await state.add(chunk, ctx)
-        finally:
-            await chunks.close()
         return state.turn(names)

@@ -443,6 +443,11 @@ async def read_json(chunks: AsyncIterator[bytes], *, cap: int, vendor: str, show
         ) from None
 
 
+def is_json(headers: Mapping[str, str]) -> bool:
+    """The answer is a JSON document, not an event stream."""
+    return headers.get("content-type", "").split(";", 1)[0].strip().lower() == "application/json"
+
+
 def only_headers(request: Any, allowed: frozenset[str], credential: tuple[str, str]) -> None:
     """Drop every header of ``request`` an SDK added that is not ``allowed`` (nor its own
     ``X-Stainless-*``: version, language, retry count), and set the credential header. The

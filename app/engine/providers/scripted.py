@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -162,10 +163,20 @@ class ScriptedProvider:
     # Local and quick (no network): the loop may compute the next turn inside its transaction.
     fast: bool = True
 
-    def __init__(self, config: dict[str, Any], renderer: TemplateRenderer, *, checked: bool = False) -> None:
-        """``checked``: ``config`` is what ``validate`` returned (so it is not checked again)."""
+    def __init__(
+        self,
+        config: dict[str, Any],
+        renderer: TemplateRenderer,
+        *,
+        checked: bool = False,
+        chunk_chars: int = 0,
+    ) -> None:
+        """``checked``: ``config`` is what ``validate`` returned (so it is not checked again).
+        ``chunk_chars``: a final answer goes to ``TurnContext.on_text`` in pieces this long
+        (``ENVERIF_SCRIPTED_STREAM_CHUNK_CHARS``; 0: not streamed)."""
         self._steps: list[dict[str, Any]] = (config if checked else validate_scripted_config(config))["steps"]
         self._renderer = renderer
+        self._chunk_chars = chunk_chars
 
     @staticmethod
     def validate(config: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
@@ -173,7 +184,12 @@ class ScriptedProvider:
 
     @classmethod
     def create(cls, config: dict[str, Any], resources: ProviderResources) -> ScriptedProvider:
-        return cls(config, resources.templates, checked=True)
+        return cls(
+            config,
+            resources.templates,
+            checked=True,
+            chunk_chars=resources.settings.scripted_stream_chunk_chars,
+        )
 
     async def next_turn(self, ctx: TurnContext) -> Turn:
         results = [item.result for item in ctx.history]
@@ -183,10 +199,19 @@ class ScriptedProvider:
         where = f"scripted step {ctx.turn}"
         if "final" in turn:
             (value,) = await self._render([(turn["final"], f"{where}: final")], results, ctx)
+            await self._stream(value, ctx)
             return FinalAnswer(value)
         calls = turn["calls"] if "calls" in turn else [turn]
         args = await self._render([(call.get("args", {}), f"{where}: args") for call in calls], results, ctx)
         return ToolCalls([ToolCall(tool=call["call"], args=a) for call, a in zip(calls, args, strict=True)])
+
+    async def _stream(self, value: Any, ctx: TurnContext) -> None:
+        """The answer's text (a string as it is, anything else as JSON) to ``on_text``."""
+        if ctx.on_text is None or not self._chunk_chars:
+            return
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        for start in range(0, len(text), self._chunk_chars):
+            await ctx.on_text(text[start : start + self._chunk_chars])
 
     async def _render(self, items: list[tuple[Any, str]], results: list[Any], ctx: TurnContext) -> list[Any]:
         if not any(has_templates(tree) for tree, _ in items):
