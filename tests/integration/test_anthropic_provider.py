@@ -66,8 +66,8 @@ def key_env(monkeypatch: pytest.MonkeyPatch) -> str:
 def settings(
     key_env: str, bound: str, *, retries: int = 3, timeout_s: float = 2.0, **overrides: Any
 ) -> Settings:
+    overrides.setdefault("http_allow_private_networks", True)
     return Settings(
-        http_allow_private_networks=True,
         provider_max_retries=retries,
         provider_timeout_s=timeout_s,
         provider_keys={key_env: [bound]},
@@ -347,3 +347,15 @@ async def test_the_anthropic_provider_conforms(server: Server, key_env: str) -> 
     assert turns[0] == ToolCalls([ToolCall("http.get", {"url": "x"})], usage=Usage(10, 5))
     assert turns[1] == FinalAnswer({"ok": True}, usage=Usage(10, 5))
     assert isinstance(turns[2], ProviderError) and turns[2].code == "PROVIDER_REQUEST_INVALID"
+
+
+async def test_a_loopback_base_url_is_refused_without_private_networks(server: Server, key_env: str) -> None:
+    """The SDK runs over the guarded httpx2 client: the address check happens where the
+    socket opens, and nothing is sent, not even once."""
+    config = {"provider": "anthropic", "model": "m", "base_url": server.base_url, "api_key_env": key_env}
+    model = AnthropicProvider(config, settings(key_env, server.base_url, http_allow_private_networks=False))
+    with pytest.raises(ProviderError) as info:
+        await model.next_turn(ctx())
+    assert info.value.code == "PROVIDER_NOT_ALLOWED"
+    assert "non-public address 127.0.0.1" in str(info.value)
+    assert server.api.requests == []

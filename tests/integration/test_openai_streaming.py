@@ -189,3 +189,17 @@ async def test_the_workers_environment_is_not_sent(
     await provider(server, key_env).next_turn(ctx())
     headers = server.api.requests[0]["headers"]
     assert SECRET not in json.dumps(headers) and headers["authorization"] == "Bearer sk-test-123"
+
+
+async def test_a_rotated_key_is_used_from_the_next_turn(
+    server: Server, key_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = provider(server, key_env)
+    server.api.replies += [openai_text("one"), openai_text("two")]
+    await model.next_turn(ctx())
+    monkeypatch.setenv(key_env, "sk-rotated")
+    await model.next_turn(ctx())
+    assert [r["headers"]["authorization"] for r in server.api.requests] == [
+        "Bearer sk-test-123",
+        "Bearer sk-rotated",
+    ]

@@ -241,3 +241,27 @@ async def test_a_rate_limited_provider_fails_the_run_with_its_code(
     assert run["error"].endswith("[PROVIDER_RATE_LIMITED]") and "HTTP 429" in run["error"]
     assert "secret-quota-detail" not in run["error"]
     assert len(api.requests) == settings.provider_max_retries + 1
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [
+        ({"provider": "anthropic", "model": "claude-test", "max_tokens": -1}, "model.max_tokens"),
+        ({"provider": "anthropic", "model": "claude-test", "temperature": 0.5}, "model.temperature"),
+        ({"provider": "anthropic", "model": "claude-test", "api_key_env": "HOME"}, "model.api_key_env"),
+        ({"provider": "openai", "model": "gpt-test", "tool_choice": "always"}, "model.tool_choice"),
+        (
+            {"provider": "openai", "model": "gpt-test", "max_tokens": 5, "max_completion_tokens": 5},
+            "model.max_completion_tokens",
+        ),
+    ],
+)
+async def test_create_agent_refuses_a_bad_model_config_naming_the_field(
+    gql, workspace, model: dict[str, Any], field: str
+) -> None:
+    error = await gql.error(
+        "mutation($input: CreateAgentInput!) { createAgent(input: $input) { id } }",
+        {"input": {"name": f"bad-{uuid.uuid4().hex[:8]}", "model": model}},
+        token=workspace.admin,
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": field}

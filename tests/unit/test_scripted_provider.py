@@ -566,3 +566,35 @@ def test_a_render_process_stops_itself_when_nobody_kills_it() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+# -- live output --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("final", "chunk", "pieces"),
+    [
+        ("hello world", 4, ["hell", "o wo", "rld"]),
+        ("{{ input.who.name }} says hi", 64, ["Ada says hi"]),
+        ({"n": "{{ input.n }}"}, 3, ['{"n', '": ', "2}"]),  # not text: streamed as its JSON
+        ("hello", 0, []),  # 0: not streamed
+        ("", 8, []),
+    ],
+)
+async def test_a_final_answer_streams_in_chunks(final: Any, chunk: int, pieces: list[str]) -> None:
+    seen: list[str] = []
+
+    async def on_text(text: str) -> None:
+        seen.append(text)
+
+    model = ScriptedProvider(
+        cfg({"call": "http.get", "args": {}}, {"final": final}), POOLS["pool"], chunk_chars=chunk
+    )
+    context = ctx(turn=1)
+    streaming = TurnContext(
+        **{**{f: getattr(context, f) for f in context.__dataclass_fields__}, "on_text": on_text}
+    )
+    turn = await model.next_turn(streaming)
+    assert isinstance(turn, FinalAnswer) and seen == pieces
+    assert await model.next_turn(ctx(turn=0)) == ToolCalls([ToolCall("http.get", {})])  # calls never stream
+    assert seen == pieces

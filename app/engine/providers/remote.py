@@ -491,6 +491,7 @@ class SDKModel:
         self._settings = settings
         self._client = client
         self._policy = RetryPolicy.of(settings, backoff_base_s=backoff_base_s)
+        self._sdk: tuple[str, httpx2.AsyncClient, Any] | None = None
 
     @classmethod
     def check_config(
@@ -545,8 +546,12 @@ class SDKModel:
         self, http: httpx2.AsyncClient, key: str, body: dict[str, Any], names: FunctionNames,
         ctx: TurnContext, stream: bool,
     ) -> Turn:  # fmt: skip
-        # A client per turn: the key is read at call time; connections stay in ``http``.
-        client = self.sdk_client(key, http)
+        # The key is read at call time; the SDK client is built again only when it changed
+        # (building one costs more than a turn's parsing). Connections stay in ``http``.
+        cached = self._sdk
+        if cached is None or cached[0] != key or cached[1] is not http:
+            cached = self._sdk = (key, http, self.sdk_client(key, http))
+        client = cached[2]
 
         async def attempt() -> Turn:
             try:
