@@ -32,7 +32,6 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import anthropic
 import httpx2
 
 from app.domain.provider_errors import ProviderErrorCode as Code
@@ -273,17 +272,8 @@ class _Stream:
 # -- the SDK over the guarded client ------------------------------------------------------
 
 
-class _Client(anthropic.AsyncAnthropic):
-    """The SDK's client, checking every request it builds before it is sent."""
-
-    def __init__(self, destination: remote.Destination, key: str, http: httpx2.AsyncClient, timeout_s: float):
-        self._destination = destination
-        self._key = key
-        super().__init__(**remote.sdk_options(destination, key, http, timeout_s))
-
-    async def _prepare_request(self, request: Any) -> None:
-        self._destination.check(request.url)
-        remote.only_headers(request, _SENT_HEADERS, ("x-api-key", self._key))
+def _sdk() -> tuple[Any, type[Any]]:
+    return remote.sdk("anthropic", "AsyncAnthropic", _SENT_HEADERS, "x-api-key", "")
 
 
 class AnthropicProvider(remote.SDKModel):
@@ -292,8 +282,6 @@ class AnthropicProvider(remote.SDKModel):
     name = PROVIDER
     default_base_url = DEFAULT_BASE_URL
     default_key_env = DEFAULT_API_KEY_ENV
-    status_error = anthropic.APIStatusError
-    connection_error = anthropic.APIConnectionError
 
     @classmethod
     def check_config(
@@ -304,8 +292,12 @@ class AnthropicProvider(remote.SDKModel):
     def build(self, ctx: TurnContext, names: FunctionNames) -> dict[str, Any]:
         return build_request(ctx, self._config, names)
 
-    def sdk_client(self, key: str, http: httpx2.AsyncClient) -> _Client:
-        return _Client(self._destination, key, http, self._settings.provider_timeout_s)
+    def sdk_errors(self) -> tuple[type[Exception], type[Exception]]:
+        sdk = _sdk()[0]
+        return sdk.APIStatusError, sdk.APIConnectionError
+
+    def sdk_client(self, key: str, http: httpx2.AsyncClient) -> Any:
+        return _sdk()[1](self._destination, key, http, self._settings.provider_timeout_s)
 
     def status(self, exc: Any) -> ProviderError | remote.Retryable:
         if exc.status_code >= 400:
@@ -320,13 +312,13 @@ class AnthropicProvider(remote.SDKModel):
             f"anthropic: stream error ({kind}) from {self._destination.shown}", code=Code.PROVIDER_FAILED
         )
 
-    async def whole(self, client: _Client, body: dict[str, Any], names: FunctionNames) -> Turn:
+    async def whole(self, client: Any, body: dict[str, Any], names: FunctionNames) -> Turn:
         async with client.messages.with_streaming_response.create(**body) as response:
             data = await self.read_whole(response.iter_bytes())
         return parse_response(data, names)
 
     async def streamed(
-        self, client: _Client, body: dict[str, Any], names: FunctionNames, ctx: TurnContext
+        self, client: Any, body: dict[str, Any], names: FunctionNames, ctx: TurnContext
     ) -> Turn:
         async with client.messages.with_streaming_response.create(**body, stream=True) as response:
             if remote.is_json(response.headers):  # a server that does not stream answered whole

@@ -32,7 +32,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx2
-import openai
 
 from app.domain.provider_errors import ProviderErrorCode as Code
 from app.domain.provider_keys import Endpoint
@@ -293,17 +292,8 @@ class _Stream:
 # -- the SDK over the guarded client ------------------------------------------------------
 
 
-class _Client(openai.AsyncOpenAI):
-    """The SDK's client, checking every request it builds before it is sent."""
-
-    def __init__(self, destination: remote.Destination, key: str, http: httpx2.AsyncClient, timeout_s: float):
-        self._destination = destination
-        self._key = key
-        super().__init__(**remote.sdk_options(destination, key, http, timeout_s))
-
-    async def _prepare_request(self, request: Any) -> None:
-        self._destination.check(request.url)
-        remote.only_headers(request, _SENT_HEADERS, ("authorization", f"Bearer {self._key}"))
+def _sdk() -> tuple[Any, type[Any]]:
+    return remote.sdk("openai", "AsyncOpenAI", _SENT_HEADERS, "authorization", "Bearer ")
 
 
 class OpenAIProvider(remote.SDKModel):
@@ -312,8 +302,6 @@ class OpenAIProvider(remote.SDKModel):
     name = PROVIDER
     default_base_url = DEFAULT_BASE_URL
     default_key_env = DEFAULT_API_KEY_ENV
-    status_error = openai.APIStatusError
-    connection_error = openai.APIConnectionError
 
     @classmethod
     def check_config(
@@ -324,16 +312,20 @@ class OpenAIProvider(remote.SDKModel):
     def build(self, ctx: TurnContext, names: FunctionNames) -> dict[str, Any]:
         return build_request(ctx, self._config, names)
 
-    def sdk_client(self, key: str, http: httpx2.AsyncClient) -> _Client:
-        return _Client(self._destination, key, http, self._settings.provider_timeout_s)
+    def sdk_errors(self) -> tuple[type[Exception], type[Exception]]:
+        sdk = _sdk()[0]
+        return sdk.APIStatusError, sdk.APIConnectionError
 
-    async def whole(self, client: _Client, body: dict[str, Any], names: FunctionNames) -> Turn:
+    def sdk_client(self, key: str, http: httpx2.AsyncClient) -> Any:
+        return _sdk()[1](self._destination, key, http, self._settings.provider_timeout_s)
+
+    async def whole(self, client: Any, body: dict[str, Any], names: FunctionNames) -> Turn:
         async with client.chat.completions.with_streaming_response.create(**body) as response:
             data = await self.read_whole(response.iter_bytes())
         return parse_response(data, names)
 
     async def streamed(
-        self, client: _Client, body: dict[str, Any], names: FunctionNames, ctx: TurnContext
+        self, client: Any, body: dict[str, Any], names: FunctionNames, ctx: TurnContext
     ) -> Turn:
         async with client.chat.completions.with_streaming_response.create(
             **{**body, "stream": True, "stream_options": {"include_usage": True}}

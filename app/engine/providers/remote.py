@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import http
+import importlib
 import json
 import os
 import random
@@ -466,12 +468,10 @@ class SDKModel:
     (``build``), the SDK client (``sdk_client``), the two ways of asking (``whole``,
     ``streamed``) and the SDK's two error classes."""
 
-    name: str
+    name: str  # the SDK is imported only when a model is asked for a turn (see ``_sdk``)
     default_base_url: str
     default_key_env: str
     fast: bool = False  # every turn is a network call: the loop records results before asking
-    status_error: type[Exception]
-    connection_error: type[Exception]  # timeouts included
 
     def __init__(
         self,
@@ -515,6 +515,10 @@ class SDKModel:
     def sdk_client(self, key: str, http: httpx2.AsyncClient) -> Any:
         raise NotImplementedError
 
+    def sdk_errors(self) -> tuple[type[Exception], type[Exception]]:
+        """The SDK's status error and connection error (timeouts included)."""
+        raise NotImplementedError
+
     async def whole(self, client: Any, body: dict[str, Any], names: FunctionNames) -> Turn:
         raise NotImplementedError
 
@@ -552,15 +556,16 @@ class SDKModel:
         if cached is None or cached[0] != key or cached[1] is not http:
             cached = self._sdk = (key, http, self.sdk_client(key, http))
         client = cached[2]
+        status_error, connection_error = self.sdk_errors()
 
         async def attempt() -> Turn:
             try:
                 if stream:
                     return await self.streamed(client, body, names, ctx)
                 return await self.whole(client, body, names)
-            except self.status_error as exc:
+            except status_error as exc:
                 raise self.status(exc) from None
-            except self.connection_error as exc:
+            except connection_error as exc:
                 raise transport_failure(exc) from None
 
         return await with_retries(
@@ -585,3 +590,29 @@ def sdk_options(
     of their own."""
     return {"api_key": key, "base_url": destination.base_url, "http_client": http, "max_retries": 0,
             "timeout": timeout_s}  # fmt: skip
+
+
+@functools.cache
+def sdk(
+    module: str, client: str, headers: frozenset[str], credential: str, prefix: str
+) -> tuple[Any, type[Any]]:
+    """A vendor SDK (``module``) and a subclass of its client class that checks every request
+    it builds before it is sent: the destination (``Destination.check``), only ``headers``
+    and the SDK's own, the key in ``credential`` after ``prefix``. Imported on first use:
+    an SDK takes seconds to import, and a process that only validates configs (the API, the
+    CLI) never needs one."""
+    sdk_module = importlib.import_module(module)
+
+    class Client(getattr(sdk_module, client)):  # type: ignore[misc]
+        def __init__(
+            self, destination: Destination, key: str, http: httpx2.AsyncClient, timeout_s: float
+        ) -> None:
+            self._destination = destination
+            self._credential = (credential, prefix + key)
+            super().__init__(**sdk_options(destination, key, http, timeout_s))
+
+        async def _prepare_request(self, request: Any) -> None:
+            self._destination.check(request.url)
+            only_headers(request, headers, self._credential)
+
+    return sdk_module, Client
