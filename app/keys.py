@@ -50,3 +50,15 @@ def workers_index(prefix: str) -> str:
 def sweeper_turn_key(prefix: str) -> str:
     """Taken (SET NX with a TTL) by the worker that sweeps this interval; the others skip."""
     return f"{prefix}:sweeper-turn"
+
+
+def output_channel(prefix: str) -> str:
+    """Live model output (``runOutput``): text pieces of every run, one channel per deployment
+    like run events, so each API process needs no more than its one subscriber."""
+    return f"{prefix}:output"
+
+
+def output_key(prefix: str, run_id: int) -> str:
+    """The text a run's model has produced so far in its current turn (``"<stepSeq>:<text>"``),
+    for a subscriber that joins mid-turn; gone when the turn ends."""
+    return f"{prefix}:output:{run_id}"

@@ -23,6 +23,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app import console
 from app.events.hub import EventHub
+from app.events.output import OutputHub
 from app.events.subscriber import RedisSubscriber
 from app.graphql import graphiql_page
 from app.graphql.schema import build_schema
@@ -79,6 +80,9 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
         try:
             subscriber = RedisSubscriber(settings)
             hub = EventHub(runtime, subscriber, queue_max=settings.subscription_queue_max)
+            output_hub = OutputHub(
+                subscriber, runtime.redis, settings.redis_prefix, queue_max=settings.subscription_queue_max
+            )
             runtime.token_cache = TokenCache(settings, subscriber)
             # Bounded: with Redis away the process still starts; live events and the token
             # cache follow once the subscriber is in place.
@@ -86,6 +90,7 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
             try:
                 app.state.runtime = runtime
                 app.state.event_hub = hub
+                app.state.output_hub = output_hub
                 app.state.token_checks = TokenChecks()
                 yield
             finally:

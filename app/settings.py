@@ -127,6 +127,9 @@ class Settings(BaseSettings):
     template_max_output_bytes: int = Field(default=1_048_576, ge=1_024, le=64_000_000)
     template_timeout_ms: int = Field(default=200, ge=10, le=60_000)
     template_workers: int = Field(default=2, ge=1, le=64)
+    # The scripted provider streams a final answer to runOutput in pieces of this many
+    # characters (0: not at all), so clients and tests can use live output without a vendor.
+    scripted_stream_chunk_chars: int = Field(default=64, ge=0, le=1_000_000)
     max_turns: int = Field(default=50, ge=1, le=10_000)
     # Every tool call runs under a timeout (a tool may set its own ``timeout_s``); a call
     # that overruns is a FAILED step the model sees.

@@ -92,7 +92,7 @@ def redis_prefix() -> str:
 
 # The key variables the session's deployment binds to its model server (ENVERIF_PROVIDER_KEYS):
 # a key may go there, under its /bound prefix, and nowhere else.
-TEST_KEY_ENVS = ("OPENAI_API_KEY", "TEST_OPENAI_KEY_FOR_ENVERIF")
+TEST_KEY_ENVS = ("OPENAI_API_KEY", "TEST_OPENAI_KEY_FOR_ENVERIF", "TEST_ANTHROPIC_KEY_FOR_ENVERIF")
 
 
 @pytest.fixture(scope="session")

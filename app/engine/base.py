@@ -11,7 +11,7 @@ that a plugin keeps to them.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.domain.engine_rules import HistoryItem as HistoryItem  # part of the plugin API
 from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.policy import RiskClass
+from app.domain.provider_errors import ProviderErrorCode
 from app.domain.run_events import EventType
 
 if TYPE_CHECKING:
     import httpx
+    import httpx2
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from app.settings import Settings
@@ -83,6 +85,10 @@ class TurnContext:
     tools: list[ToolSpec]  # the tools this agent is offered
     history: list[HistoryItem] = field(default_factory=list)
     turn: int = 0  # index of the turn being asked for (0 = first)
+    # Live output (``runOutput``): a model that produces text as it goes awaits this with
+    # each new piece, in order. Not stored: the turn's result still carries the whole text.
+    # None when nobody listens (a test, a script): a model then need not stream at all.
+    on_text: Callable[[str], Awaitable[None]] | None = None
 
 
 class Model(Protocol):
@@ -90,7 +96,7 @@ class Model(Protocol):
 
     ``next_turn`` is asked outside any transaction and may be interrupted (the run's lease
     was lost); it raises ``ProviderError`` when it cannot produce a turn. A model that streams
-    text as it comes will get a callback for it on ``TurnContext`` (optional: a model that
+    text as it comes passes each piece to ``TurnContext.on_text`` (optional: a model that
     does not stream never calls it)."""
 
     # True for a model that is local and quick (scripted): the loop then computes the next
@@ -119,6 +125,8 @@ class ProviderResources:
     # opens, no cookies. A remote model sends every request through it.
     http: httpx.AsyncClient
     templates: TemplateRenderer  # the scripted provider's render pool
+    # The same guard on httpx2, for SDKs built on it (the ``openai`` and ``anthropic`` SDKs).
+    sdk_http: httpx2.AsyncClient | None = None
 
 
 class Provider(Protocol):
@@ -139,7 +147,15 @@ class Provider(Protocol):
 
 
 class ProviderError(Exception):
-    """The model could not produce a turn (after retries): the run fails with this message."""
+    """The model could not produce a turn (after retries): the run fails with this message
+    and ``code`` (a ``ProviderErrorCode``, or a plugin's own in upper
+    snake case). The message must not quote what a remote end sent."""
+
+    def __init__(
+        self, message: str, *, code: ProviderErrorCode | str = ProviderErrorCode.PROVIDER_FAILED
+    ) -> None:
+        super().__init__(message)
+        self.code = str(code)
 
 
 class ToolKind(enum.StrEnum):

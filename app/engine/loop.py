@@ -54,6 +54,7 @@ from app.engine.providers import Providers
 from app.engine.state import RunState
 from app.engine.tools.agents import DELEGATE
 from app.engine.tools.registry import ToolRegistry, tool_kind
+from app.events.output import OutputWriter
 from app.outages import OUTAGE_WARNINGS, is_outage, outage_of
 from app.services import runs
 from app.services.runtime import Runtime
@@ -307,8 +308,17 @@ class RunExecutor:
             history, state.asked_turn = model_history(state.steps, unrecorded=unrecorded, reads=state.reads)
             if state.asked_turn >= state.limits.max_turns:
                 return turns.out_of_turns(state)  # the model is not asked again
-            ctx = turns.turn_context(state, history, state.asked_turn)
+            # Live output (runOutput): the text belongs to the step this turn will write,
+            # after the batched reads that are recorded with it.
+            output = OutputWriter(
+                self.rt.redis,
+                self.rt.settings.redis_prefix,
+                run_id=self.run_id,
+                step_seq=state.next_seq() + len(state.reads),
+            )
+            ctx = turns.turn_context(state, history, state.asked_turn, on_text=output.on_text)
             turn = await turns.ask(model, ctx, io=self._io(), run_id=self.run_id)
+            await output.finish()
             if isinstance(turn, Fail):
                 return turn  # the provider failed: so does the run
             plan = turns.plan(state, turn)

@@ -12,10 +12,14 @@ The client keeps no cookies. One client serves every run of every workspace in a
 a cookie a site set for one run would otherwise be sent on another workspace's request to
 that site; a tool that needs a session passes its credentials explicitly, per request.
 
+The vendors' SDKs (``openai``, ``anthropic``) are built on ``httpx2``, the successor of
+``httpx`` with its own connection pool (``httpcore2``): ``guarded_sdk_client`` is the same
+client for them, the same backend under ``httpcore2``, so the guard stays exactly as strong.
+
 Errors::
 
     URLRefused          the target is not reachable under the policy (never retried)
-    httpx.HTTPError     everything else, as httpx raises it
+    httpx.HTTPError     everything else, as httpx (httpx2.HTTPError: httpx2) raises it
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpcore
+import httpcore2
 import httpx
+import httpx2
 
 from app.settings import Settings
 
@@ -90,20 +96,21 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     return None
 
 
-async def resolve_public(host: str, port: int, *, timeout_s: float) -> list[str]:
+async def resolve_public(host: str, port: int, *, timeout_s: float, core: Any = httpcore) -> list[str]:
     """Resolve ``host`` and return its addresses, refusing if ANY of them is not public.
 
     All addresses are checked, not just the first: a name with one public and one private
     record would otherwise reach the private one whenever the resolver orders it first.
+    ``core``: whose connect errors to raise (``httpcore``, or ``httpcore2`` under httpx2).
     """
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout_s):
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except TimeoutError as exc:
-        raise httpcore.ConnectTimeout(f"resolving {host!r} timed out") from exc
+        raise core.ConnectTimeout(f"resolving {host!r} timed out") from exc
     except OSError as exc:
-        raise httpcore.ConnectError(f"could not resolve {host!r}: {exc}") from exc
+        raise core.ConnectError(f"could not resolve {host!r}: {exc}") from exc
     addresses: list[str] = []
     for info in infos:
         address = str(info[4][0]).split("%", 1)[0]  # drop an IPv6 scope id
@@ -112,14 +119,16 @@ async def resolve_public(host: str, port: int, *, timeout_s: float) -> list[str]
         if address not in addresses:
             addresses.append(address)
     if not addresses:
-        raise httpcore.ConnectError(f"could not resolve {host!r}")
+        raise core.ConnectError(f"could not resolve {host!r}")
     return addresses
 
 
-class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
-    """Opens TCP connections only to checked public addresses."""
+class _PublicOnly:
+    """Opens TCP connections only to checked public addresses (for either httpcore)."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend, *, resolve_timeout_s: float) -> None:
+    _core: Any = httpcore
+
+    def __init__(self, inner: Any, *, resolve_timeout_s: float) -> None:
         self._inner = inner
         self._resolve_timeout_s = resolve_timeout_s
 
@@ -130,15 +139,17 @@ class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's backend interface
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        addresses = await resolve_public(host, port, timeout_s=timeout or self._resolve_timeout_s)
+    ) -> Any:
+        addresses = await resolve_public(
+            host, port, timeout_s=timeout or self._resolve_timeout_s, core=self._core
+        )
         last: Exception | None = None
         for address in addresses:
             try:
                 return await self._inner.connect_tcp(
                     address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
                 )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+            except (self._core.ConnectError, self._core.ConnectTimeout) as exc:
                 last = exc
         assert last is not None  # addresses is never empty
         raise last
@@ -148,11 +159,19 @@ class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
         path: str,
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's backend interface
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> Any:
         raise URLRefused("unix sockets are not reachable")
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
+
+
+class _PublicOnlyBackend(_PublicOnly, httpcore.AsyncNetworkBackend):
+    _core = httpcore
+
+
+class _PublicOnlyBackend2(_PublicOnly, httpcore2.AsyncNetworkBackend):
+    _core = httpcore2
 
 
 class _NoCookies(httpx.Cookies):
@@ -228,3 +247,50 @@ async def read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks), False
+
+
+class _NoCookies2(httpx2.Cookies):
+    def extract_cookies(self, response: httpx2.Response) -> None:
+        return None
+
+
+_NO_COOKIES2 = _NoCookies2()
+
+
+class _CookielessClient2(httpx2.AsyncClient):
+    """``_CookielessClient`` for httpx2."""
+
+    @property
+    def cookies(self) -> httpx2.Cookies:
+        return _NO_COOKIES2
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        if cookies:
+            raise ValueError("this client keeps no cookies")
+
+
+def guarded_sdk_client(
+    settings: Settings, *, timeout_s: float, user_agent: str, max_connections: int = 20
+) -> httpx2.AsyncClient:
+    """``guarded_client`` for the vendors' SDKs, on httpx2 (see the module docstring): every
+    connection passes the address policy, no cookies, no proxy from the environment, no
+    redirects followed, an uncompressed body."""
+    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    if not settings.http_allow_private_networks:
+        # As in guarded_client: the pool httpx2 built, swapped for one on our backend
+        # (httpx2 is pinned; tests cover the refusal end to end).
+        transport._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=httpx2.create_ssl_context(trust_env=False),
+            max_connections=max_connections,
+            max_keepalive_connections=max(1, max_connections // 2),
+            keepalive_expiry=5.0,
+            network_backend=_PublicOnlyBackend2(httpcore2.AnyIOBackend(), resolve_timeout_s=timeout_s),
+        )
+    return _CookielessClient2(
+        transport=transport,
+        timeout=httpx2.Timeout(timeout_s),
+        trust_env=False,
+        follow_redirects=False,
+        headers={"Accept-Encoding": "identity", "User-Agent": user_agent},
+    )

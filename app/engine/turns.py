@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from app.domain.engine_rules import HistoryItem
 from app.domain.planner import Call, Fail, Finish, TurnPlan, plan_turn
@@ -21,7 +22,13 @@ from app.services.transitions import LeaseLost
 log = logging.getLogger(__name__)
 
 
-def turn_context(state: RunState, history: list[HistoryItem], turn: int) -> TurnContext:
+def turn_context(
+    state: RunState,
+    history: list[HistoryItem],
+    turn: int,
+    *,
+    on_text: Callable[[str], Awaitable[None]] | None = None,
+) -> TurnContext:
     return TurnContext(
         run_id=state.run.id,
         depth=state.run.depth,
@@ -31,6 +38,7 @@ def turn_context(state: RunState, history: list[HistoryItem], turn: int) -> Turn
         tools=state.offered,
         history=history,
         turn=turn,
+        on_text=on_text,
     )
 
 
@@ -66,7 +74,7 @@ async def ask(
         with io:
             return await model.next_turn(ctx)
     except ProviderError as exc:
-        return Fail(f"model provider failed: {exc}")
+        return Fail(f"model provider failed: {exc} [{exc.code}]")
     except (asyncio.CancelledError, LeaseLost):
         raise
     except Exception as exc:

@@ -1,4 +1,5 @@
-"""``Subscription.runTree``: a run tree's event log, replayed then streamed live (docs/graphql/guide.md).
+"""``Subscription.runTree``: a run tree's event log, replayed then streamed live, and
+``Subscription.runOutput``: a run's model output as it streams (docs/graphql/guide.md).
 
 Order of operations is what makes the stream complete: subscribe to the process's event hub
 first, then replay the log from the database, then follow live messages (see
@@ -14,12 +15,14 @@ import strawberry
 from app.domain.agents import Role
 from app.domain.errors import Unavailable, ValidationFailed
 from app.events.hub import EventHub, SubscriberTooSlow
+from app.events.output import OutputHub
 from app.graphql.context import Context, Info
 from app.graphql.ids import from_global_id
 from app.graphql.shared_execution import run_event
 from app.graphql.types.run_events import RunEvent
+from app.graphql.types.run_output import RunOutputChunk
 from app.graphql.ws_auth import CLOSE_TOO_SLOW
-from app.services import event_log
+from app.services import event_log, live_output
 from app.services.event_labels import TreeLabels
 
 
@@ -77,6 +80,28 @@ class Subscription:
             except SubscriberTooSlow as exc:
                 # Not a `complete`: that would tell the client the tree is finished.
                 raise Unavailable(exc.reason) from None
+
+    @strawberry.subscription(
+        description=(
+            "A run's model output as the model produces it: the current turn's text so far "
+            "first, then each new piece, each turn ended by a chunk with done: true. Completes "
+            "once the run is terminal. Not stored: the step records the whole text when the "
+            "turn ends. Providers that do not stream send nothing here."
+        )
+    )
+    async def run_output(self, info: Info, run_id: strawberry.ID) -> AsyncGenerator[RunOutputChunk, None]:
+        context = info.context
+        principal = await context.principal()
+        principal.require(Role.VIEWER)
+        pk = from_global_id(run_id, "Run", field="runId")
+        async with context.session() as session:
+            await live_output.check_run(session, workspace_id=principal.workspace_id, run_id=pk)
+        hub: OutputHub = context.request.app.state.output_hub
+        chunks = live_output.output_chunks(
+            hub, context.runtime.read_sessionmaker, run_id=pk, idle_s=live_output.IDLE_CHECK_S
+        )
+        async for chunk in chunks:
+            yield RunOutputChunk.of(chunk)
 
 
 def _hub(context: Context) -> EventHub:

@@ -458,8 +458,8 @@ async def test_providers_share_one_client_across_turns(server: Server, key_env: 
         turn = await providers.for_model(config).next_turn(ctx())
         assert turn == ToolCalls([ToolCall("http.get", {"url": "http://127.0.0.1:8080/x"})])
         assert await providers.for_model(config).next_turn(ctx()) == FinalAnswer("ok")
-        assert not providers.http.is_closed
-    assert providers.http.is_closed
+        assert providers.sdk_http is not None and not providers.sdk_http.is_closed
+    assert providers.sdk_http.is_closed
     # One keep-alive connection served both turns: the client is shared, not rebuilt.
     peers = {r["peer"] for r in server.api.requests}
     assert len(peers) == 1, peers

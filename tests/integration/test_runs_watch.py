@@ -30,7 +30,7 @@ from tests.conftest import DB_KIND
 from tests.integration.test_delegation import agents, delegate, root_id_of
 from tests.support.graphql import pk
 from tests.support.proxy import TcpProxy
-from tests.support.runs import DECIDE, PENDING_APPROVALS, start_run, wait_run
+from tests.support.runs import DECIDE, PENDING_APPROVALS, scripted_agent, start_run, wait_run
 from tests.support.workers import ENVERIF, spawn_worker, worker_env
 
 TIMEOUT_S = 60
@@ -371,3 +371,33 @@ async def test_watch_rides_out_a_database_outage_and_a_server_restart(
         )
     assert [e["seq"] for e in events] == logged == list(range(1, len(logged) + 1))
     assert events[-1]["runId"] == run_id and events[-1]["status"] == "SUCCEEDED"
+
+
+async def test_watch_prints_the_models_live_output(api, gql, workspace) -> None:
+    """Over a pipe, each turn's streamed text is one OUTPUT line once the turn ends."""
+    final = "Everything checked: " + "fine, " * 20
+    agent = await scripted_agent(
+        gql,
+        workspace.admin,
+        steps=[{"call": "http.get", "args": {"url": "http://127.0.0.1:9/x"}}, {"final": final}],
+        policy={"rules": [{"tool": "http.get", "decision": "REQUIRE_APPROVAL"}]},
+    )
+    run_id = await start_run(gql, workspace.operator, agent)
+    await wait_run(gql, workspace.viewer, run_id, "WAITING_APPROVAL", timeout_s=TIMEOUT_S)
+    proc = spawn_watch(run_id, "--url", api, token=workspace.viewer)
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        while not any("WAITING_APPROVAL" in line for line in lines):  # replayed: it follows now
+            lines.append(await asyncio.to_thread(proc.stdout.readline))
+        await asyncio.sleep(0.5)  # its runOutput subscription is in place
+        await gql.ok(
+            DECIDE, {"id": await pending_approval(gql, workspace), "approve": True}, token=workspace.operator
+        )
+        out, err = await asyncio.to_thread(proc.communicate, timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    (output,) = [line for line in out.splitlines() if " OUTPUT " in line]
+    assert output.rstrip().endswith(final.rstrip())

@@ -34,6 +34,9 @@ subscription Watch($root: ID!, $after: Int) {
 }
 """
 # Only what the event carries: no field that reads the database per event.
+RUN_OUTPUT = """
+subscription Output($run: ID!) { runOutput(runId: $run) { runId stepSeq text done } }
+"""
 RUN_TREE_LIGHT = """
 subscription Watch($root: ID!, $after: Int) {
   runTree(rootRunId: $root, afterSeq: $after) { seq type runId agentName payload }
@@ -127,16 +130,18 @@ class GraphQLWS:
         until: Callable[[dict[str, Any]], bool] | None = None,
         on_event: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
         timeout_s: float = 60.0,
+        field: str = "runTree",
     ) -> Stream:
         """Events of ``op_id``: ``count`` of them, or until ``until`` says stop, or until the
         server sends ``complete`` (``Stream.complete``), all within ``timeout_s``. Anything
-        else (an error, another operation's message) fails the test."""
+        else (an error, another operation's message) fails the test. ``field``: the
+        subscription read (``runOutput`` chunks instead of ``runTree`` events)."""
         stream = Stream()
         deadline = time.monotonic() + timeout_s
         while count is None or len(stream) < count:
             remaining = deadline - time.monotonic()
             assert remaining > 0, (
-                f"no {'events' if count else 'complete'} after {timeout_s}s; got seqs {stream.seqs}"
+                f"no {'events' if count else 'complete'} after {timeout_s}s; got {len(stream)}: {stream[-3:]}"
             )
             message = await self.receive(remaining)
             assert message.get("id") == op_id, message
@@ -145,7 +150,7 @@ class GraphQLWS:
                 stream.complete = True
                 return stream
             assert message["type"] == "next" and not message["payload"].get("errors"), message
-            event = message["payload"]["data"]["runTree"]
+            event = message["payload"]["data"][field]
             stream.append(event)
             if on_event is not None:
                 await on_event(event)

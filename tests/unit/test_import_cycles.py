@@ -137,3 +137,15 @@ def test_cycles_through_deferred_imports_are_only_the_listed_ones() -> None:
 def test_the_checker_finds_a_cycle() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(edges) == [frozenset({"a", "b", "c"})]
+
+
+def test_the_vendor_sdks_are_imported_only_when_a_model_is_asked() -> None:
+    """Importing them costs seconds; the API and the CLI only validate model configs."""
+    import subprocess
+    import sys
+
+    code = "import sys, app.engine.providers, app.main; print('openai' in sys.modules, 'anthropic' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split() == ["False", "False"]

@@ -133,3 +133,16 @@ def test_unavailable_is_worth_another_try_and_the_rest_is_final(
     assert needle in str(answer)
     if isinstance(answer, StreamLost):
         assert answer.retry_after_s == retry_after_s
+
+
+def test_live_output_is_kept_per_turn_and_drawn_under_its_run() -> None:
+    state = TreeState(root_id=ROOT)
+    for event in EVENTS[:2]:
+        state.apply(event)
+    assert state.apply_output({"runId": ROOT, "stepSeq": 1, "text": "The site ", "done": False}) is None
+    assert state.apply_output({"runId": ROOT, "stepSeq": 1, "text": "is up.", "done": False}) is None
+    console = Console(width=120, record=True)
+    console.print(render(state, ""))
+    assert "> The site is up." in console.export_text()
+    assert state.apply_output({"runId": ROOT, "stepSeq": 1, "text": "", "done": True}) == "The site is up."
+    assert state.root.output == ""  # the next turn starts afresh

@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.domain.errors import ValidationFailed
-from app.engine.base import FinalAnswer, HistoryItem, ProviderError, ToolCall, ToolCalls, TurnContext
+from app.engine.base import FinalAnswer, HistoryItem, ProviderError, ToolCall, ToolCalls, TurnContext, Usage
 from app.engine.providers import BUILTIN_PROVIDERS, Providers, templates, validate_model_config
 from app.engine.providers.openai import OpenAIProvider
 from app.engine.providers.sandbox import CappedSandbox, Renderer, RenderError, is_linear
@@ -336,7 +336,7 @@ def test_valid_configs(config: dict[str, Any]) -> None:
         (cfg({"calls": {"call": "a"}}), "non-empty list"),
         (cfg({"calls": [{"call": "a"}, {"args": {}}]}), "calls[1].call must be"),
         (cfg({"calls": [{"call": "a", "args": 1}]}), "calls[0].args must be an object"),
-        (cfg({"final": 1, "note": "x"}), "only the key 'final'"),
+        (cfg({"final": 1, "note": "x"}), "only the keys 'final' and 'usage'"),
         (cfg({"final": "{{ results[-1] }"}), "steps[0].final: template does not parse"),
         (cfg({"final": "{% if x %}open"}), "template does not parse"),
         (cfg({"call": "a", "args": {"u": ["ok", "{{ 1 + }}"]}}), "args.u[1]: template does not parse"),
@@ -368,9 +368,9 @@ def test_unknown_provider_names_the_allowed_ones(config: Any) -> None:
         validate_model_config(config, SETTINGS)
     assert info.value.code == "VALIDATION_FAILED"
     assert info.value.field == ("model.provider" if isinstance(config, dict) else "model")
-    assert [p.name for p in BUILTIN_PROVIDERS] == ["scripted", "openai"]
+    assert [p.name for p in BUILTIN_PROVIDERS] == ["scripted", "openai", "anthropic"]
     if isinstance(config, dict):
-        assert "scripted, openai" in info.value.message
+        assert "scripted, openai, anthropic" in info.value.message
 
 
 @MODULE_LOOP
@@ -566,3 +566,70 @@ def test_a_render_process_stops_itself_when_nobody_kills_it() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+# -- live output --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("final", "chunk", "pieces"),
+    [
+        ("hello world", 4, ["hell", "o wo", "rld"]),
+        ("{{ input.who.name }} says hi", 64, ["Ada says hi"]),
+        ({"n": "{{ input.n }}"}, 3, ['{"n', '": ', "2}"]),  # not text: streamed as its JSON
+        ("hello", 0, []),  # 0: not streamed
+        ("", 8, []),
+    ],
+)
+async def test_a_final_answer_streams_in_chunks(final: Any, chunk: int, pieces: list[str]) -> None:
+    seen: list[str] = []
+
+    async def on_text(text: str) -> None:
+        seen.append(text)
+
+    model = ScriptedProvider(
+        cfg({"call": "http.get", "args": {}}, {"final": final}), POOLS["pool"], chunk_chars=chunk
+    )
+    context = ctx(turn=1)
+    streaming = TurnContext(
+        **{**{f: getattr(context, f) for f in context.__dataclass_fields__}, "on_text": on_text}
+    )
+    turn = await model.next_turn(streaming)
+    assert isinstance(turn, FinalAnswer) and seen == pieces
+    assert await model.next_turn(ctx(turn=0)) == ToolCalls([ToolCall("http.get", {})])  # calls never stream
+    assert seen == pieces
+
+
+# -- usage --------------------------------------------------------------------------------
+
+
+async def test_any_turn_may_report_usage() -> None:
+    model = scripted(
+        {"call": "http.get", "args": {}, "usage": {"input_tokens": 10, "output_tokens": 2}},
+        {"calls": [{"call": "http.get", "args": {}}], "usage": {"cache_read_tokens": 7}},
+        {"final": "ok", "usage": {"input_tokens": 1, "output_tokens": 1, "cache_write_tokens": 3}},
+        {"final": "no usage"},
+    )
+    turns = [await model.next_turn(ctx(turn=i)) for i in range(4)]
+    assert [t.usage for t in turns] == [
+        Usage(input_tokens=10, output_tokens=2),
+        Usage(cache_read_tokens=7),
+        Usage(input_tokens=1, output_tokens=1, cache_write_tokens=3),
+        None,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("usage", "says"),
+    [
+        ([1], "usage must be an object"),
+        ({"input": 1}, "usage has unknown keys: input"),
+        ({"input_tokens": -1}, "usage.input_tokens must be an integer"),
+        ({"output_tokens": 1.5}, "usage.output_tokens must be an integer"),
+        ({"output_tokens": True}, "usage.output_tokens must be an integer"),
+    ],
+)
+def test_bad_usage_is_refused(usage: Any, says: str) -> None:
+    with pytest.raises(ValidationFailed) as info:
+        validate_scripted_config(cfg({"final": 1, "usage": usage}))
+    assert info.value.field == "model.steps" and says in info.value.message

@@ -29,7 +29,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.typing import Subprotocol
 
 from app.cli.watch.reconnect import Reconnects
-from app.cli.watch.state import TreeState
+from app.cli.watch.state import TERMINAL, TreeState
 from app.cli.watch.view import JsonView, LiveView, View
 from app.graphql.ids import parse_global_id, to_global_id
 
@@ -59,6 +59,13 @@ subscription Watch($root: ID!, $after: Int) {
   }
 }
 """
+OUTPUT = """
+subscription Output($run: ID!) { runOutput(runId: $run) { runId stepSeq text done } }
+"""
+# Live output is followed for this many runs of a tree per connection (the server caps a
+# connection's operations; the tree's own stream is one of them).
+MAX_OUTPUT_RUNS = 10
+OUTPUT_OP = "o:"
 
 
 class WatchError(Exception):
@@ -182,9 +189,31 @@ async def stream(ws_url: str, token: str, state: TreeState, view: View, attempt:
         await ws.send(json.dumps({"id": "1", "type": "subscribe",
                                   "payload": {"query": SUBSCRIPTION, "variables": variables}}))  # fmt: skip
         attempt.subscribed_at = time.monotonic()
+        following: set[str] = set()
+
+        async def follow_output() -> None:
+            """``runOutput`` of every live run of the tree (up to ``MAX_OUTPUT_RUNS``)."""
+            for run in list(state.runs.values()):
+                if (
+                    run.id not in following
+                    and run.status not in TERMINAL
+                    and len(following) < MAX_OUTPUT_RUNS
+                ):
+                    following.add(run.id)
+                    await ws.send(json.dumps({"id": OUTPUT_OP + run.id, "type": "subscribe",
+                                              "payload": {"query": OUTPUT, "variables": {"run": run.id}}}))  # fmt: skip
+
+        await follow_output()
         while True:
             message = await _receive(ws)
             kind = message.get("type")
+            if str(message.get("id", "")).startswith(OUTPUT_OP):
+                # Live output is a view: its end or its refusal never ends the watch.
+                payload = message.get("payload") or {}
+                if kind == "next" and not payload.get("errors"):
+                    chunk = payload["data"]["runOutput"]
+                    view.output(chunk["runId"], state.apply_output(chunk), state)
+                continue
             if kind == "complete":
                 return
             if kind == "error":
@@ -198,6 +227,7 @@ async def stream(ws_url: str, token: str, state: TreeState, view: View, attempt:
                     state.apply(event)
                     view.event(event, state)
                     attempt.delivered += 1
+                    await follow_output()
 
 
 async def stream_once(ws_url: str, token: str, state: TreeState, view: View, attempt: Attempt) -> None:

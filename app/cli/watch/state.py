@@ -9,6 +9,8 @@ from typing import Any
 from app.graphql.ids import to_global_id
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+# How much of a turn's live output a node keeps (the view shows the end of it).
+MAX_OUTPUT_CHARS = 2_000
 
 
 @dataclass
@@ -18,6 +20,8 @@ class RunNode:
     agent: str = "?"
     status: str = "?"
     step: str = ""
+    # The current turn's live model output (``runOutput``), its end when long.
+    output: str = ""
 
 
 @dataclass
@@ -62,6 +66,15 @@ class TreeState:
             self.approvals[approval_id(event)] = (run.id, tool)
         elif kind == "APPROVAL_DECIDED":
             self.approvals.pop(approval_id(event), None)
+
+    def apply_output(self, chunk: dict[str, Any]) -> str | None:
+        """Take a ``runOutput`` chunk; returns the turn's whole text (as kept) when it ends."""
+        run = self.node(chunk["runId"])
+        if chunk.get("done"):
+            text, run.output = run.output, ""
+            return text
+        run.output = (run.output + chunk.get("text", ""))[-MAX_OUTPUT_CHARS:]
+        return None
 
     @property
     def root(self) -> RunNode:

@@ -27,6 +27,9 @@ class View(Protocol):
     def event(self, event: dict[str, Any], state: TreeState) -> None:
         """Show an event just applied to ``state``."""
 
+    def output(self, run_id: str, ended: str | None, state: TreeState) -> None:
+        """Show live model output just applied to ``state`` (``ended``: a turn's whole text)."""
+
     def note(self, text: str) -> None:
         """Say something about the stream itself (a reconnect)."""
 
@@ -45,11 +48,18 @@ STATUS_STYLES = {
 }
 
 
+# The end of a turn's live output drawn under its run.
+OUTPUT_TAIL_CHARS = 100
+
+
 def _label(run: RunNode) -> Text:
     text = Text.assemble((run.agent, "bold"), " ", (run.id, "dim"), " ")
     text.append(run.status, style=STATUS_STYLES.get(run.status, ""))
     if run.step:
         text.append(f"  {run.step}", style="italic")
+    if run.output:
+        tail = " ".join(run.output.split())[-OUTPUT_TAIL_CHARS:]
+        text.append(f"\n  > {tail}", style="dim")
     return text
 
 
@@ -116,6 +126,16 @@ class LiveView:
         footer = f"{event['type']} (seq {event['seq']})  Ctrl-C stops watching"
         self.live.update(render(state, footer), refresh=True)
 
+    def output(self, run_id: str, ended: str | None, state: TreeState) -> None:
+        run = state.runs[run_id]
+        if self.plain:
+            if ended:  # one line per turn: a pipe gets the whole text, not every piece
+                self.console.print(
+                    f"{'':>5} {'OUTPUT':<20} {run.agent} {run.id} {ended}", soft_wrap=True, highlight=False
+                )
+            return
+        self.live.update(render(state, f"{run.agent} is writing...  Ctrl-C stops watching"), refresh=True)
+
     def note(self, text: str) -> None:
         self.console.print(Text(text, style="yellow"))
 
@@ -141,6 +161,9 @@ class JsonView:
 
     def event(self, event: dict[str, Any], state: TreeState) -> None:
         print(json.dumps(event, separators=(",", ":")), flush=True)
+
+    def output(self, run_id: str, ended: str | None, state: TreeState) -> None:
+        return None  # stdout stays exactly the event log
 
     def note(self, text: str) -> None:
         print(f"enverif: {text}", file=sys.stderr, flush=True)

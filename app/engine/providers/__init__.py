@@ -2,7 +2,7 @@
 like tools (docs/extending/providers.md).
 
 A provider is an object that satisfies ``app.engine.base.Provider`` (``name``, ``validate``,
-``create``). The built-ins (``scripted``, ``openai``) are listed here; plugins come from the
+``create``). The built-ins (``scripted``, ``openai``, ``anthropic``) are listed here; plugins come from the
 ``enverif.providers`` entry-point group. A plugin that fails to load, is not a provider, or
 takes a name already taken (a built-in's, say ``openai``) is logged and skipped: it can
 neither replace a built-in nor keep the server from starting. The built-ins are not entry
@@ -14,7 +14,7 @@ decides where a deployment's key may be sent, so no distribution gets to answer 
 ``validate_model_config`` runs when an agent is written (errors name the field
 ``model.<key>``) and again in the worker; ``Providers`` is the worker's factory: it owns what
 models share for the worker's lifetime (one guarded HTTP client, one template renderer
-pool) and turns a stored config into a ``Model``. A stored config that no longer validates
+pool; the SDK providers' twin of the client on httpx2) and turns a stored config into a ``Model``. A stored config that no longer validates
 (an old row, or a deployment that narrowed ``ENVERIF_PROVIDER_KEYS``) raises the same
 ``ValidationFailed``, and the loop fails the run with its message before anything is sent.
 """
@@ -32,7 +32,8 @@ import httpx
 
 from app.domain.errors import ValidationFailed
 from app.engine.base import Model, Provider, ProviderResources
-from app.engine.net import guarded_client
+from app.engine.net import guarded_client, guarded_sdk_client
+from app.engine.providers.anthropic import AnthropicProvider
 from app.engine.providers.openai import OpenAIProvider
 from app.engine.providers.scripted import ScriptedProvider
 from app.engine.providers.templates import TemplatePool
@@ -41,7 +42,7 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "enverif.providers"
-BUILTIN_PROVIDERS: tuple[Provider, ...] = (ScriptedProvider, OpenAIProvider)
+BUILTIN_PROVIDERS: tuple[Provider, ...] = (ScriptedProvider, OpenAIProvider, AnthropicProvider)
 PROVIDER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 
@@ -138,12 +139,20 @@ class Providers:
             user_agent="enverif-providers/0.1",
             max_connections=max(10, settings.worker_max_jobs),
         )
+        self.sdk_http = guarded_sdk_client(
+            settings,
+            timeout_s=settings.provider_timeout_s,
+            user_agent="enverif-providers/0.1",
+            max_connections=max(10, settings.worker_max_jobs),
+        )
         self.templates = TemplatePool(
             size=settings.template_workers,
             timeout_ms=settings.template_timeout_ms,
             max_output_bytes=settings.template_max_output_bytes,
         )
-        self.resources = ProviderResources(settings=settings, http=self.http, templates=self.templates)
+        self.resources = ProviderResources(
+            settings=settings, http=self.http, templates=self.templates, sdk_http=self.sdk_http
+        )
 
     def for_model(self, config: object) -> Model:
         """The model for a stored config, validated again under this worker's settings;
@@ -154,6 +163,7 @@ class Providers:
     async def aclose(self) -> None:
         await self.templates.aclose()
         await self.http.aclose()
+        await self.sdk_http.aclose()
 
     async def __aenter__(self) -> Providers:
         return self

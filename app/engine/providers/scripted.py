@@ -6,6 +6,8 @@ Config (docs/extending/providers.md)::
     TURN = {"call": "tool.name", "args": {...}}
          | {"calls": [{"call": "tool.name", "args": {...}}, ...]}     # parallel calls
          | {"final": VALUE}
+    any TURN may add "usage": {"input_tokens": N, "output_tokens": M,
+                               "cache_read_tokens": R, "cache_write_tokens": W}   # all optional
 
 Every string inside ``args`` and ``final`` (recursively through objects and lists; keys are
 left alone) is a Jinja2 template, rendered in an immutable sandbox with:
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +48,7 @@ from app.engine.base import (
     ToolCalls,
     Turn,
     TurnContext,
+    Usage,
 )
 from app.engine.providers.sandbox import CappedSandbox, compile_template, has_templates
 
@@ -96,12 +100,39 @@ def _check_templates(value: Any, where: str) -> None:
         raise _invalid(f"{where}: {type(value).__name__} is not JSON")
 
 
-def _check_call(call: object, where: str) -> None:
+USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+MAX_USAGE_TOKENS = 1_000_000_000
+
+
+def _check_usage(turn: dict[str, Any], where: str) -> None:
+    """A turn's optional ``usage``: what it reports it consumed (tests and demos can spend)."""
+    if "usage" not in turn:
+        return
+    usage = turn["usage"]
+    if not isinstance(usage, dict):
+        raise _invalid(f"{where}.usage must be an object {{{', '.join(USAGE_KEYS)}}}")
+    unknown = sorted(set(usage) - set(USAGE_KEYS))
+    if unknown:
+        raise _invalid(
+            f"{where}.usage has unknown keys: {', '.join(map(str, unknown))} (allowed: {', '.join(USAGE_KEYS)})"
+        )
+    for key, value in usage.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_USAGE_TOKENS:
+            raise _invalid(f"{where}.usage.{key} must be an integer between 0 and {MAX_USAGE_TOKENS}")
+
+
+def _usage(turn: dict[str, Any]) -> Usage | None:
+    return Usage(**turn["usage"]) if "usage" in turn else None
+
+
+def _check_call(call: object, where: str, *, turn: bool = False) -> None:
     if not isinstance(call, dict):
         raise _invalid(f"{where} must be an object {{call, args}}")
-    unknown = sorted(set(call) - {"call", "args"})
+    allowed = {"call", "args", "usage"} if turn else {"call", "args"}
+    unknown = sorted(set(call) - allowed)
     if unknown:
-        raise _invalid(f"{where} has unknown keys: {', '.join(map(str, unknown))} (allowed: call, args)")
+        names = ", ".join(sorted(allowed))
+        raise _invalid(f"{where} has unknown keys: {', '.join(map(str, unknown))} (allowed: {names})")
     name = call.get("call")
     if not isinstance(name, str) or not name.strip():
         raise _invalid(f"{where}.call must be a tool name")
@@ -135,19 +166,20 @@ def validate_scripted_config(cfg: object) -> dict[str, Any]:
         if len(kinds) != 1:
             found = ", ".join(kinds) or "none"
             raise _invalid(f"{where} needs exactly one of 'call', 'calls' or 'final' (found: {found})")
+        _check_usage(turn, where)
         if kinds == ["call"]:
-            _check_call(turn, where)
+            _check_call(turn, where, turn=True)
         elif kinds == ["calls"]:
-            if set(turn) != {"calls"}:
-                raise _invalid(f"{where}: a 'calls' turn has only the key 'calls'")
+            if set(turn) - {"usage"} != {"calls"}:
+                raise _invalid(f"{where}: a 'calls' turn has only the keys 'calls' and 'usage'")
             calls = turn["calls"]
             if not isinstance(calls, list) or not calls:
                 raise _invalid(f"{where}.calls must be a non-empty list of {{call, args}}")
             for j, call in enumerate(calls):
                 _check_call(call, f"{where}.calls[{j}]")
         else:
-            if set(turn) != {"final"}:
-                raise _invalid(f"{where}: a 'final' turn has only the key 'final'")
+            if set(turn) - {"usage"} != {"final"}:
+                raise _invalid(f"{where}: a 'final' turn has only the keys 'final' and 'usage'")
             _check_templates(turn["final"], f"{where}.final")
     return copy.deepcopy(cfg)
 
@@ -162,10 +194,20 @@ class ScriptedProvider:
     # Local and quick (no network): the loop may compute the next turn inside its transaction.
     fast: bool = True
 
-    def __init__(self, config: dict[str, Any], renderer: TemplateRenderer, *, checked: bool = False) -> None:
-        """``checked``: ``config`` is what ``validate`` returned (so it is not checked again)."""
+    def __init__(
+        self,
+        config: dict[str, Any],
+        renderer: TemplateRenderer,
+        *,
+        checked: bool = False,
+        chunk_chars: int = 0,
+    ) -> None:
+        """``checked``: ``config`` is what ``validate`` returned (so it is not checked again).
+        ``chunk_chars``: a final answer goes to ``TurnContext.on_text`` in pieces this long
+        (``ENVERIF_SCRIPTED_STREAM_CHUNK_CHARS``; 0: not streamed)."""
         self._steps: list[dict[str, Any]] = (config if checked else validate_scripted_config(config))["steps"]
         self._renderer = renderer
+        self._chunk_chars = chunk_chars
 
     @staticmethod
     def validate(config: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
@@ -173,7 +215,12 @@ class ScriptedProvider:
 
     @classmethod
     def create(cls, config: dict[str, Any], resources: ProviderResources) -> ScriptedProvider:
-        return cls(config, resources.templates, checked=True)
+        return cls(
+            config,
+            resources.templates,
+            checked=True,
+            chunk_chars=resources.settings.scripted_stream_chunk_chars,
+        )
 
     async def next_turn(self, ctx: TurnContext) -> Turn:
         results = [item.result for item in ctx.history]
@@ -183,10 +230,22 @@ class ScriptedProvider:
         where = f"scripted step {ctx.turn}"
         if "final" in turn:
             (value,) = await self._render([(turn["final"], f"{where}: final")], results, ctx)
-            return FinalAnswer(value)
+            await self._stream(value, ctx)
+            return FinalAnswer(value, usage=_usage(turn))
         calls = turn["calls"] if "calls" in turn else [turn]
         args = await self._render([(call.get("args", {}), f"{where}: args") for call in calls], results, ctx)
-        return ToolCalls([ToolCall(tool=call["call"], args=a) for call, a in zip(calls, args, strict=True)])
+        return ToolCalls(
+            [ToolCall(tool=call["call"], args=a) for call, a in zip(calls, args, strict=True)],
+            usage=_usage(turn),
+        )
+
+    async def _stream(self, value: Any, ctx: TurnContext) -> None:
+        """The answer's text (a string as it is, anything else as JSON) to ``on_text``."""
+        if ctx.on_text is None or not self._chunk_chars:
+            return
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        for start in range(0, len(text), self._chunk_chars):
+            await ctx.on_text(text[start : start + self._chunk_chars])
 
     async def _render(self, items: list[tuple[Any, str]], results: list[Any], ctx: TurnContext) -> list[Any]:
         if not any(has_templates(tree) for tree, _ in items):
