@@ -27,7 +27,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpcore
+import httpcore2
 import httpx
+import httpx2
 
 from app.settings import Settings
 
@@ -90,20 +92,22 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     return None
 
 
-async def resolve_public(host: str, port: int, *, timeout_s: float) -> list[str]:
+async def resolve_public(host: str, port: int, *, timeout_s: float, core: Any = httpcore) -> list[str]:
     """Resolve ``host`` and return its addresses, refusing if ANY of them is not public.
 
     All addresses are checked, not just the first: a name with one public and one private
     record would otherwise reach the private one whenever the resolver orders it first.
+    ``core``: the httpcore module whose connect errors to raise (``httpcore``, or
+    ``httpcore2`` under the MCP SDK's client).
     """
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout_s):
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except TimeoutError as exc:
-        raise httpcore.ConnectTimeout(f"resolving {host!r} timed out") from exc
+        raise core.ConnectTimeout(f"resolving {host!r} timed out") from exc
     except OSError as exc:
-        raise httpcore.ConnectError(f"could not resolve {host!r}: {exc}") from exc
+        raise core.ConnectError(f"could not resolve {host!r}: {exc}") from exc
     addresses: list[str] = []
     for info in infos:
         address = str(info[4][0]).split("%", 1)[0]  # drop an IPv6 scope id
@@ -112,14 +116,16 @@ async def resolve_public(host: str, port: int, *, timeout_s: float) -> list[str]
         if address not in addresses:
             addresses.append(address)
     if not addresses:
-        raise httpcore.ConnectError(f"could not resolve {host!r}")
+        raise core.ConnectError(f"could not resolve {host!r}")
     return addresses
 
 
 class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
     """Opens TCP connections only to checked public addresses."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend, *, resolve_timeout_s: float) -> None:
+    core: Any = httpcore  # the httpcore module this backend plugs into
+
+    def __init__(self, inner: Any, *, resolve_timeout_s: float) -> None:
         self._inner = inner
         self._resolve_timeout_s = resolve_timeout_s
 
@@ -130,15 +136,17 @@ class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's backend interface
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        addresses = await resolve_public(host, port, timeout_s=timeout or self._resolve_timeout_s)
+    ) -> Any:
+        addresses = await resolve_public(
+            host, port, timeout_s=timeout or self._resolve_timeout_s, core=self.core
+        )
         last: Exception | None = None
         for address in addresses:
             try:
                 return await self._inner.connect_tcp(
                     address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
                 )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+            except (self.core.ConnectError, self.core.ConnectTimeout) as exc:
                 last = exc
         assert last is not None  # addresses is never empty
         raise last
@@ -148,11 +156,17 @@ class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
         path: str,
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's backend interface
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> Any:
         raise URLRefused("unix sockets are not reachable")
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
+
+
+class _PublicOnlyBackend2(_PublicOnlyBackend, httpcore2.AsyncNetworkBackend):
+    """The same backend for ``httpcore2``, the core of ``httpx2`` (the MCP SDK's client)."""
+
+    core = httpcore2
 
 
 class _NoCookies(httpx.Cookies):
@@ -228,3 +242,28 @@ async def read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks), False
+
+
+def guarded_mcp_client(
+    settings: Settings, *, timeout_s: float, headers: dict[str, str], user_agent: str
+) -> httpx2.AsyncClient:
+    """The guarded client for one MCP server's streamable HTTP session: the MCP SDK speaks
+    ``httpx2``, so this is the same policy (checked where the socket opens, no proxy from the
+    environment, no compression) built on that library. One client per server connection,
+    so cookies a server sets reach that server of that workspace only."""
+    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    if not settings.http_allow_private_networks:
+        transport._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=httpx2.create_ssl_context(trust_env=False),
+            max_connections=4,
+            max_keepalive_connections=2,
+            keepalive_expiry=5.0,
+            network_backend=_PublicOnlyBackend2(httpcore2.AnyIOBackend(), resolve_timeout_s=timeout_s),
+        )
+    return httpx2.AsyncClient(
+        transport=transport,
+        # Reads wait as long as a tool may run (the call's own deadline cuts it first).
+        timeout=httpx2.Timeout(timeout_s, read=max(timeout_s, settings.tool_timeout_s)),
+        trust_env=False,
+        headers={"Accept-Encoding": "identity", "User-Agent": user_agent, **headers},
+    )

@@ -16,6 +16,7 @@ from app.graphql.ids import from_global_id, parse_global_id
 from app.graphql.loaders import Loaders
 from app.graphql.types.agents import Agent, AgentConnection, agent_connection
 from app.graphql.types.approvals import Approval, ApprovalConnection, approval_connection
+from app.graphql.types.mcp import McpServerConnection, mcp_server_connection
 from app.graphql.types.memories import Memory, MemoryConnection, memory_connection
 from app.graphql.types.node import Node
 from app.graphql.types.runs import Run, RunConnection, RunStep, run_connection
@@ -151,6 +152,12 @@ class Query:
         after: str | None = None,
     ) -> ApprovalConnection:
         return await approval_connection(info, status=status, first=first, after=after)
+
+    @strawberry.field(description="The workspace's MCP servers, newest first.")
+    async def mcp_servers(
+        self, info: Info, first: int | None = None, after: str | None = None
+    ) -> McpServerConnection:
+        return await mcp_server_connection(info, first=first, after=after)
 
     @strawberry.field(description="The workspace's API tokens, newest first, revoked ones too (admins only).")
     async def api_tokens(
