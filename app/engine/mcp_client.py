@@ -21,6 +21,7 @@ Errors::
 
     McpRefused       the configuration is not allowed here (a variable, a command); never sent
     McpUnavailable   no session could be had, or it broke under the call (after one reopen)
+    McpTooLarge      the answer was larger than a stored result may be
     mcp.shared.exceptions.MCPError   the server answered the request with a JSON-RPC error
 """
 
@@ -66,6 +67,10 @@ class McpRefused(Exception):
 
 class McpUnavailable(Exception):
     """No session to the server, or the session broke under the call."""
+
+
+class McpTooLarge(Exception):
+    """The server's answer was larger than a result may be (never read whole)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +137,12 @@ async def _open(
             settings, timeout_s=timeout_s, headers=header_values(spec, settings), user_agent="enverif-mcp/0.1"
         )
         await stack.enter_async_context(http)
-        read, write = await stack.enter_async_context(streamable_http_client(spec.url, http_client=http))
+        # An answer is read up to what a stored result may hold (its text and its structured
+        # content may both carry it), so a 10 MB result is refused without being buffered.
+        max_event = 2 * settings.max_result_bytes + 65_536
+        read, write = await stack.enter_async_context(
+            streamable_http_client(spec.url, http_client=http, max_sse_event_size=max_event)
+        )
     session = await stack.enter_async_context(ClientSession(read, write, client_info=CLIENT_INFO))
     await session.initialize()
     return session
@@ -230,7 +240,7 @@ def _session_gone(exc: BaseException) -> bool:
     """True when the error says the session (not the request) is gone: worth a reopen."""
     if isinstance(exc, MCPError):
         return exc.code == _CONNECTION_CLOSED or (
-            exc.code == _INVALID_REQUEST and "session terminated" in exc.message.lower()
+            exc.code == _INVALID_REQUEST and "session" in exc.message.lower()
         )
     return not isinstance(exc, McpRefused | asyncio.CancelledError)
 
@@ -294,6 +304,8 @@ class McpConnections:
                 if exc is None:
                     return call.result()
                 error = first_cause(exc)
+                if isinstance(error, MCPError) and "byte limit" in error.message:
+                    raise McpTooLarge(error.message) from None
                 if not _session_gone(error):
                     raise error
             else:

@@ -28,7 +28,14 @@ from app.domain.mcp import PREFIX, agent_tool_name, effective_risk
 from app.domain.model_errors import ModelErrorCode
 from app.domain.policy import RiskClass
 from app.engine.base import ToolContext, ToolError, ToolKind
-from app.engine.mcp_client import McpConnections, McpRefused, McpUnavailable, ServerSpec, describe
+from app.engine.mcp_client import (
+    McpConnections,
+    McpRefused,
+    McpTooLarge,
+    McpUnavailable,
+    ServerSpec,
+    describe,
+)
 
 # What the model reads of a failed tool's text, at most (the message is capped again).
 MAX_ERROR_TEXT_CHARS = 2_000
@@ -91,6 +98,8 @@ class McpTool:
             )
         except McpRefused as exc:
             raise ToolError(ModelErrorCode.MCP_ERROR, f"{self.name}: refused here: {exc}") from None
+        except McpTooLarge as exc:
+            raise ToolError(ModelErrorCode.TOO_LARGE, f"{self.name}: {exc}") from None
         except McpUnavailable as exc:
             raise ToolError(ModelErrorCode.MCP_ERROR, f"{self.name}: {exc}") from None
         except MCPError as exc:
