@@ -213,3 +213,45 @@ def test_tool_risk_overrides(value: Any, ok: bool) -> None:
 )
 def test_runs_read_mcp_tools_only_when_a_pattern_could_match(patterns: list[str], might: bool) -> None:
     assert might_offer_mcp(patterns) is might
+
+
+def _listed(name: Any, schema: Any, annotations: Any = None) -> Any:
+    from mcp.types import Tool, ToolAnnotations
+
+    tool = Tool(name="placeholder", input_schema={"type": "object"})
+    # Set after construction: what a server may send is not what the SDK's model would build.
+    object.__setattr__(tool, "name", name)
+    object.__setattr__(tool, "input_schema", schema)
+    object.__setattr__(tool, "annotations", None if annotations is None else ToolAnnotations(**annotations))
+    return tool
+
+
+@pytest.mark.parametrize(
+    ("name", "schema", "problem"),
+    [
+        ("ok", {"type": "object", "properties": {"q": {"type": "string"}}}, None),
+        ("bad.name", {"type": "object"}, "is not letters"),
+        ("a/b", {"type": "object"}, "is not letters"),
+        ("broken", {"type": 12}, "not valid JSON Schema"),
+        ("broken2", {"type": "object", "properties": {"q": {"minLength": "three"}}}, "not valid JSON Schema"),
+        ("nan", {"type": "object", "default": float("nan")}, "not JSON"),
+        ("huge", {"type": "object", "description": "x" * 70_000}, "over the cap"),
+        ("notobj", [], "not valid JSON Schema"),
+    ],
+)
+def test_listed_tools_that_cannot_be_offered_are_left_out_with_the_reason(name, schema, problem) -> None:
+    from app.services.mcp_servers import usable_tools
+
+    kept, skipped = usable_tools("crm", [_listed(name, schema, {"readOnlyHint": True})])
+    if problem is None:
+        assert [t.name for t in kept] == [name] and skipped == []
+        assert kept[0].annotations == {"readOnlyHint": True}
+    else:
+        assert kept == [] and len(skipped) == 1 and problem in skipped[0], skipped
+
+
+def test_a_tool_listed_twice_is_kept_once() -> None:
+    from app.services.mcp_servers import usable_tools
+
+    kept, skipped = usable_tools("crm", [_listed("a", {"type": "object"}), _listed("a", {"type": "object"})])
+    assert [t.name for t in kept] == ["a"] and "twice" in skipped[0]
