@@ -70,7 +70,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index(op.f("ix_mcp_tools_workspace_id"), table_name="mcp_tools")
+    # The tables' indexes go with them (MariaDB refuses to drop an index a foreign key uses).
     op.drop_table("mcp_tools")
-    op.drop_index(op.f("ix_mcp_servers_workspace_id"), table_name="mcp_servers")
     op.drop_table("mcp_servers")

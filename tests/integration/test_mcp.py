@@ -69,6 +69,7 @@ class CrmServer:
     port: int
     log: Path
     token: str | None = None
+    extra: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -85,6 +86,7 @@ class CrmServer:
         command = [sys.executable, SERVER_SCRIPT, "--log", str(self.log), "--http", str(self.port)]
         if self.token:
             command += ["--token", self.token]
+        command += self.extra
         # Popen returns once the process exists (no waiting on it here).
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: ASYNC220
         deadline = time.monotonic() + 20
@@ -116,8 +118,12 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def crm_server(tmp_path: Path, *, token: str | None = None) -> AsyncIterator[CrmServer]:
-    server = CrmServer(port=free_port(), log=tmp_path / f"calls-{unique('log')}.jsonl", token=token)
+async def crm_server(
+    tmp_path: Path, *, token: str | None = None, extra: tuple[str, ...] = ()
+) -> AsyncIterator[CrmServer]:
+    server = CrmServer(
+        port=free_port(), log=tmp_path / f"calls-{unique('log')}.jsonl", token=token, extra=extra
+    )
     await server.start()
     try:
         yield server
@@ -366,6 +372,41 @@ async def test_a_parents_require_approval_ceiling_holds_over_a_read_tool(gql, wo
     run = await wait_run(gql, workspace.viewer, run_id, "WAITING_APPROVAL")
     assert run["steps"][0]["decision"] == "REQUIRE_APPROVAL"
     assert crm.calls() == []
+
+
+async def test_a_parents_require_approval_ceiling_holds_over_a_childs_mcp_call(gql, workspace, crm) -> None:
+    server = await register(gql, workspace.admin, transport="STREAMABLE_HTTP", url=crm.url)
+    prefix = f"mcp.{server['name']}"
+    child = unique("child")
+    await scripted_agent(
+        gql, workspace.admin, name=child, tools=[f"{prefix}.*"], policy={"default": "ALLOW", "rules": []},
+        steps=[{"call": f"{prefix}.search_companies", "args": {"query": "Acme"}}, {"final": "done"}],
+    )  # fmt: skip
+    parent = await scripted_agent(
+        gql, workspace.admin, tools=["agents.*"],
+        policy={"default": "ALLOW", "rules": [{"tool": "mcp.*", "decision": "REQUIRE_APPROVAL"}]},
+        steps=[{"call": "agents.delegate", "args": {"agent": child, "task": "find Acme"}}, {"final": "done"}],
+    )  # fmt: skip
+    run_id = await start_run(gql, workspace.operator, parent)
+    await wait_run(gql, workspace.viewer, run_id, "WAITING_CHILD")
+    listed = await gql.ok(
+        "query { approvals(status: PENDING, first: 10) { edges { node { id tool run { id depth } } } } }",
+        token=workspace.viewer,
+    )
+    deadline = time.monotonic() + 20
+    while not listed["approvals"]["edges"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        listed = await gql.ok(
+            "query { approvals(status: PENDING, first: 10) { edges { node { id tool run { id depth } } } } }",
+            token=workspace.viewer,
+        )
+    [approval] = [e["node"] for e in listed["approvals"]["edges"]]
+    assert approval["tool"] == f"{prefix}.search_companies" and approval["run"]["depth"] == 1
+    assert crm.calls() == []  # the child's own ALLOW did not beat the parent's ceiling
+    await gql.ok(DECIDE, {"id": approval["id"], "approve": True}, token=workspace.operator)
+    run = await wait_run(gql, workspace.viewer, run_id)
+    assert run["status"] == "SUCCEEDED", run
+    assert len(crm.calls("search_companies")) == 1
 
 
 async def test_the_server_restarted_mid_run_gets_a_new_session(gql, workspace, crm) -> None:

@@ -2,12 +2,12 @@
 the SDK's FastMCP), for the MCP tests. Run as a process of its own, so a test can kill it
 and start it again:
 
-    python tests/support/mcp_server.py --log CALLS.jsonl --http PORT [--token T]
+    python tests/support/mcp_server.py --log CALLS.jsonl --http PORT [--token T] [--lead-delay S]
     python tests/support/mcp_server.py --log CALLS.jsonl --stdio
 
 Every tool call appends one JSON line to ``--log`` (tool, arguments, the ``_meta``
 idempotency key, the process id), so a test can count calls per key across restarts.
-``--token``: requests without ``Authorization: Bearer T`` are answered 401. Listens on
+``--lead-delay``: ``create_lead`` answers only after S seconds. ``--token``: requests without ``Authorization: Bearer T`` are answered 401. Listens on
 127.0.0.1 only. Standalone on purpose: a stdio server is started with only the SDK's
 minimal environment, so it imports nothing from the repository.
 """
@@ -26,7 +26,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 
-def build(log_path: Path) -> MCPServer:
+def build(log_path: Path, *, lead_delay_s: float = 0.0) -> MCPServer:
     server = MCPServer("crm")
 
     def record(tool: str, args: dict[str, Any], ctx: Context | None) -> int:
@@ -45,9 +45,10 @@ def build(log_path: Path) -> MCPServer:
         return {"companies": [{"name": f"{query} GmbH", "employees": 12}]}
 
     @server.tool()  # no annotations: the spec's defaults make it destructive
-    def create_lead(company: str, email: str, ctx: Context) -> dict[str, Any]:
+    async def create_lead(company: str, email: str, ctx: Context) -> dict[str, Any]:
         """Create a sales lead."""
         seen = record("create_lead", {"company": company, "email": email}, ctx)
+        await asyncio.sleep(lead_delay_s)  # held open: a test kills the worker meanwhile
         return {"lead": f"lead-{company}", "timesSeenWithThisKey": seen}
 
     @server.tool(annotations=ToolAnnotations(destructiveHint=False, openWorldHint=True))
@@ -91,8 +92,9 @@ def main() -> None:
     parser.add_argument("--http", type=int)
     parser.add_argument("--stdio", action="store_true")
     parser.add_argument("--token")
+    parser.add_argument("--lead-delay", type=float, default=0.0)
     args = parser.parse_args()
-    server = build(args.log)
+    server = build(args.log, lead_delay_s=args.lead_delay)
     if args.stdio:
         asyncio.run(server.run_stdio_async())
         return
