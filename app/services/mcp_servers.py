@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import Role
-from app.domain.errors import Conflict, ValidationFailed
+from app.domain.errors import Conflict, NotFound, ValidationFailed
 from app.domain.jsonvalue import NotStorable, strict_json
 from app.domain.mcp import (
     Transport,
@@ -313,3 +313,22 @@ async def server_tools(session: AsyncSession, *, workspace_id: int, server_id: i
         .order_by(orm.McpTool.name)
     )
     return list((await session.scalars(stmt)).all())
+
+
+async def server_named(session: AsyncSession, *, workspace_id: int, name: str) -> orm.McpServer:
+    """A server by its name (the command line); another workspace's is NOT_FOUND."""
+    row = await session.scalar(
+        select(orm.McpServer).where(orm.McpServer.workspace_id == workspace_id, orm.McpServer.name == name)
+    )
+    if row is None:
+        raise NotFound(f"no MCP server named {name!r} in this workspace", field="name")
+    return row
+
+
+async def tool_counts(session: AsyncSession, *, workspace_id: int) -> dict[int, int]:
+    stmt = (
+        select(orm.McpTool.server_id, func.count())
+        .where(orm.McpTool.workspace_id == workspace_id)
+        .group_by(orm.McpTool.server_id)
+    )
+    return {server_id: count for server_id, count in (await session.execute(stmt)).all()}
