@@ -466,6 +466,9 @@ async def test_workspace_b_can_neither_see_nor_call_workspace_as_servers(gql, ma
                                 (UPDATE, {"id": server["id"], "input": {"enabled": False}})]:  # fmt: skip
         error = await gql.error(mutation, variables, token=b.admin)
         assert error["extensions"]["code"] == "NOT_FOUND"
+    node = "query($id: ID!) { node(id: $id) { id ... on McpServer { name } } }"
+    assert (await gql.ok(node, {"id": server["id"]}, token=a.viewer))["node"]["name"] == server["name"]
+    assert (await gql.ok(node, {"id": server["id"]}, token=b.admin))["node"] is None
     prefix = f"mcp.{server['name']}"
     agent = await scripted_agent(
         gql, b.admin, tools=["mcp.*"],
