@@ -51,6 +51,16 @@ def free_port() -> int:
         return port
 
 
+def start_servers(log: Path, mcp_port: int, page_port: int) -> list[subprocess.Popen[bytes]]:
+    mcp_server = [sys.executable, str(REPO / "tests/support/mcp_server.py"), "--log", str(log)]
+    return [
+        subprocess.Popen(
+            [*mcp_server, "--http", str(mcp_port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ),
+        subprocess.Popen([sys.executable, "-c", PAGE_SERVER, str(page_port)]),
+    ]
+
+
 async def wait_port(port: int) -> None:
     for _ in range(400):
         try:
@@ -79,21 +89,7 @@ async def main(calls: int) -> None:
     settings = Settings(http_allow_private_networks=True)
     log = Path(tempfile.mkdtemp()) / "calls.jsonl"
     mcp_port, page_port = free_port(), free_port()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(REPO / "tests/support/mcp_server.py"),
-                "--log",
-                str(log),
-                "--http",
-                str(mcp_port),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),  # fmt: skip
-        subprocess.Popen([sys.executable, "-c", PAGE_SERVER, str(page_port)]),
-    ]
+    procs = start_servers(log, mcp_port, page_port)
     try:
         await wait_port(mcp_port)
         await wait_port(page_port)
