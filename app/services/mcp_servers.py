@@ -35,6 +35,7 @@ from app.domain.mcp import (
     check_transport_fields,
     tool_name_problem,
 )
+from app.domain.model_errors import ModelErrorCode
 from app.engine.mcp_client import McpRefused, McpUnavailable, ServerSpec, describe, list_tools
 from app.services.auth import Principal
 from app.services.reads import Page, PageRequest, fetch_page, get_owned
@@ -46,6 +47,16 @@ log = logging.getLogger(__name__)
 MAX_DESCRIPTION_CHARS = 4_000
 MAX_SCHEMA_BYTES = 65_536
 MAX_ERROR_CHARS = 2_000
+# MariaDB refuses JSON nested deeper than 31 levels (SQLite does not): checked before writing.
+MAX_SCHEMA_DEPTH = 24
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +106,11 @@ def usable_tools(server: str, listed: list[Any]) -> tuple[list[ListedTool], list
                 schema = strict_json(schema, max_bytes=MAX_SCHEMA_BYTES, what=f"{tool.name}'s inputSchema")
                 if not isinstance(schema, dict):
                     raise jsonschema.SchemaError("not an object")
+                if _depth(schema) > MAX_SCHEMA_DEPTH:
+                    raise NotStorable(
+                        ModelErrorCode.NOT_JSON,
+                        f"{tool.name}'s inputSchema is nested over {MAX_SCHEMA_DEPTH} levels",
+                    )
                 jsonschema.validators.validator_for(schema).check_schema(schema)
             except NotStorable as exc:
                 problem = exc.message

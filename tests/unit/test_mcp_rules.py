@@ -215,6 +215,14 @@ def test_runs_read_mcp_tools_only_when_a_pattern_could_match(patterns: list[str]
     assert might_offer_mcp(patterns) is might
 
 
+def _nested(levels: int) -> dict[str, Any]:
+    """A schema nested deeper than MariaDB stores JSON (31 levels)."""
+    inner: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        inner = {"type": "array", "items": inner}
+    return {"properties": {"deep": inner}}
+
+
 def _listed(name: Any, schema: Any, annotations: Any = None) -> Any:
     from mcp.types import Tool, ToolAnnotations
 
@@ -237,6 +245,11 @@ def _listed(name: Any, schema: Any, annotations: Any = None) -> Any:
         ("nan", {"type": "object", "default": float("nan")}, "not JSON"),
         ("huge", {"type": "object", "description": "x" * 70_000}, "over the cap"),
         ("notobj", [], "not valid JSON Schema"),
+        (
+            "deep",
+            {"type": "object", "properties": {"a": {"items": {"items": {}}}}} | _nested(30),
+            "nested over",
+        ),
     ],
 )
 def test_listed_tools_that_cannot_be_offered_are_left_out_with_the_reason(name, schema, problem) -> None:
