@@ -52,7 +52,8 @@ def settings(settings: Settings) -> Settings:
         update={
             "mcp_secret_envs": (SECRET_ENV,),
             "mcp_stdio_commands": (sys.executable,),
-            "tool_timeout_s": 5.0,
+            # A stdio server's first session starts a Python process (slow on a loaded machine).
+            "tool_timeout_s": 30.0,
         }
     )
 
@@ -450,6 +451,7 @@ async def test_a_stdio_server_runs_as_a_child_process(gql, workspace, tmp_path) 
         ],
     )  # fmt: skip
     run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
+    assert run["steps"][0]["status"] == "SUCCEEDED", run["steps"][0]
     assert run["status"] == "SUCCEEDED", run
     assert run["result"] == {"companies": [{"name": "Acme GmbH", "employees": 12}]}
     assert run["steps"][1]["result"]["error"]["code"] == "UNKNOWN_TOOL"
