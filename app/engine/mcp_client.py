@@ -214,9 +214,7 @@ class _Session:
                     self.session = await _open(self.spec, settings, stack, timeout_s=timeout_s)
                 self.ready.set()
                 await self._stop.wait()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
+        except Exception as exc:  # a cancellation (the worker stopping) is not caught
             self.error = first_cause(exc)
             if not self.ready.is_set():
                 log.info("mcp server %s (workspace %s): session failed: %s",
