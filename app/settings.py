@@ -139,6 +139,12 @@ class Settings(BaseSettings):
     max_result_bytes: int = Field(default=1_048_576, ge=1_024, le=64 * 1_048_576)
     # Claims of one run (each worker crash or internal error costs one) before it is failed.
     max_attempts: int = Field(default=10, ge=1, le=1_000)
+    # MCP servers (docs/extending/mcp.md): the environment variables a server's ``headers`` may
+    # name (their values are read when a request is sent, never stored), and the programs a
+    # STDIO server may run (the first element of its ``command``). Comma-separated; both empty
+    # by default, so no secret leaves and no process starts until an operator says so.
+    mcp_secret_envs: Annotated[tuple[str, ...], NoDecode] = ()
+    mcp_stdio_commands: Annotated[tuple[str, ...], NoDecode] = ()
 
     @field_validator("database_url")
     @classmethod
@@ -166,7 +172,7 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("provider_key_envs", mode="before")
+    @field_validator("provider_key_envs", "mcp_secret_envs", "mcp_stdio_commands", mode="before")
     @classmethod
     def _split_key_envs(cls, value: object) -> object:
         if isinstance(value, str):
@@ -178,6 +184,13 @@ class Settings(BaseSettings):
     def _check_key_envs(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         for name in value or ():
             _check_key_env(name, "ENVERIF_PROVIDER_KEY_ENVS")
+        return value
+
+    @field_validator("mcp_secret_envs")
+    @classmethod
+    def _check_mcp_secret_envs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            _check_key_env(name, "ENVERIF_MCP_SECRET_ENVS")
         return value
 
     @field_validator("provider_keys", mode="before")

@@ -51,6 +51,7 @@ from arq.constants import in_progress_key_prefix
 from arq.cron import cron
 from arq.worker import Worker, func
 
+from app.engine.mcp_client import McpConnections
 from app.engine.providers import Providers
 from app.engine.tools.registry import default_registry
 from app.events.subscriber import RECONNECT, Backoff
@@ -205,6 +206,9 @@ def build_worker(
         if "providers" not in ctx:
             # One guarded HTTP client and one template renderer pool for all runs of this worker.
             ctx["providers"] = Providers(settings)
+        if "mcp" not in ctx:
+            # One session per MCP server for all runs of this worker, opened on first use.
+            ctx["mcp"] = McpConnections(settings)
         ctx.setdefault("owner", worker_id())
         if "background" not in ctx:
             rt: Runtime = ctx["runtime"]
@@ -223,6 +227,8 @@ def build_worker(
         await _stop_background(ctx)
         if "providers" in ctx:
             await ctx.pop("providers").aclose()
+        if "mcp" in ctx:
+            await ctx.pop("mcp").aclose()
         if "registry" in ctx:
             await ctx.pop("registry").aclose()
         if ctx.pop("owns_runtime", False):

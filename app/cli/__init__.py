@@ -9,10 +9,11 @@
     enverif token create | list | revoke --workspace NAME ...
     enverif schedules tick [--json] | list --workspace NAME [--json]
     enverif runs start | list | show | cancel --workspace NAME ...
+    enverif mcp list | add | sync | remove --workspace NAME ...
     enverif runs watch RUN_ID [--after-seq N] [--json] [--url URL] [--token T]   the live tree
 
 One module per command group (``processes``: dev, serve, worker; ``migrate``; ``workspace``;
-``tokens``; ``schedules``; ``runs``, with ``watch/`` for the live tree), each adding its
+``tokens``; ``mcp``; ``schedules``; ``runs``, with ``watch/`` for the live tree), each adding its
 parsers; what they share is in ``common``. Expected failures (a name taken, a workspace
 unknown, a bad setting, a database or Redis that does not answer) print one line
 ``enverif: error: ...`` on stderr and exit 2; no traceback. Output meant for scripts
@@ -26,7 +27,7 @@ import sys
 from importlib import metadata
 from typing import NoReturn
 
-from app.cli import common, migrate, processes, runs, schedules, tokens, workspace
+from app.cli import common, mcp, migrate, processes, runs, schedules, tokens, workspace
 from app.cli.common import EXIT_USAGE, CliError
 from app.domain.errors import EnverifError
 
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_parser(commands)
     workspace.add_parser(commands)
     tokens.add_parser(commands)
+    mcp.add_parser(commands)
     runs.add_deprecated_parser(commands)
     schedules.add_parser(commands)
     runs.add_parser(commands)

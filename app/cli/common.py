@@ -32,11 +32,20 @@ from app.db.session import create_engine
 from app.settings import ClientSettings, Settings, load_client_settings, load_settings
 
 if TYPE_CHECKING:
+    from app.services.auth import Principal
     from app.services.runtime import Runtime
 
 EXIT_USAGE = 2  # expected failures share argparse's exit code for a bad command line
 
 T = TypeVar("T")
+
+
+def machine_admin(workspace_id: int) -> Principal:
+    """Who a command acts as: whoever can read the database holds every key anyway."""
+    from app.domain.agents import Role
+    from app.services.auth import Principal
+
+    return Principal(workspace_id=workspace_id, role=Role.ADMIN, token_id=0)
 
 
 class CliError(Exception):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from app.cli import common
-from app.cli.common import CliError
+from app.cli.common import CliError, machine_admin
 from app.cli.watch.reconnect import DEFAULT_MAX_FAILURES, STABLE_S
 from app.domain.runs import RunStatus, RunTrigger
 from app.graphql.ids import parse_global_id, to_global_id
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
     from app.db import orm
-    from app.services.auth import Principal
     from app.services.runtime import Runtime
 
 # The ORM and the services load only when a command runs: `enverif --help` (and `runs
@@ -38,14 +37,6 @@ if TYPE_CHECKING:
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1_000
-
-
-def machine_admin(workspace_id: int) -> Principal:
-    """Who a command acts as: whoever can read the database holds every key anyway."""
-    from app.domain.agents import Role
-    from app.services.auth import Principal
-
-    return Principal(workspace_id=workspace_id, role=Role.ADMIN, token_id=0)
 
 
 def run_pk(value: str) -> int:

@@ -396,6 +396,44 @@ class ScheduleFiring(Base):
     created_at: Mapped[datetime]
 
 
+class McpServer(Base):
+    """A Model Context Protocol server a workspace registered (docs/extending/mcp.md). Its
+    ``headers`` map header names to environment variable *names*: no secret is stored."""
+
+    __tablename__ = "mcp_servers"
+    __table_args__ = (UniqueConstraint("workspace_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(32))
+    transport: Mapped[str] = mapped_column(String(16))
+    url: Mapped[str | None] = mapped_column(Text)
+    command: Mapped[list[Any] | None] = mapped_column(JSON)
+    enabled: Mapped[bool] = mapped_column(Boolean)
+    headers: Mapped[dict[str, Any]] = mapped_column(JSON)
+    tool_risk: Mapped[dict[str, Any]] = mapped_column(JSON)
+    last_synced_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class McpTool(Base):
+    """A tool an MCP server listed at its last sync: what an agent is offered as
+    ``mcp.<server>.<name>``. Replaced whole by each successful sync."""
+
+    __tablename__ = "mcp_tools"
+    __table_args__ = (UniqueConstraint("server_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    server_id: Mapped[int] = mapped_column(ForeignKey("mcp_servers.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    description: Mapped[str | None] = mapped_column(Text)
+    annotations: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    input_schema: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
 class RunEvent(Base):
     """Append-only, numbered by ``seq`` per root run, gap-free: commit order is seq order."""
 

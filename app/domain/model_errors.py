@@ -67,6 +67,15 @@ class ModelErrorCode(enum.StrEnum):
     NO_IDEMPOTENCY_KEY = "NO_IDEMPOTENCY_KEY"
     """``webhook.post`` was called without a recorded step to use as its idempotency key."""
 
+    # -- MCP servers' tools (``mcp.<server>.<tool>``) --
+    MCP_ERROR = "MCP_ERROR"
+    """The MCP server could not be reached or answered with a protocol error (it is down,
+    refused the session, does not know the tool any more, or sent something that is not
+    MCP); the call may or may not have reached it."""
+    MCP_TOOL_ERROR = "MCP_TOOL_ERROR"
+    """The MCP server ran the tool and it reported an error (``isError``); the message is
+    the text the tool returned."""
+
     # -- delegation --
     UNKNOWN_AGENT = "UNKNOWN_AGENT"
     """``agents.delegate`` named no agent of this workspace (other workspaces' agents

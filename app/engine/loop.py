@@ -49,10 +49,12 @@ from app.domain.runs import StepStatus
 from app.engine import turns
 from app.engine.base import Model, Tool, ToolKind
 from app.engine.calls import call_tool
+from app.engine.mcp_client import McpConnections
 from app.engine.persist import RunWrites
 from app.engine.providers import Providers
 from app.engine.state import RunState
 from app.engine.tools.agents import DELEGATE
+from app.engine.tools.mcp import might_offer_mcp, workspace_tools
 from app.engine.tools.registry import ToolRegistry, tool_kind
 from app.events.output import OutputWriter
 from app.outages import OUTAGE_WARNINGS, is_outage, outage_of
@@ -76,23 +78,36 @@ async def execute_run(
     root_id: int | None = None,
     providers: Providers | None = None,
     stopping: asyncio.Event | None = None,
+    mcp: McpConnections | None = None,
 ) -> None:
     """Entry point of the ``execute_run`` job. Safe to call any number of times.
 
-    ``providers`` is the worker's factory (workers/main.py); callers without one (tests)
-    get a private one for this call. ``stopping`` is set when the worker stops: the run is
-    then handed back at its next step boundary.
+    ``providers`` and ``mcp`` (MCP sessions) are the worker's (workers/main.py); callers
+    without them (tests) get private ones for this call. ``stopping`` is set when the worker
+    stops: the run is then handed back at its next step boundary.
     """
-    if providers is None:
-        async with Providers(rt.settings) as own:
+    if providers is None or mcp is None:
+        async with contextlib.AsyncExitStack() as stack:
+            if providers is None:
+                providers = await stack.enter_async_context(Providers(rt.settings))
+            if mcp is None:
+                mcp = McpConnections(rt.settings)
+                stack.push_async_callback(mcp.aclose)
             return await execute_run(
-                rt, registry, run_id, owner=owner, root_id=root_id, providers=own, stopping=stopping
+                rt,
+                registry,
+                run_id,
+                owner=owner,
+                root_id=root_id,
+                providers=providers,
+                stopping=stopping,
+                mcp=mcp,
             )
     claimed = await runs.claim(rt, run_id, owner=owner, root_id=root_id)
     if claimed is None:
         return  # duplicate delivery, or the run was cancelled / taken meanwhile
     attempt = claimed.attempt
-    executor = RunExecutor(rt, registry, claimed, providers, stopping)
+    executor = RunExecutor(rt, registry, claimed, providers, stopping, mcp=mcp)
     current = asyncio.current_task()
     assert current is not None
     renewer = asyncio.create_task(executor.keep_lease(current))
@@ -178,9 +193,12 @@ class RunExecutor:
         claimed: runs.Claim,
         providers: Providers,
         stopping: asyncio.Event | None = None,
+        *,
+        mcp: McpConnections | None = None,
     ) -> None:
         self.rt = rt
         self.stopping = stopping
+        self.mcp = mcp
         self.registry = registry
         self.providers = providers
         self.state = RunState.of_claim(claimed, rt.settings)
@@ -247,6 +265,15 @@ class RunExecutor:
             return
         state.fast = model.fast
         patterns = list(state.agent.tools or [])
+        if self.mcp is not None and might_offer_mcp(patterns):
+            # The workspace's MCP tools join the registry for this run: from here on they are
+            # tools like the built-ins, under the same rules (app/engine/tools/mcp.py).
+            async with self.rt.read_sessionmaker() as session:
+                mcp_tools = await workspace_tools(
+                    session, workspace_id=state.run.workspace_id, connections=self.mcp
+                )
+            if mcp_tools:
+                self.registry = self.writes.registry = self.registry.with_tools(mcp_tools)
         state.offered = self.registry.specs(patterns)
         state.tools = {
             name: ToolInfo(

@@ -12,9 +12,10 @@ The client keeps no cookies. One client serves every run of every workspace in a
 a cookie a site set for one run would otherwise be sent on another workspace's request to
 that site; a tool that needs a session passes its credentials explicitly, per request.
 
-The vendors' SDKs (``openai``, ``anthropic``) are built on ``httpx2``, the successor of
+The vendors' SDKs (``openai``, ``anthropic``) and the MCP SDK are built on ``httpx2``, the successor of
 ``httpx`` with its own connection pool (``httpcore2``): ``guarded_sdk_client`` is the same
-client for them, the same backend under ``httpcore2``, so the guard stays exactly as strong.
+client for them (``guarded_mcp_client`` for MCP sessions), the same backend under ``httpcore2``,
+so the guard stays exactly as strong.
 
 Errors::
 
@@ -276,10 +277,38 @@ def guarded_sdk_client(
     """``guarded_client`` for the vendors' SDKs, on httpx2 (see the module docstring): every
     connection passes the address policy, no cookies, no proxy from the environment, no
     redirects followed, an uncompressed body."""
+    return _CookielessClient2(
+        transport=_guarded_transport2(settings, timeout_s=timeout_s, max_connections=max_connections),
+        timeout=httpx2.Timeout(timeout_s),
+        trust_env=False,
+        follow_redirects=False,
+        headers={"Accept-Encoding": "identity", "User-Agent": user_agent},
+    )
+
+
+def guarded_mcp_client(
+    settings: Settings, *, timeout_s: float, headers: dict[str, str], user_agent: str
+) -> httpx2.AsyncClient:
+    """The guarded client for one MCP server's streamable HTTP session (the MCP SDK speaks
+    ``httpx2`` too): the same address policy, no proxy from the environment, no compression.
+    One client per server connection, so the cookies a server sets reach that server of
+    that workspace only."""
+    return httpx2.AsyncClient(
+        transport=_guarded_transport2(settings, timeout_s=timeout_s, max_connections=4),
+        # Reads wait as long as a tool may run (the call's own deadline cuts it first).
+        timeout=httpx2.Timeout(timeout_s, read=max(timeout_s, settings.tool_timeout_s)),
+        trust_env=False,
+        headers={"Accept-Encoding": "identity", "User-Agent": user_agent, **headers},
+    )
+
+
+def _guarded_transport2(
+    settings: Settings, *, timeout_s: float, max_connections: int
+) -> httpx2.AsyncHTTPTransport:
+    """``guarded_client``'s transport on httpx2: the pool httpx2 built, swapped for one on
+    our backend (httpx2 is pinned; tests cover the refusal end to end)."""
     transport = httpx2.AsyncHTTPTransport(trust_env=False)
     if not settings.http_allow_private_networks:
-        # As in guarded_client: the pool httpx2 built, swapped for one on our backend
-        # (httpx2 is pinned; tests cover the refusal end to end).
         transport._pool = httpcore2.AsyncConnectionPool(
             ssl_context=httpx2.create_ssl_context(trust_env=False),
             max_connections=max_connections,
@@ -287,10 +316,4 @@ def guarded_sdk_client(
             keepalive_expiry=5.0,
             network_backend=_PublicOnlyBackend2(httpcore2.AnyIOBackend(), resolve_timeout_s=timeout_s),
         )
-    return _CookielessClient2(
-        transport=transport,
-        timeout=httpx2.Timeout(timeout_s),
-        trust_env=False,
-        follow_redirects=False,
-        headers={"Accept-Encoding": "identity", "User-Agent": user_agent},
-    )
+    return transport

@@ -15,9 +15,11 @@ from strawberry.scalars import JSON
 
 from app.domain.agents import AgentStatus, OverlapPolicy
 from app.domain.errors import ValidationFailed
+from app.domain.mcp import Transport
 from app.domain.policy import Decision
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
 from app.services.agents import AgentDraft, AgentPatch
+from app.services.mcp_servers import ServerDraft, ServerPatch
 from app.services.memories import MemoryDraft
 from app.services.memories import MemoryPatch as MemoryChanges
 from app.services.schedules import ScheduleDraft
@@ -165,6 +167,53 @@ class SchedulePatch:
             input=_given(self.input),
             enabled=_required(self.enabled, "enabled"),
             overlap_policy=_required(self.overlap_policy, "overlapPolicy"),
+        )
+
+
+@strawberry.input(name="CreateMcpServerInput")
+class CreateMcpServerInput:
+    name: str = strawberry.field(description="[a-z][a-z0-9_-]{0,31}; its tools are mcp.<name>.<tool>.")
+    transport: Transport
+    url: str | None = strawberry.field(default=None, description="STREAMABLE_HTTP: the server's endpoint.")
+    command: list[str] | None = strawberry.field(
+        default=None, description="STDIO: the program (on ENVERIF_MCP_STDIO_COMMANDS) and its arguments."
+    )
+    enabled: bool | None = None
+    headers: JSON | None = strawberry.field(
+        default=None,
+        description='Header name -> the NAME of an environment variable on ENVERIF_MCP_SECRET_ENVS ({"Authorization": "CRM_TOKEN"}).',
+    )
+    tool_risk: JSON | None = strawberry.field(
+        default=None, description="Tool name -> RiskClass, overriding what its annotations say."
+    )
+
+    def to_draft(self) -> ServerDraft:
+        return ServerDraft(
+            name=self.name,
+            transport=self.transport,
+            url=self.url,
+            command=self.command,
+            enabled=self.enabled,
+            headers=self.headers,
+            tool_risk=self.tool_risk,
+        )
+
+
+@strawberry.input(name="UpdateMcpServerInput", description="Omitted fields are kept.")
+class UpdateMcpServerInput:
+    url: str | None = strawberry.UNSET
+    command: list[str] | None = strawberry.UNSET
+    enabled: bool | None = strawberry.UNSET
+    headers: JSON | None = strawberry.UNSET
+    tool_risk: JSON | None = strawberry.UNSET
+
+    def to_patch(self) -> ServerPatch:
+        return ServerPatch(
+            url=_given(self.url),
+            command=_given(self.command),
+            enabled=_required(self.enabled, "enabled"),
+            headers=_given(self.headers),
+            tool_risk=_given(self.tool_risk),
         )
 
 

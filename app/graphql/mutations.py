@@ -16,19 +16,22 @@ from app.graphql.context import Info
 from app.graphql.ids import from_global_id, to_global_id
 from app.graphql.inputs import (
     CreateAgentInput,
+    CreateMcpServerInput,
     MemoryInput,
     MemoryPatch,
     ScheduleInput,
     SchedulePatch,
     UpdateAgentInput,
+    UpdateMcpServerInput,
 )
 from app.graphql.types.agents import Agent
 from app.graphql.types.approvals import Approval
+from app.graphql.types.mcp import McpServer
 from app.graphql.types.memories import Memory
 from app.graphql.types.runs import Run
 from app.graphql.types.schedules import Schedule
 from app.graphql.types.tokens import ApiToken, CreateApiTokenInput, CreatedApiToken
-from app.services import agents, approvals, auth, memories, runs, schedules
+from app.services import agents, approvals, auth, mcp_servers, memories, runs, schedules
 from app.services.auth import Principal
 
 
@@ -139,6 +142,41 @@ class Mutation:
         pk = from_global_id(id, "Schedule", field="id")
         await schedules.delete_schedule(info.context.runtime, principal, schedule_id=pk)
         return strawberry.ID(to_global_id("Schedule", pk))
+
+    # -- MCP servers (admin) ------------------------------------------------------------------
+
+    @strawberry.mutation(
+        description="Registers an MCP server; its tools are listed first (VALIDATION_FAILED if they cannot be)."
+    )
+    async def create_mcp_server(self, info: Info, input: CreateMcpServerInput) -> McpServer:
+        principal = await _caller(info, Role.ADMIN)
+        row = await mcp_servers.create_server(info.context.runtime, principal, input.to_draft())
+        return McpServer.from_row(row)
+
+    @strawberry.mutation(description="A change of url, command or headers lists the tools again first.")
+    async def update_mcp_server(
+        self, info: Info, id: strawberry.ID, input: UpdateMcpServerInput
+    ) -> McpServer:
+        principal = await _caller(info, Role.ADMIN)
+        pk = from_global_id(id, "McpServer", field="id")
+        row = await mcp_servers.update_server(
+            info.context.runtime, principal, server_id=pk, patch=input.to_patch()
+        )
+        return McpServer.from_row(row)
+
+    @strawberry.mutation(description="Lists the server's tools again; a failure is kept in lastError.")
+    async def sync_mcp_server(self, info: Info, id: strawberry.ID) -> McpServer:
+        principal = await _caller(info, Role.ADMIN)
+        pk = from_global_id(id, "McpServer", field="id")
+        row = await mcp_servers.sync_server(info.context.runtime, principal, server_id=pk)
+        return McpServer.from_row(row)
+
+    @strawberry.mutation(description="Removes the server and its tools; returns its id.")
+    async def delete_mcp_server(self, info: Info, id: strawberry.ID) -> strawberry.ID:
+        principal = await _caller(info, Role.ADMIN)
+        pk = from_global_id(id, "McpServer", field="id")
+        await mcp_servers.delete_server(info.context.runtime, principal, server_id=pk)
+        return strawberry.ID(to_global_id("McpServer", pk))
 
     # -- API tokens (admin) -------------------------------------------------------------------
 

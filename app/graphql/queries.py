@@ -8,6 +8,7 @@ from typing import TypeVar
 
 import strawberry
 
+from app.db import orm
 from app.domain.agents import AgentStatus
 from app.domain.errors import NotFound
 from app.domain.runs import ApprovalStatus, RunStatus
@@ -16,6 +17,7 @@ from app.graphql.ids import from_global_id, parse_global_id
 from app.graphql.loaders import Loaders
 from app.graphql.types.agents import Agent, AgentConnection, agent_connection
 from app.graphql.types.approvals import Approval, ApprovalConnection, approval_connection
+from app.graphql.types.mcp import McpServer, McpServerConnection, mcp_server_connection
 from app.graphql.types.memories import Memory, MemoryConnection, memory_connection
 from app.graphql.types.node import Node
 from app.graphql.types.runs import Run, RunConnection, RunStep, run_connection
@@ -68,6 +70,12 @@ class Query:
                 return await api_token_node(info, pk)
             except NotFound:
                 return None
+        if type_name == "McpServer":
+            async with info.context.session() as session:
+                server = await session.get(orm.McpServer, pk)
+            if server is None or server.workspace_id != principal.workspace_id:
+                return None  # another workspace's server does not exist for you
+            return McpServer.from_row(server)
         if type_name == "Workspace":
             if pk != principal.workspace_id:
                 return None
@@ -151,6 +159,12 @@ class Query:
         after: str | None = None,
     ) -> ApprovalConnection:
         return await approval_connection(info, status=status, first=first, after=after)
+
+    @strawberry.field(description="The workspace's MCP servers, newest first.")
+    async def mcp_servers(
+        self, info: Info, first: int | None = None, after: str | None = None
+    ) -> McpServerConnection:
+        return await mcp_server_connection(info, first=first, after=after)
 
     @strawberry.field(description="The workspace's API tokens, newest first, revoked ones too (admins only).")
     async def api_tokens(

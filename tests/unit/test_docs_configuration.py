@@ -115,7 +115,7 @@ def as_written(value: object) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, tuple | list):
-        return ",".join(as_written(item) for item in value)
+        return ",".join(as_written(item) for item in value) or "empty"
     return str(value)
 
 
@@ -163,7 +163,7 @@ def test_the_table_is_checked_against_values_not_words() -> None:
     # Guard against a check that cannot fail: the normalisation keeps what tells defaults apart.
     assert as_written(10.0) == "10" and as_written(0.01) == "0.01"
     assert as_written(False) == "false" and as_written(0) == "0"
-    assert as_written(("A", "B")) == "A,B"
+    assert as_written(("A", "B")) == "A,B" and as_written(()) == "empty"
     assert as_written(Path(".enverif")) == ".enverif"
     assert set(DESCRIBED_IN_WORDS) <= SETTINGS_BY_ENV.keys()
     assert all(name in Settings.model_fields for name in UNDOCUMENTED)

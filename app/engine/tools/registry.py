@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from app.domain.mcp import PREFIX as MCP_PREFIX
 from app.domain.policy import RiskClass
 from app.engine.base import Tool, ToolKind, ToolSpec
 from app.engine.tools.agents import AgentsListTool, DelegateTool
@@ -87,6 +88,16 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+
+    def with_tools(self, tools: Iterable[Tool]) -> ToolRegistry:
+        """This registry and ``tools`` (a run's MCP tools, ``app.engine.tools.mcp``), as a new
+        registry: the worker's own is shared by every run and stays as it is. A name already
+        taken keeps its tool."""
+        merged = ToolRegistry()
+        merged._tools = dict(self._tools)
+        for tool in tools:
+            merged._tools.setdefault(tool.name, tool)
+        return merged
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -156,6 +167,8 @@ def default_registry(settings: Settings, *, extra: Iterable[Tool] = ()) -> ToolR
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             tool = load_plugin(entry_point, settings)
+            if tool.name.startswith(MCP_PREFIX):
+                raise ValueError(f"{MCP_PREFIX}* names belong to the workspace's MCP servers")
             registry.register(tool)
         except Exception:
             log.exception("skipping tool plugin %r (%s)", entry_point.name, entry_point.value)

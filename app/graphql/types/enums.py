@@ -9,7 +9,8 @@ from __future__ import annotations
 import strawberry
 
 from app.domain.agents import AgentStatus, OverlapPolicy
-from app.domain.policy import Decision
+from app.domain.mcp import Transport
+from app.domain.policy import Decision, RiskClass
 from app.domain.runs import ApprovalStatus, RunStatus, RunTrigger, StepStatus
 from app.domain.schedules import FiringOutcome
 from app.services.memories import RevisionAction
@@ -35,3 +36,7 @@ __all__ = [
     "RunTrigger",
     "StepStatus",
 ]
+strawberry.enum(Transport, name="McpTransport", description="How Enverif reaches an MCP server.")
+strawberry.enum(
+    RiskClass, name="RiskClass", description="What a tool's call can do; the policy decides by it."
+)
