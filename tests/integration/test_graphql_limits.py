@@ -1,18 +1,22 @@
 """Request limits through GraphQL over HTTP: the query cost limit, argument caps, the
-statement budget of nested per-parent lists, and the API's statement timeout."""
+statement budget of nested per-parent lists, the API's statement timeout, and documents
+whose fragments expand exponentially."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from app.main import create_app
 from app.services.runtime import open_runtime
+from tests.conftest import GraphQLClient
 from tests.integration.test_graphql_runs import count_statements
-from tests.support.graphql import create_agent, create_memory, gid, pk
+from tests.support.graphql import create_agent, create_memory, doubling, gid, pk
 from tests.support.trees import Rows
 
 INCIDENT = "{ runs(first:100){edges{node{agent{runs(first:100){edges{node{agent{runs(first:5){edges{node{id}}}}}}}}}}}}"
@@ -258,3 +262,32 @@ async def test_api_sessions_carry_the_statement_timeout(settings: Any) -> None:
                 assert float(await session.scalar(text("SELECT @@max_statement_time"))) == 0
         finally:
             await worker.close()
+
+
+@pytest.mark.parametrize("env", ["development", "production"])
+@pytest.mark.parametrize("aliased", [False, True])
+async def test_fragment_doubling_documents_are_refused_at_once_with_or_without_a_token(
+    settings: Any, workspace: Any, env: str, aliased: bool
+) -> None:
+    """24 levels of fragments each spreading the previous one twice: 2^24 fields once
+    expanded, ~1 KB of text. Refused in milliseconds, before any validation walks it."""
+    application = create_app(settings.model_copy(update={"env": env}))
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://enverif.test") as http:
+            gql = GraphQLClient(http)
+            for i, token in enumerate([None, workspace.viewer, workspace.admin]):
+                # A fresh comment each time, so the document cache cannot answer.
+                document = doubling(24, aliased=aliased) + f"\n# attempt {i}"
+                started = time.perf_counter()
+                body = await gql.raw(document, token=token)
+                elapsed = time.perf_counter() - started
+                assert elapsed < 0.5, elapsed
+                assert "data" not in body or body["data"] is None
+                (error,) = body["errors"]
+                assert error["extensions"]["code"] == "VALIDATION_FAILED", error
+                assert ("aliases" if aliased else "fields") in error["message"]
+            # The same fragments at a harmless size still work.
+            assert await gql.ok(doubling(4, aliased=aliased), token=workspace.viewer) == {
+                "runs": {"edges": []}
+            }
