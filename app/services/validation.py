@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import unicodedata
 from typing import Any, Final
 
 from app.domain.errors import ValidationFailed
@@ -32,6 +33,26 @@ def check_text(value: str, *, field: str, max_chars: int, allow_empty: bool = Tr
         raise ValidationFailed(f"{field} must not be empty", field=field)
     if len(value) > max_chars:
         raise ValidationFailed(f"{field} is longer than {max_chars} characters", field=field)
+    return value
+
+
+# Control characters (NUL, tabs, line breaks...) and the Unicode line/paragraph separators:
+# invisible in every listing, and NUL is cut off or refused by some drivers.
+_UNPRINTABLE = frozenset({"Cc", "Zl", "Zp"})
+
+
+def check_identifier_text(value: str, *, field: str) -> str:
+    """A key or name that others look things up by: no control characters, and no space at
+    either end. MariaDB compares with trailing spaces ignored (its collations pad) while
+    SQLite does not, so ``dup`` and ``dup `` would be one key on one database and two on
+    the other; refusing the space makes comparison the same on both."""
+    bad = next((c for c in value if unicodedata.category(c) in _UNPRINTABLE), None)
+    if bad is not None:
+        raise ValidationFailed(
+            f"{field} must not contain control characters (found U+{ord(bad):04X})", field=field
+        )
+    if value != value.strip():
+        raise ValidationFailed(f"{field} must not begin or end with whitespace", field=field)
     return value
 
 
