@@ -134,6 +134,10 @@ class Settings(BaseSettings):
     # Cap on one stored value: a tool result, a call's arguments, a final answer (UTF-8
     # bytes of its JSON). Over it, the step fails with TOO_LARGE; it is never retried.
     max_result_bytes: int = Field(default=1_048_576, ge=1_024, le=64 * 1_048_576)
+    # Levels of any JSON Enverif stores (run and schedule inputs, tool arguments and results,
+    # final answers): 1 for a scalar, one more per array or object around it. 32 is the most
+    # MariaDB stores (31 nested arrays/objects); refused alike on SQLite.
+    max_json_depth: int = Field(default=32, ge=2, le=32)
     # Claims of one run (each worker crash or internal error costs one) before it is failed.
     max_attempts: int = Field(default=10, ge=1, le=1_000)
 

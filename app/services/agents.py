@@ -20,6 +20,7 @@ from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
 from app.domain.errors import Conflict, ValidationFailed
+from app.domain.jsonvalue import depth_error
 from app.domain.policy import tool_key, validate_policy
 from app.engine.providers import validate_model_config
 from app.engine.tools.registry import registered_tool_names
@@ -89,6 +90,9 @@ async def _check_policy(rt: Runtime, policy: Any) -> dict[str, Any]:
 def _check_model(model: Any, settings: Settings) -> dict[str, Any]:
     if not isinstance(model, dict):
         raise ValidationFailed("model must be a JSON object with a 'provider'", field="model")
+    too_deep = depth_error(model, max_depth=settings.max_json_depth, what="model")
+    if too_deep is not None:
+        raise ValidationFailed(too_deep, field="model")
     # With the settings: which API key variables an agent may name is the deployment's call.
     checked = validate_model_config(model, settings)
     # The provider layer may normalise the config; store what it accepted.

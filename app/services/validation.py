@@ -14,6 +14,7 @@ import unicodedata
 from typing import Any, Final
 
 from app.domain.errors import ValidationFailed
+from app.domain.jsonvalue import depth_error
 
 
 class Keep(enum.Enum):
@@ -68,8 +69,12 @@ def check_fraction(value: float, *, field: str) -> float:
     return float(value)
 
 
-def check_json_size(value: Any, *, field: str, max_chars: int) -> Any:
-    """JSON inputs are stored as-is; bound their size like any text."""
+def check_json_size(value: Any, *, field: str, max_chars: int, max_depth: int) -> Any:
+    """JSON inputs are stored as-is; bound their size like any text, and their depth (what
+    MariaDB can store: app.domain.jsonvalue)."""
+    too_deep = depth_error(value, max_depth=max_depth, what=field)
+    if too_deep is not None:
+        raise ValidationFailed(too_deep, field=field)
     try:
         size = len(json.dumps(value, ensure_ascii=False))
     except (TypeError, ValueError):

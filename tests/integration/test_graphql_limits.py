@@ -16,9 +16,12 @@ from app.main import create_app
 from app.services.runtime import open_runtime
 from tests.conftest import GraphQLClient
 from tests.integration.test_graphql_runs import count_statements
-from tests.support.graphql import create_agent, create_memory, doubling, gid, pk
+from tests.support.graphql import CREATE_AGENT, create_agent, create_memory, doubling, gid, pk, unique
+from tests.support.runs import START_RUN
+from tests.support.schedules import CREATE_SCHEDULE
 from tests.support.trees import Rows
 
+RUN_INPUT = "query($id: ID!) { run(id: $id) { input } }"
 INCIDENT = "{ runs(first:100){edges{node{agent{runs(first:100){edges{node{agent{runs(first:5){edges{node{id}}}}}}}}}}}}"
 
 
@@ -291,3 +294,33 @@ async def test_fragment_doubling_documents_are_refused_at_once_with_or_without_a
             assert await gql.ok(doubling(4, aliased=aliased), token=workspace.viewer) == {
                 "runs": {"edges": []}
             }
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(levels):
+        value = {"down": value}
+    return value
+
+
+async def test_json_deeper_than_mariadb_stores_is_refused_at_every_entry(gql: Any, workspace: Any) -> None:
+    """31 objects deep (32 levels) is stored on both databases; one more was INTERNAL on
+    MariaDB (error 4025) and stored on SQLite. Now VALIDATION_FAILED naming the field."""
+    agent = await create_agent(gql, workspace.admin)
+    deep, deepest = {"x": _nested(30)}, {"x": _nested(31)}  # 32 and 33 levels
+    run = await gql.ok(START_RUN, {"agentId": agent["id"], "input": deep}, token=workspace.operator)
+    stored = await gql.ok(RUN_INPUT, {"id": run["startRun"]["id"]}, token=workspace.viewer)
+    assert stored["run"]["input"] == deep
+    error = await gql.error(START_RUN, {"agentId": agent["id"], "input": deepest}, token=workspace.operator)
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "input"}
+    assert "33 levels deep; at most 32" in error["message"]
+    schedule = {"cron": "@daily", "input": deepest}
+    error = await gql.error(
+        CREATE_SCHEDULE, {"agentId": agent["id"], "input": schedule}, token=workspace.operator
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "input"}
+    model = {"provider": "scripted", "steps": [{"final": _nested(32)}]}
+    error = await gql.error(
+        CREATE_AGENT, {"input": {"name": unique(), "model": model}}, token=workspace.admin
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model"}
