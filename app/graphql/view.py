@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from cross_web import AsyncHTTPRequestAdapter, HTTPException, StarletteRequestAdapter
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
@@ -145,6 +145,9 @@ class GraphQLView(GraphQL[Context, None]):
     def graphql_ide_html(self) -> str:
         # Our own page: its assets come from this server, not a CDN (app.graphql.graphiql_page).
         return graphiql_page.page_html()
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        return HTMLResponse(self.graphql_ide_html, headers=graphiql_page.page_headers())
 
     async def get_context(
         self, request: Request | WebSocket, response: Response | WebSocket | None
