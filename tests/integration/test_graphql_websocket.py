@@ -63,3 +63,29 @@ async def test_each_operation_on_one_connection_reads_fresh_data(
         assert second["data"]["agent"]["description"] == "after"
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "variables"),
+    [
+        # Variable coercion and validation errors come from graphql-core without a code.
+        ("subscription($root: ID!) { runTree(rootRunId: $root) { seq } }", {}),
+        ("subscription($root: ID!) { runTree(rootRunId: $root) { seq } }", {"root": {"an": "object"}}),
+        ("query($n: Int) { runs(first: $n) { edges { node { id } } } }", {"n": "x"}),
+        ("subscription { nope }", {}),
+    ],
+)
+async def test_every_websocket_error_carries_a_code(
+    ws_url: str, workspace: Any, query: str, variables: dict[str, Any]
+) -> None:
+    client = await GraphQLWS.open(ws_url, workspace.viewer)
+    try:
+        await client.send(
+            {"id": "1", "type": "subscribe", "payload": {"query": query, "variables": variables}}
+        )
+        errors = await client.errors("1")
+        assert errors and all(e["extensions"]["code"] == "VALIDATION_FAILED" for e in errors), errors
+        # The socket stays usable.
+        assert await client.execute("2", "{ viewer { role } }") == {"data": {"viewer": {"role": "viewer"}}}
+    finally:
+        await client.close()
