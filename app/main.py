@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -48,6 +49,7 @@ def create_app(settings: Settings) -> Starlette:
         allow_queries_via_get=False,
         # Only graphql-transport-ws: the legacy graphql-ws protocol had auth-bypass advisories.
         subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL],
+        connection_init_wait_timeout=timedelta(seconds=settings.ws_connection_init_timeout_s),
     )
     # The cap is ENVERIF_MAX_SUBSCRIPTIONS_PER_CONNECTION, enforced with an error code by our
     # handler (app.graphql.ws_auth); strawberry's own check would answer without one.

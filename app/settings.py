@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     # Operations (subscriptions, and queries sent over the socket) running at once on one
     # websocket; one more is refused with RATE_LIMITED.
     max_subscriptions_per_connection: int = Field(default=20, ge=1, le=1_000)
+    # A websocket that sends no connection_init within this long is closed (4408): an idle
+    # socket costs a connection and a task until then (strawberry's default is a minute).
+    ws_connection_init_timeout_s: float = Field(default=10.0, gt=0, le=60.0)
     # Live events one runTree subscription may have waiting to be sent; a subscriber that
     # falls this far behind has its websocket closed (code 1013) instead of growing memory.
     subscription_queue_max: int = Field(default=1_000, ge=10, le=1_000_000)
