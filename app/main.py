@@ -54,6 +54,7 @@ def create_app(settings: Settings) -> Starlette:
     # The cap is ENVERIF_MAX_SUBSCRIPTIONS_PER_CONNECTION, enforced with an error code by our
     # handler (app.graphql.ws_auth); strawberry's own check would answer without one.
     graphql.max_subscriptions_per_connection = None
+    graphql.max_response_bytes = settings.max_response_bytes
     routes: list[BaseRoute] = [
         Route("/graphql", graphql),
         WebSocketRoute("/graphql", graphql),

@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     graphiql: bool = False
     # Request bodies larger than this are refused with 413 before they are read.
     max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=1_073_741_824)
+    # Largest GraphQL response over HTTP (bytes of its JSON); a larger one is refused with
+    # VALIDATION_FAILED, not truncated. Query cost bounds rows, not their size.
+    max_response_bytes: int = Field(default=16_777_216, ge=65_536, le=1_073_741_824)
 
     max_delegation_depth: int = Field(default=3, ge=0, le=32)
     http_allow_private_networks: bool = False

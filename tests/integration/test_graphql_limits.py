@@ -324,3 +324,21 @@ async def test_json_deeper_than_mariadb_stores_is_refused_at_every_entry(gql: An
         CREATE_AGENT, {"input": {"name": unique(), "model": model}}, token=workspace.admin
     )
     assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model"}
+
+
+async def test_a_response_over_the_byte_cap_is_refused_not_truncated(settings: Any, workspace: Any) -> None:
+    application = create_app(settings.model_copy(update={"max_response_bytes": 65_536}))
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://enverif.test") as http:
+            gql = GraphQLClient(http)
+            for i in range(3):
+                await create_agent(gql, workspace.admin, description=f"{i}" + "d" * 30_000)
+            query = "query($n: Int) { agents(first: $n) { edges { node { name description } } } }"
+            body = await gql.raw(query, {"n": 3}, token=workspace.viewer)
+            assert body["data"] is None
+            (error,) = body["errors"]
+            assert error["extensions"] == {"code": "VALIDATION_FAILED"}
+            assert "over the limit of 65536" in error["message"]
+            one = await gql.ok(query, {"n": 1}, token=workspace.viewer)  # 30 KB: served whole
+            assert len(one["agents"]["edges"][0]["node"]["description"]) == 30_001
