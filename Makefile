@@ -106,6 +106,7 @@ bench: setup
 	$(BIN)/python bench/events.py
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/providers.py
+	$(BIN)/python bench/fragments.py
 
 chaos: setup
 	@if [ -d tests/chaos ]; then ENVERIF_TEST_DB=$${ENVERIF_TEST_DB:-mysql} $(PYTEST) -m chaos tests/chaos $(PYTEST_ARGS); \

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -49,10 +50,12 @@ def create_app(settings: Settings) -> Starlette:
         allow_queries_via_get=False,
         # Only graphql-transport-ws: the legacy graphql-ws protocol had auth-bypass advisories.
         subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL],
+        connection_init_wait_timeout=timedelta(seconds=settings.ws_connection_init_timeout_s),
     )
     # The cap is ENVERIF_MAX_SUBSCRIPTIONS_PER_CONNECTION, enforced with an error code by our
     # handler (app.graphql.ws_auth); strawberry's own check would answer without one.
     graphql.max_subscriptions_per_connection = None
+    graphql.max_response_bytes = settings.max_response_bytes
     routes: list[BaseRoute] = [
         Route("/graphql", graphql),
         WebSocketRoute("/graphql", graphql),

@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     graphiql: bool = False
     # Request bodies larger than this are refused with 413 before they are read.
     max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=1_073_741_824)
+    # Largest GraphQL response over HTTP (bytes of its JSON); a larger one is refused with
+    # VALIDATION_FAILED, not truncated. Query cost bounds rows, not their size.
+    max_response_bytes: int = Field(default=16_777_216, ge=65_536, le=1_073_741_824)
 
     max_delegation_depth: int = Field(default=3, ge=0, le=32)
     http_allow_private_networks: bool = False
@@ -81,6 +84,9 @@ class Settings(BaseSettings):
     # Operations (subscriptions, and queries sent over the socket) running at once on one
     # websocket; one more is refused with RATE_LIMITED.
     max_subscriptions_per_connection: int = Field(default=20, ge=1, le=1_000)
+    # A websocket that sends no connection_init within this long is closed (4408): an idle
+    # socket costs a connection and a task until then (strawberry's default is a minute).
+    ws_connection_init_timeout_s: float = Field(default=10.0, gt=0, le=60.0)
     # Live events one runTree subscription may have waiting to be sent; a subscriber that
     # falls this far behind has its websocket closed (code 1013) instead of growing memory.
     subscription_queue_max: int = Field(default=1_000, ge=10, le=1_000_000)
@@ -137,6 +143,10 @@ class Settings(BaseSettings):
     # Cap on one stored value: a tool result, a call's arguments, a final answer (UTF-8
     # bytes of its JSON). Over it, the step fails with TOO_LARGE; it is never retried.
     max_result_bytes: int = Field(default=1_048_576, ge=1_024, le=64 * 1_048_576)
+    # Levels of any JSON Enverif stores (run and schedule inputs, tool arguments and results,
+    # final answers): 1 for a scalar, one more per array or object around it. 32 is the most
+    # MariaDB stores (31 nested arrays/objects); refused alike on SQLite.
+    max_json_depth: int = Field(default=32, ge=2, le=32)
     # Claims of one run (each worker crash or internal error costs one) before it is failed.
     max_attempts: int = Field(default=10, ge=1, le=1_000)
     # MCP servers (docs/extending/mcp.md): the environment variables a server's ``headers`` may

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
+from redis.asyncio import Redis
 from sqlalchemy import text
 
 from app.db import migrate
 from app.db.session import create_engine
+from app.settings import Settings
 
 
 async def create_database(
@@ -36,3 +39,20 @@ async def create_database(
         await server.dispose()
 
     return url, drop
+
+
+@contextlib.asynccontextmanager
+async def bench_settings(server_url: str, redis_url: str) -> AsyncIterator[Settings]:
+    """Settings for a fresh, migrated MariaDB database and a Redis key prefix of its own;
+    afterwards the database is dropped and the prefix's keys deleted."""
+    url, drop_database = await create_database(server_url)
+    settings = Settings(database_url=url, redis_url=redis_url,
+                        redis_prefix=f"enverif-bench-{uuid.uuid4().hex[:6]}")  # fmt: skip
+    try:
+        yield settings
+    finally:
+        redis = Redis.from_url(redis_url)
+        async for key in redis.scan_iter(match=f"*{settings.redis_prefix}*"):
+            await redis.delete(key)
+        await redis.aclose()
+        await drop_database()

@@ -4,7 +4,9 @@ Both databases must store and return the same thing, so a value is reduced to wh
 JSON (RFC 8259) can carry: no NaN or Infinity (SQLite's JSON would take them, MariaDB's
 would not), string keys only, nothing a serialiser would have to guess at (``datetime``,
 ``bytes``, sets). A value that does not fit is refused with a reason, never coerced; the
-size cap is on the UTF-8 encoding, which is what the database stores.
+size cap is on the UTF-8 encoding, which is what the database stores. So is a depth cap:
+MariaDB refuses JSON nested deeper than 31 arrays or objects (error 4025), SQLite does not,
+and a run whose result MariaDB cannot store would crash on every attempt.
 """
 
 from __future__ import annotations
@@ -17,6 +19,37 @@ from app.domain.model_errors import ModelErrorCode
 
 NOT_JSON = ModelErrorCode.NOT_JSON
 TOO_LARGE = ModelErrorCode.TOO_LARGE
+# Levels, counted as ``json_depth`` does: 32 is 31 nested arrays or objects around a value,
+# the most MariaDB stores.
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(value: Any) -> int:
+    """Levels of ``value``: 1 for a scalar, one more for each array or object around it (an
+    empty one counts as holding a level). Iterative: a value too deep for the stack is
+    measured too."""
+    deepest = 1
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            deepest = max(deepest, depth)
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def depth_error(value: Any, *, max_depth: int, what: str) -> str | None:
+    """Why ``value`` is too deep to store, or None."""
+    depth = json_depth(value)
+    if depth > max_depth:
+        return f"{what} is nested {depth} levels deep; at most {max_depth}"
+    return None
 
 
 class NotStorable(ValueError):
@@ -28,10 +61,13 @@ class NotStorable(ValueError):
         self.message = message
 
 
-def strict_json(value: Any, *, max_bytes: int, what: str = "value") -> Any:
+def strict_json(value: Any, *, max_bytes: int, max_depth: int = MAX_JSON_DEPTH, what: str = "value") -> Any:
     """``value`` as it will come back from the database: a fresh tree of dict/list/str/
-    int/float/bool/None. Raises ``NotStorable`` when it is not strict JSON or its encoding
-    is larger than ``max_bytes``."""
+    int/float/bool/None. Raises ``NotStorable`` when it is not strict JSON, is nested
+    deeper than ``max_depth`` levels or its encoding is larger than ``max_bytes``."""
+    too_deep = depth_error(value, max_depth=max_depth, what=what)
+    if too_deep is not None:
+        raise NotStorable(NOT_JSON, too_deep)
     try:
         encoded = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:

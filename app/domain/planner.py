@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from app.domain.credentials import Screened, screen_memory_write
-from app.domain.jsonvalue import NotStorable, strict_json
+from app.domain.jsonvalue import MAX_JSON_DEPTH, NotStorable, strict_json
 from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.policy import Decision, PolicyLink, RiskClass, effective_decision
 
@@ -92,6 +92,7 @@ TurnPlan = Calls | Finish | Fail
 class Limits:
     max_turns: int
     max_value_bytes: int
+    max_json_depth: int = MAX_JSON_DEPTH
 
 
 def plan_turn(
@@ -105,7 +106,14 @@ def plan_turn(
     """What to do with the model's turn: its calls (in order) or its final answer."""
     if isinstance(turn, Finish):
         try:
-            return Finish(strict_json(turn.value, max_bytes=limits.max_value_bytes, what="the final answer"))
+            return Finish(
+                strict_json(
+                    turn.value,
+                    max_bytes=limits.max_value_bytes,
+                    max_depth=limits.max_json_depth,
+                    what="the final answer",
+                )
+            )
         except NotStorable as exc:
             return Fail(f"model output: {exc.message}")
     if turns_used >= limits.max_turns:
@@ -121,7 +129,9 @@ def plan_call(
         why = "unknown tool" if info is None else "tool not offered to this agent"
         return _refuse(call.tool, None, ModelErrorCode.UNKNOWN_TOOL, f"{why}: {call.tool}")
     try:
-        args = strict_json(call.args, max_bytes=limits.max_value_bytes, what="the arguments")
+        args = strict_json(
+            call.args, max_bytes=limits.max_value_bytes, max_depth=limits.max_json_depth, what="the arguments"
+        )
     except NotStorable as exc:
         return _refuse(call.tool, None, ModelErrorCode.INVALID_ARGUMENTS, exc.message, risk=info.risk)
     if not isinstance(args, dict):

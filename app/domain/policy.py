@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import fnmatch
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,17 @@ _RULE_KEYS = frozenset({"tool", "decision"})
 _DECISIONS = ", ".join(d.value for d in Decision)
 
 
+def tool_key(name: str) -> str:
+    """Tool names and patterns as they are compared: trimmed and case-folded, so that
+    ``Webhook.post``, `` webhook.post`` and ``webhook.POST`` name ``webhook.post`` (a rule
+    that silently matched nothing let the call through under a default of ALLOW)."""
+    return name.strip().casefold()
+
+
+def tool_matches(name: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(tool_key(name), tool_key(pattern))
+
+
 def strictest(a: Decision, b: Decision) -> Decision:
     """The stricter of two decisions (``a`` when they are equal)."""
     return b if b.strictness > a.strictness else a
@@ -70,11 +81,11 @@ def strictest(a: Decision, b: Decision) -> Decision:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    tool: str  # fnmatch glob over tool names, case-sensitive
+    tool: str  # fnmatch glob over tool names, stored as ``tool_key`` gives it
     decision: Decision
 
     def matches(self, tool_name: str) -> bool:
-        return fnmatch.fnmatchcase(tool_name, self.tool)
+        return tool_matches(tool_name, self.tool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,13 +147,34 @@ def parse_policy(obj: object) -> Policy:
             raise _fail(f"{where}.tool must be a non-empty glob pattern")
         if len(tool) > MAX_PATTERN_CHARS:
             raise _fail(f"{where}.tool is longer than {MAX_PATTERN_CHARS} characters")
-        rules.append(Rule(tool=tool, decision=_parse_decision(raw["decision"], f"{where}.decision")))
+        decision = _parse_decision(raw["decision"], f"{where}.decision")
+        rules.append(Rule(tool=tool_key(tool), decision=decision))
     return Policy(default=default, rules=tuple(rules))
 
 
-def validate_policy(obj: object) -> dict[str, Any]:
-    """Validate policy JSON and return its normalised form (``default`` always present)."""
-    return parse_policy(obj).to_json()
+def validate_policy(
+    obj: object, *, tool_names: Collection[str] | None = None, open_prefixes: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Validate policy JSON and return its normalised form (``default`` always present).
+
+    With ``tool_names`` (every tool the deployment has), a rule whose pattern matches none
+    of them is refused, naming it: it could only be a typo, and it would decide nothing.
+    The deployment's tools, not the agent's own: an agent's rules are also a ceiling for
+    the runs it delegates to, which may call tools it does not offer itself
+    (docs/concepts/policy.md). A pattern under one of ``open_prefixes`` is not checked:
+    those tools come and go with the workspace's connectors (``mcp.``), and a rule may be
+    written before its server is registered."""
+    policy = parse_policy(obj)
+    if tool_names is not None:
+        for i, rule in enumerate(policy.rules):
+            if rule.tool.startswith(open_prefixes):
+                continue
+            if not any(rule.matches(name) for name in tool_names):
+                raise _fail(
+                    f"policy.rules[{i}].tool {rule.tool!r} matches no tool "
+                    f"(the tools are: {', '.join(sorted(tool_names))})"
+                )
+    return policy.to_json()
 
 
 # -- one agent ----------------------------------------------------------------------------

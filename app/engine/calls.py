@@ -36,9 +36,10 @@ from app.services.transitions import NewRun, TreeTx
 log = logging.getLogger(__name__)
 
 
-def stored_outcome(raw: Any, *, max_bytes: int) -> Outcome:
+def stored_outcome(raw: Any, *, max_bytes: int, max_depth: int) -> Outcome:
     try:
-        return Outcome(StepStatus.SUCCEEDED, strict_json(raw, max_bytes=max_bytes, what="the tool result"))
+        stored = strict_json(raw, max_bytes=max_bytes, max_depth=max_depth, what="the tool result")
+        return Outcome(StepStatus.SUCCEEDED, stored)
     except NotStorable as exc:
         return failed(exc.code, exc.message)
 
@@ -65,7 +66,7 @@ async def call_tool(tool: Tool, ctx: ToolContext, args: dict[str, Any], *, setti
         return _crashed(tool, ctx, exc)
     if isinstance(raw, ChildStarted) and ctx.writer is not None:
         return Outcome(StepStatus.WAITING_CHILD, None, child_run_id=raw.run_id)
-    return stored_outcome(raw, max_bytes=settings.max_result_bytes)
+    return stored_outcome(raw, max_bytes=settings.max_result_bytes, max_depth=settings.max_json_depth)
 
 
 def _crashed(tool: Tool, ctx: ToolContext, exc: Exception) -> Outcome:

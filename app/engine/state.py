@@ -57,7 +57,11 @@ class RunState:
             attempt=claimed.attempt,
             memories=claimed.memories,
             steps=claimed.steps,
-            limits=Limits(max_turns=settings.max_turns, max_value_bytes=settings.max_result_bytes),
+            limits=Limits(
+                max_turns=settings.max_turns,
+                max_value_bytes=settings.max_result_bytes,
+                max_json_depth=settings.max_json_depth,
+            ),
         )
 
     # Fixed for the run's life (plain attributes: they are read on every write).

@@ -4,19 +4,20 @@ graphql-core parses and validates every document from scratch; for a small query
 about half of the request's CPU. A ``DocumentCache`` belongs to one schema (so one set of
 validation rules), and remembers, for a query text,
 
-* its parsed document, so the next request with the same text skips parsing;
-* whether that document passed validation, so the next one skips validating too.
+* its parsed document, which passed validation: the next request with the same text skips
+  parsing and validating.
 
 Only what succeeded is remembered: a document that does not parse or validate is parsed and
-validated again each time and refused each time, with the same errors. Documents are not
+validated again each time and refused each time, with the same errors (and costs nothing
+to keep: a cache filled with refused documents would be garbage for every collection). Documents are not
 mutated by execution, so one can serve any number of requests. The cache is an LRU bounded
 in entries and in characters of query text (documents are capped at ``MAX_QUERY_CHARS``),
 so clients sending ever-new texts cost only the cache's fixed size, and a miss.
 
 Everything that depends on the request rather than the text — variables, the argument caps,
 the query cost, the caller's settings — is still checked on every request, at execution.
-The validation rules must be the same on every request for the cached "valid" to hold:
-``build_schema`` builds the limiter rules once (``AddValidationRules`` with fixed classes).
+The validation rules and shape limits must be the same on every request for the cached
+"valid" to hold: ``build_schema`` fixes both once per schema.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ DEFAULT_MAX_CHARS = 2_000_000
 @dataclass
 class _Entry:
     document: DocumentNode
-    valid: bool = False
 
 
 @dataclass
@@ -79,8 +79,8 @@ class DocumentCache:
 
 
 class CachedDocuments(SchemaExtension):
-    """Serves a cached document (skipping the parse) and a cached "valid" (skipping the
-    validation); remembers what the parser and the validator accepted."""
+    """Serves a cached document (skipping the parse and the validation); remembers what the
+    parser and the validator accepted."""
 
     def __init__(self, cache: DocumentCache) -> None:
         self.cache = cache
@@ -95,16 +95,19 @@ class CachedDocuments(SchemaExtension):
                 # strawberry parses only when no document is set yet.
                 ec.graphql_document = self._entry.document
         yield
-        if self._entry is None and query is not None and ec.graphql_document is not None:
-            self._entry = self.cache.put(query, ec.graphql_document)
 
     def on_validate(self) -> Iterator[None]:
         ec = self.execution_context
         entry = self._entry
-        known_valid = entry is not None and entry.valid and ec.graphql_document is entry.document
+        known_valid = entry is not None and ec.graphql_document is entry.document
         if known_valid and ec.pre_execution_errors is None:
             # strawberry validates only when no errors (not even an empty list) are set yet.
             ec.pre_execution_errors = []
         yield
-        if entry is not None and not known_valid and ec.pre_execution_errors == []:
-            entry.valid = True
+        query = ec.query
+        if not known_valid and query is not None and ec.graphql_document is not None:
+            if ec.pre_execution_errors == []:
+                # Only valid documents are kept: a parsed document is ~1,000 objects per KB of
+                # text, and a cache full of refused ones (a fresh comment each time) would be
+                # a million objects for every full garbage collection to walk.
+                self.cache.put(query, ec.graphql_document)

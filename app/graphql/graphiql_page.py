@@ -5,6 +5,11 @@ Its scripts and styles are vendored in ``app/graphql/graphiql/`` at the versions
 records each file's sha384; the page carries it as the ``integrity`` attribute, so a browser
 runs only the exact bytes that were vendored. The page adds a token bar: one bearer token for
 HTTP requests and the websocket's ``connection_init`` payload.
+
+The page carries the console's headers (docs/operating/security.md): a Content-Security-Policy
+that runs only this server's scripts and the page's own inline script (by its hash), talks
+only to this origin and may not be framed, so a page elsewhere cannot overlay it to make an
+operator click. Styles may be inline: GraphiQL's editor sets them.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import functools
 import hashlib
 import html
 import json
+import re
 from importlib import resources
 from typing import Any
 
@@ -56,6 +62,30 @@ def page_html() -> str:
     page = _read("page.html").decode()
     page = page.replace("<!-- STYLES -->", "\n    ".join(head))
     return page.replace("<!-- SCRIPTS -->", "\n    ".join(scripts))
+
+
+_INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
+
+
+def _script_hash(script: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
+
+
+@functools.cache
+def page_headers() -> dict[str, str]:
+    """The page's security headers (the console's, with GraphiQL's inline code allowed)."""
+    scripts = " ".join(_script_hash(s) for s in _INLINE_SCRIPT.findall(page_html()))
+    return {
+        "Content-Security-Policy": (
+            f"default-src 'none'; script-src 'self' {scripts}; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        ),
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-cache",
+    }
 
 
 _MEDIA_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}

@@ -6,8 +6,9 @@
 
 ``build_schema`` gives an app the same types with its configured depth limit. The limits
 matter because strawberry ships no query-cost limiter (``app.graphql.cost`` is ours; see
-docs/architecture.md): depth, aliases, tokens and characters bound the shape of a document,
-``settings.max_page_size`` bounds each list.
+docs/architecture.md): characters and tokens bound a document's size before it is parsed;
+depth, aliases and fields (fragments expanded, each measured once: ``app.graphql.shape``)
+bound its shape before it is validated; ``settings.max_page_size`` bounds each list.
 ``production`` turns introspection and "Did you mean ...?" suggestions off.
 """
 
@@ -17,11 +18,8 @@ import functools
 from collections.abc import Callable
 
 from strawberry.extensions import (
-    AddValidationRules,
     DisableIntrospection,
-    MaxAliasesLimiter,
     MaxTokensLimiter,
-    QueryDepthLimiter,
     SchemaExtension,
 )
 
@@ -33,6 +31,7 @@ from app.graphql.hardening import MaxQueryLength, RequestErrors
 from app.graphql.limits import ArgumentLimiter
 from app.graphql.mutations import Mutation
 from app.graphql.queries import Query
+from app.graphql.shape import DocumentShapeLimiter, ShapeLimits
 from app.graphql.shared_execution import SharedEventExecutor
 from app.graphql.subscriptions import Subscription
 from app.graphql.types.agents import Agent
@@ -48,6 +47,9 @@ MAX_ALIASES = 50
 MAX_TOKENS = 5_000
 # Tokens do not bound size (one string literal is one token). Long texts belong in variables.
 MAX_QUERY_CHARS = 100_000
+# A document without fragments under the token cap holds fewer fields than this; fragments
+# may not make one select more (``fragment f24 { ...f23 ...f23 }`` selects 2^24).
+MAX_FIELDS = MAX_TOKENS
 DEFAULT_MAX_QUERY_DEPTH: int = Settings.model_fields["max_query_depth"].default
 
 
@@ -56,22 +58,21 @@ def build_schema(
     max_query_depth: int = DEFAULT_MAX_QUERY_DEPTH, *, production: bool = False
 ) -> EnverifSchema:
     # Factories, not instances: strawberry builds fresh extensions for every operation. The
-    # limiters' validation rules are classes built here, once: the document cache's "this
-    # document is valid" holds only for the same rules (app.graphql.documents).
+    # shape limits are fixed here, once: the document cache's "this document is valid" holds
+    # only for the same limits (app.graphql.documents).
     documents = DocumentCache()
-    limiter_rules = [
-        *QueryDepthLimiter(max_depth=max_query_depth).validation_rules,
-        *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
-    ]
+    shape_limits = ShapeLimits(max_depth=max_query_depth, max_aliases=MAX_ALIASES, max_fields=MAX_FIELDS)
     extensions: list[Callable[[], SchemaExtension] | type[SchemaExtension]] = [
         # First, so its on_operation exits last and sees every other extension's errors.
         ErrorPresenter,
         FreshLoadersPerOperation,
-        lambda: AddValidationRules(limiter_rules),
         lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
         # Before the cache: an over-long document is refused before it is looked up.
         lambda: MaxQueryLength(max_chars=MAX_QUERY_CHARS),
         documents.extension,
+        # After the cache (it skips what the cache knows to be valid), before graphql-core's
+        # validation (linear, but ~15 ms for an 800-byte fragment bomb): a bomb never gets there.
+        lambda: DocumentShapeLimiter(limits=shape_limits),
         # Both read their limits from the request's settings at execution start.
         ArgumentLimiter,
         QueryCostLimiter,

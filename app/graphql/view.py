@@ -14,7 +14,10 @@ What it adds to strawberry's view (https://graphql.github.io/graphql-over-http/)
   unpaired surrogate escape (``"\\ud800"``).
 * No batching and no queries over GET (mutations over GET are refused by strawberry).
 
-Request bodies are size-capped before they reach this view (``app.http_limits``).
+Request bodies are size-capped before they reach this view (``app.http_limits``), and so
+are responses: one over ``ENVERIF_MAX_RESPONSE_BYTES`` is replaced by a ``VALIDATION_FAILED``
+error (the query cost is an estimate; a page of runs with large results can still be many
+megabytes), never cut short.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any, Final
 
 from cross_web import AsyncHTTPRequestAdapter, HTTPException, StarletteRequestAdapter
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
@@ -136,6 +139,24 @@ _ACK_WITHOUT_PAYLOAD: Final[UnsetType] = UNSET
 class GraphQLView(GraphQL[Context, None]):
     # Re-checks the token of an open websocket: a revoked or expired one closes it (4403).
     graphql_transport_ws_handler_class = TokenCheckingHandler
+    # Set by the app from ENVERIF_MAX_RESPONSE_BYTES; None: no cap.
+    max_response_bytes: int | None = None
+
+    def create_response(
+        self, response_data: GraphQLHTTPResponse | list[GraphQLHTTPResponse], sub_response: Response
+    ) -> Response:
+        response = super().create_response(response_data, sub_response)
+        limit = self.max_response_bytes
+        if limit is None or len(response.body) <= limit:
+            return response
+        message = (
+            f"the response is {len(response.body)} bytes, over the limit of {limit} "
+            "(ask for smaller pages or fewer fields)"
+        )
+        body = {"data": None, "errors": [{"message": message, "extensions": {"code": REQUEST_ERROR_CODE}}]}
+        return Response(
+            json.dumps(body, separators=(",", ":")), status_code=response.status_code, media_type=JSON
+        )
 
     def encode_json(self, data: object) -> str | bytes:
         # A live event shared by many subscriptions is serialized once (app.graphql.shared_execution).
@@ -145,6 +166,9 @@ class GraphQLView(GraphQL[Context, None]):
     def graphql_ide_html(self) -> str:
         # Our own page: its assets come from this server, not a CDN (app.graphql.graphiql_page).
         return graphiql_page.page_html()
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        return HTMLResponse(self.graphql_ide_html, headers=graphiql_page.page_headers())
 
     async def get_context(
         self, request: Request | WebSocket, response: Response | WebSocket | None

@@ -23,6 +23,10 @@ Two more limits live here because only the connection can enforce them:
 * a subscription too slow to keep up (``app.events.hub``) closes its whole socket with
   ``CLOSE_TOO_SLOW`` and the hub's reason: its sends are what blocks, and they block for
   every operation on the socket alike.
+
+And every error sent carries an ``extensions.code``, as over HTTP: strawberry's handler sends
+graphql-core's own errors (validation, variable coercion) without one, so a request error
+gets ``VALIDATION_FAILED`` and any other uncoded error ``INTERNAL`` (docs/graphql/errors.md).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 from graphql import GraphQLError
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
@@ -43,6 +48,8 @@ from app.clock import utcnow
 from app.domain.errors import Unauthenticated
 from app.domain.tokens import seconds_until_next_check
 from app.graphql.context import Context
+from app.graphql.errors import INTERNAL_CODE
+from app.graphql.hardening import REQUEST_ERROR_CODE
 from app.outages import is_outage
 from app.services.auth import Principal, recheck
 from app.services.runtime import Runtime
@@ -86,11 +93,28 @@ class TokenChecks:
         return await asyncio.shield(entry[1])
 
 
+def with_error_codes(message: Any) -> Any:
+    """``message`` with a code on each of its errors (an ``error`` message, or a ``next``
+    whose payload has errors); other messages are returned as they are."""
+    kind = message.get("type") if isinstance(message, dict) else None
+    payload = message.get("payload") if kind in ("error", "next") else None
+    errors = payload if kind == "error" else payload.get("errors") if isinstance(payload, dict) else None
+    for error in errors or ():
+        if isinstance(error, dict) and not (error.get("extensions") or {}).get("code"):
+            # No path: about the request, not a field (as app.graphql.hardening decides).
+            code = INTERNAL_CODE if error.get("path") else REQUEST_ERROR_CODE
+            error["extensions"] = {**(error.get("extensions") or {}), "code": code}
+    return message
+
+
 class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
     """strawberry's graphql-transport-ws handler, plus the token checks described above."""
 
     _watcher: asyncio.Task[None] | None = None
     _closer: asyncio.Task[None] | None = None
+
+    async def send_message(self, message: Any) -> None:
+        await super().send_message(with_error_codes(message))
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         self.context.close_websocket = self._close_soon

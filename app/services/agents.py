@@ -20,8 +20,11 @@ from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
 from app.domain.errors import Conflict, ValidationFailed
-from app.domain.policy import validate_policy
+from app.domain.jsonvalue import depth_error
+from app.domain.mcp import PREFIX as MCP_PREFIX
+from app.domain.policy import tool_key, validate_policy
 from app.engine.providers import validate_model_config
+from app.engine.tools.registry import registered_tool_names
 from app.services.auth import Principal
 from app.services.reads import get_owned
 from app.services.runtime import Runtime
@@ -72,14 +75,25 @@ def check_name(name: str) -> str:
 
 
 def _check_tools(tools: list[str]) -> list[str]:
-    return check_string_list(
+    checked = check_string_list(
         tools, field="tools", max_items=MAX_TOOL_PATTERNS, max_chars=MAX_TOOL_PATTERN_CHARS
     )
+    # Compared trimmed and case-folded (as policy rules are): stored so, duplicates dropped.
+    return list(dict.fromkeys(tool_key(pattern) for pattern in checked))
+
+
+async def _check_policy(rt: Runtime, policy: Any) -> dict[str, Any]:
+    if rt.tool_names is None:
+        rt.tool_names = await registered_tool_names(rt.settings)
+    return validate_policy(policy, tool_names=rt.tool_names, open_prefixes=(MCP_PREFIX,))
 
 
 def _check_model(model: Any, settings: Settings) -> dict[str, Any]:
     if not isinstance(model, dict):
         raise ValidationFailed("model must be a JSON object with a 'provider'", field="model")
+    too_deep = depth_error(model, max_depth=settings.max_json_depth, what="model")
+    if too_deep is not None:
+        raise ValidationFailed(too_deep, field="model")
     # With the settings: which API key variables an agent may name is the deployment's call.
     checked = validate_model_config(model, settings)
     # The provider layer may normalise the config; store what it accepted.
@@ -106,7 +120,7 @@ async def create_agent(rt: Runtime, principal: Principal, draft: AgentDraft) -> 
         status=(draft.status or AgentStatus.ACTIVE).value,
         model=_check_model(draft.model, rt.settings),
         tools=_check_tools(draft.tools or []),
-        policy=validate_policy(draft.policy),
+        policy=await _check_policy(rt, draft.policy),
         memory_max_items=_check_budget_items(
             DEFAULT_MEMORY_MAX_ITEMS if draft.memory_max_items is None else draft.memory_max_items
         ),
@@ -126,6 +140,8 @@ async def create_agent(rt: Runtime, principal: Principal, draft: AgentDraft) -> 
 async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patch: AgentPatch) -> orm.Agent:
     principal.require(Role.ADMIN)
     changes = _validated_changes(patch, settings=rt.settings)
+    if patch.policy is not KEEP:
+        changes["policy"] = await _check_policy(rt, patch.policy)
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
         if "name" in changes and changes["name"] != row.name:
@@ -154,8 +170,6 @@ def _validated_changes(patch: AgentPatch, *, settings: Settings) -> dict[str, An
         changes["model"] = _check_model(patch.model, settings)
     if not isinstance(patch.tools, Keep):
         changes["tools"] = _check_tools(patch.tools)
-    if patch.policy is not KEEP:
-        changes["policy"] = validate_policy(patch.policy)
     if not isinstance(patch.memory_max_items, Keep):
         changes["memory_max_items"] = _check_budget_items(patch.memory_max_items)
     if not isinstance(patch.memory_max_chars, Keep):

@@ -29,7 +29,14 @@ from app.domain.errors import Conflict, CredentialRejected, NotFound
 from app.services.auth import Principal
 from app.services.reads import get_owned
 from app.services.runtime import Runtime
-from app.services.validation import KEEP, Keep, check_fraction, check_string_list, check_text
+from app.services.validation import (
+    KEEP,
+    Keep,
+    check_fraction,
+    check_identifier_text,
+    check_string_list,
+    check_text,
+)
 
 MAX_KEY_CHARS = 255
 MAX_TAGS = 32
@@ -69,7 +76,8 @@ class Written:
 
 
 def check_key(key: str) -> str:
-    return check_text(key, field="key", max_chars=MAX_KEY_CHARS, allow_empty=False)
+    key = check_text(key, field="key", max_chars=MAX_KEY_CHARS, allow_empty=False)
+    return check_identifier_text(key, field="key")
 
 
 def check_value(value: str, *, max_chars: int) -> str:
@@ -77,7 +85,8 @@ def check_value(value: str, *, max_chars: int) -> str:
 
 
 def check_tags(tags: list[str]) -> list[str]:
-    return check_string_list(tags, field="tags", max_items=MAX_TAGS, max_chars=MAX_TAG_CHARS)
+    checked = check_string_list(tags, field="tags", max_items=MAX_TAGS, max_chars=MAX_TAG_CHARS)
+    return [check_identifier_text(tag, field="tags") for tag in checked]
 
 
 def check_importance(importance: float) -> float:

@@ -15,6 +15,7 @@ from app.db.clock import now_sql
 from app.db.orm import Agent, Run, RunStep
 from app.domain.agents import AgentStatus, Role
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
+from app.domain.jsonvalue import depth_error
 from app.domain.memory import MemoryCandidate
 from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
 from app.services import memory_injection
@@ -35,6 +36,9 @@ async def start_run(
 ) -> Run:
     """Create a QUEUED root run of an ACTIVE agent and enqueue it (after commit)."""
     principal.require(Role.OPERATOR)
+    too_deep = depth_error(input, max_depth=rt.settings.max_json_depth, what="input")
+    if too_deep is not None:
+        raise ValidationFailed(too_deep, field="input")
     if len(json.dumps(input, default=str)) > MAX_INPUT_BYTES:
         raise ValidationFailed(f"input is larger than {MAX_INPUT_BYTES} bytes", field="input")
     async with new_tree_tx(rt) as tree:

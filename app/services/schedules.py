@@ -76,11 +76,11 @@ def check_timezone(name: str) -> str:
     return name
 
 
-def check_input(value: Any, *, max_chars: int) -> Any:
+def check_input(value: Any, *, max_chars: int, max_depth: int) -> Any:
     """The run input of every firing: a JSON object (or null for none)."""
     if value is not None and not isinstance(value, dict):
         raise ValidationFailed("input must be a JSON object (or null)", field="input")
-    return check_json_size(value, field="input", max_chars=max_chars)
+    return check_json_size(value, field="input", max_chars=max_chars, max_depth=max_depth)
 
 
 async def create_schedule(
@@ -89,7 +89,9 @@ async def create_schedule(
     principal.require(Role.OPERATOR)
     cron = check_cron(draft.cron)
     timezone = check_timezone(draft.timezone or DEFAULT_TIMEZONE)
-    run_input = check_input(draft.input, max_chars=rt.settings.max_text_chars)
+    run_input = check_input(
+        draft.input, max_chars=rt.settings.max_text_chars, max_depth=rt.settings.max_json_depth
+    )
     enabled = True if draft.enabled is None else draft.enabled
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
@@ -122,7 +124,7 @@ async def update_schedule(
     cron = None if isinstance(patch.cron, Keep) else check_cron(patch.cron)
     timezone = None if isinstance(patch.timezone, Keep) else check_timezone(patch.timezone)
     if patch.input is not KEEP:
-        check_input(patch.input, max_chars=rt.settings.max_text_chars)
+        check_input(patch.input, max_chars=rt.settings.max_text_chars, max_depth=rt.settings.max_json_depth)
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.Schedule, workspace_id=principal.workspace_id, pk=schedule_id)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import enum
 import json
 import math
+import unicodedata
 from typing import Any, Final
 
 from app.domain.errors import ValidationFailed
+from app.domain.jsonvalue import depth_error
 
 
 class Keep(enum.Enum):
@@ -35,6 +37,26 @@ def check_text(value: str, *, field: str, max_chars: int, allow_empty: bool = Tr
     return value
 
 
+# Control characters (NUL, tabs, line breaks...) and the Unicode line/paragraph separators:
+# invisible in every listing, and NUL is cut off or refused by some drivers.
+_UNPRINTABLE = frozenset({"Cc", "Zl", "Zp"})
+
+
+def check_identifier_text(value: str, *, field: str) -> str:
+    """A key or name that others look things up by: no control characters, and no space at
+    either end. MariaDB compares with trailing spaces ignored (its collations pad) while
+    SQLite does not, so ``dup`` and ``dup `` would be one key on one database and two on
+    the other; refusing the space makes comparison the same on both."""
+    bad = next((c for c in value if unicodedata.category(c) in _UNPRINTABLE), None)
+    if bad is not None:
+        raise ValidationFailed(
+            f"{field} must not contain control characters (found U+{ord(bad):04X})", field=field
+        )
+    if value != value.strip():
+        raise ValidationFailed(f"{field} must not begin or end with whitespace", field=field)
+    return value
+
+
 def check_int_range(value: int, *, field: str, low: int, high: int) -> int:
     if not low <= value <= high:
         raise ValidationFailed(f"{field} must be between {low} and {high}, got {value}", field=field)
@@ -47,8 +69,12 @@ def check_fraction(value: float, *, field: str) -> float:
     return float(value)
 
 
-def check_json_size(value: Any, *, field: str, max_chars: int) -> Any:
-    """JSON inputs are stored as-is; bound their size like any text."""
+def check_json_size(value: Any, *, field: str, max_chars: int, max_depth: int) -> Any:
+    """JSON inputs are stored as-is; bound their size like any text, and their depth (what
+    MariaDB can store: app.domain.jsonvalue)."""
+    too_deep = depth_error(value, max_depth=max_depth, what=field)
+    if too_deep is not None:
+        raise ValidationFailed(too_deep, field=field)
     try:
         size = len(json.dumps(value, ensure_ascii=False))
     except (TypeError, ValueError):

@@ -68,6 +68,7 @@ def plugin_env(tmp_path: Path) -> dict[str, str]:
         {
             "datetime": "tests.support.plugin_tools:DatetimeTool",
             "huge": "tests.support.plugin_tools:HugeTool",
+            "deep": "tests.support.plugin_tools:DeepTool",
             "hang": "tests.support.plugin_tools:HangingTool",
         },
     )
@@ -87,7 +88,14 @@ async def test_plugin_results_that_cannot_be_stored_fail_their_step_and_run_once
         steps=[
             {"call": "test.datetime", "args": {}},
             {"call": "test.huge", "args": {}},
-            {"final": {"a": "{{ results[0].error.code }}", "b": "{{ results[1].error.message }}"}},
+            {"call": "test.deep", "args": {}},
+            {
+                "final": {
+                    "a": "{{ results[0].error.code }}",
+                    "b": "{{ results[1].error.message }}",
+                    "c": "{{ results[2].error.code }}: {{ results[2].error.message }}",
+                }
+            },
         ],
         tools=["test.*"],
         policy=ALLOW_ALL,
@@ -98,11 +106,14 @@ async def test_plugin_results_that_cannot_be_stored_fail_their_step_and_run_once
     assert run["status"] == "SUCCEEDED", run
     assert run["result"]["a"] == "NOT_JSON"
     assert "over the cap" in run["result"]["b"]
-    [first, second] = run["steps"][:2]
+    # Too deep for MariaDB: a FAILED step the model sees, not ten crashed attempts.
+    assert run["result"]["c"] == "NOT_JSON: the tool result is nested 41 levels deep; at most 32"
+    [first, second, third] = run["steps"][:3]
     assert first["status"] == "FAILED" and "datetime" in first["result"]["error"]["message"]
     assert second["status"] == "FAILED" and second["result"]["error"]["code"] == "TOO_LARGE"
+    assert third["status"] == "FAILED" and third["result"]["error"]["code"] == "NOT_JSON"
     # Each ran exactly once: a result that cannot be stored is not an infrastructure failure.
-    assert sorted(c.split()[0] for c in _calls(plugin_env)) == ["test.datetime", "test.huge"]
+    assert sorted(c.split()[0] for c in _calls(plugin_env)) == ["test.datetime", "test.deep", "test.huge"]
 
 
 async def test_a_hung_tool_is_a_failed_step_after_its_timeout(

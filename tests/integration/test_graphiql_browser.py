@@ -66,6 +66,8 @@ class Page:
         self.refused: list[str] = []
         self.sockets: list[str] = []
         self.errors: list[str] = []
+        # What the page's Content-Security-Policy refused: must stay empty while it works.
+        self.csp: list[str] = []
 
     async def attach(self) -> None:
         async def guard(route: Any) -> None:
@@ -79,6 +81,10 @@ class Page:
         await self.page.route("**/*", guard)
         self.page.on("websocket", lambda ws: self.sockets.append(ws.url))
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.on(
+            "console",
+            lambda msg: self.csp.append(msg.text) if "Content Security Policy" in msg.text else None,
+        )
 
     async def set_token(self, token: str) -> None:
         await self.page.fill("#enverif-token", token)
@@ -177,6 +183,30 @@ async def test_graphiql_runs_a_query_and_a_live_subscription_without_network(
     assert page.refused == [], f"the page tried to leave loopback: {page.refused}"
     assert page.sockets and all(urlsplit(u).hostname in LOOPBACK for u in page.sockets), page.sockets
     assert page.errors == [], page.errors
+    assert page.csp == [], f"the page's CSP refused what it needs: {page.csp}"
+
+
+@pytest.mark.parametrize("accept", [False, True])
+async def test_a_token_in_the_link_is_used_only_once_the_user_agrees(
+    graphiql_url, browser_page, workspace, accept: bool
+) -> None:
+    page = browser_page
+    asked: list[str] = []
+
+    async def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        await (dialog.accept() if accept else dialog.dismiss())
+
+    page.page.on("dialog", answer)
+    await page.page.goto(f"{graphiql_url}#token={workspace.viewer}", wait_until="load")
+    await page.page.wait_for_selector(".graphiql-execute-button")
+    assert len(asked) == 1 and workspace.viewer[:8] in asked[0] and workspace.viewer not in asked[0]
+    assert "#token" not in page.page.url  # dropped from the address bar either way
+    stored = await page.page.evaluate("() => window.localStorage.getItem('enverif.token')")
+    assert stored == (workspace.viewer if accept else None)
+    state = await page.page.text_content("#enverif-token-state")
+    assert (state or "").endswith(workspace.viewer[-4:]) is accept
+    assert page.csp == [] and page.errors == []
 
 
 async def test_graphiql_assets_are_served_with_their_recorded_integrity(graphiql_url) -> None:
@@ -188,6 +218,12 @@ async def test_graphiql_assets_are_served_with_their_recorded_integrity(graphiql
     async with httpx.AsyncClient() as client:
         page = await client.get(graphiql_url, headers={"Accept": "text/html"})
         assert page.status_code == 200 and "Enverif GraphiQL" in page.text
+        # The console's headers: only this origin's scripts (and the page's own inline one,
+        # by hash), connections to this origin, and no framing by another page.
+        csp = page.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in csp and "connect-src 'self'" in csp
+        assert "script-src 'self' 'sha256-" in csp and "unsafe-eval" not in csp
+        assert page.headers["x-frame-options"] == "DENY"
         assert "https://" not in page.text and "unpkg" not in page.text
         for name, entry in graphiql_page.manifest().items():
             assert f'integrity="{entry["sha384"]}"' in page.text

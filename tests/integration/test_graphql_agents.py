@@ -105,6 +105,43 @@ async def test_rename_and_policy_update(gql: Any, workspace: Any) -> None:
     assert updated["policy"] == {"default": None, "rules": [{"tool": "*", "decision": "DENY"}]}
 
 
+async def test_policy_patterns_are_trimmed_and_case_folded_and_must_match_a_tool(
+    gql: Any, workspace: Any
+) -> None:
+    created = await create_agent(
+        gql,
+        workspace.admin,
+        tools=[" HTTP.get", "webhook.post"],
+        policy={
+            "rules": [{"tool": " Webhook.POST ", "decision": "DENY"}, {"tool": "HTTP.*", "decision": "ALLOW"}]
+        },
+    )
+    assert created["tools"] == ["http.get", "webhook.post"]
+    assert created["policy"]["rules"] == [
+        {"tool": "webhook.post", "decision": "DENY"},
+        {"tool": "http.*", "decision": "ALLOW"},
+    ]
+    # A rule that matches no tool of this server decides nothing: refused, named.
+    error = await gql.error(
+        UPDATE_AGENT,
+        {"id": created["id"], "input": {"policy": {"rules": [{"tool": "webhok.post", "decision": "DENY"}]}}},
+        token=workspace.admin,
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "policy"}
+    assert "policy.rules[0].tool 'webhok.post' matches no tool" in error["message"]
+    assert "webhook.post" in error["message"]  # the tools there are, to pick from
+    # A rule for a tool this agent does not offer itself is a ceiling for its delegates: kept.
+    updated = await gql.ok(
+        UPDATE_AGENT,
+        {
+            "id": created["id"],
+            "input": {"policy": {"rules": [{"tool": "memory.forget", "decision": "DENY"}]}},
+        },
+        token=workspace.admin,
+    )
+    assert updated["updateAgent"]["policy"]["rules"] == [{"tool": "memory.forget", "decision": "DENY"}]
+
+
 @pytest.mark.parametrize(
     ("fields", "field"),
     [

@@ -1,20 +1,27 @@
 """Request limits through GraphQL over HTTP: the query cost limit, argument caps, the
-statement budget of nested per-parent lists, and the API's statement timeout."""
+statement budget of nested per-parent lists, the API's statement timeout, and documents
+whose fragments expand exponentially."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from app.main import create_app
 from app.services.runtime import open_runtime
+from tests.conftest import GraphQLClient
 from tests.integration.test_graphql_runs import count_statements
-from tests.support.graphql import create_agent, create_memory, gid, pk
+from tests.support.graphql import CREATE_AGENT, create_agent, create_memory, doubling, gid, pk, unique
+from tests.support.runs import START_RUN
+from tests.support.schedules import CREATE_SCHEDULE
 from tests.support.trees import Rows
 
+RUN_INPUT = "query($id: ID!) { run(id: $id) { input } }"
 INCIDENT = "{ runs(first:100){edges{node{agent{runs(first:100){edges{node{agent{runs(first:5){edges{node{id}}}}}}}}}}}}"
 
 
@@ -258,3 +265,80 @@ async def test_api_sessions_carry_the_statement_timeout(settings: Any) -> None:
                 assert float(await session.scalar(text("SELECT @@max_statement_time"))) == 0
         finally:
             await worker.close()
+
+
+@pytest.mark.parametrize("env", ["development", "production"])
+@pytest.mark.parametrize("aliased", [False, True])
+async def test_fragment_doubling_documents_are_refused_at_once_with_or_without_a_token(
+    settings: Any, workspace: Any, env: str, aliased: bool
+) -> None:
+    """24 levels of fragments each spreading the previous one twice: 2^24 fields once
+    expanded, ~1 KB of text. Refused in milliseconds, before any validation walks it."""
+    application = create_app(settings.model_copy(update={"env": env}))
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://enverif.test") as http:
+            gql = GraphQLClient(http)
+            for i, token in enumerate([None, workspace.viewer, workspace.admin]):
+                # A fresh comment each time, so the document cache cannot answer.
+                document = doubling(24, aliased=aliased) + f"\n# attempt {i}"
+                started = time.perf_counter()
+                body = await gql.raw(document, token=token)
+                elapsed = time.perf_counter() - started
+                assert elapsed < 0.5, elapsed
+                assert "data" not in body or body["data"] is None
+                (error,) = body["errors"]
+                assert error["extensions"]["code"] == "VALIDATION_FAILED", error
+                assert ("aliases" if aliased else "fields") in error["message"]
+            # The same fragments at a harmless size still work.
+            assert await gql.ok(doubling(4, aliased=aliased), token=workspace.viewer) == {
+                "runs": {"edges": []}
+            }
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(levels):
+        value = {"down": value}
+    return value
+
+
+async def test_json_deeper_than_mariadb_stores_is_refused_at_every_entry(gql: Any, workspace: Any) -> None:
+    """31 objects deep (32 levels) is stored on both databases; one more was INTERNAL on
+    MariaDB (error 4025) and stored on SQLite. Now VALIDATION_FAILED naming the field."""
+    agent = await create_agent(gql, workspace.admin)
+    deep, deepest = {"x": _nested(30)}, {"x": _nested(31)}  # 32 and 33 levels
+    run = await gql.ok(START_RUN, {"agentId": agent["id"], "input": deep}, token=workspace.operator)
+    stored = await gql.ok(RUN_INPUT, {"id": run["startRun"]["id"]}, token=workspace.viewer)
+    assert stored["run"]["input"] == deep
+    error = await gql.error(START_RUN, {"agentId": agent["id"], "input": deepest}, token=workspace.operator)
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "input"}
+    assert "33 levels deep; at most 32" in error["message"]
+    schedule = {"cron": "@daily", "input": deepest}
+    error = await gql.error(
+        CREATE_SCHEDULE, {"agentId": agent["id"], "input": schedule}, token=workspace.operator
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "input"}
+    model = {"provider": "scripted", "steps": [{"final": _nested(32)}]}
+    error = await gql.error(
+        CREATE_AGENT, {"input": {"name": unique(), "model": model}}, token=workspace.admin
+    )
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "model"}
+
+
+async def test_a_response_over_the_byte_cap_is_refused_not_truncated(settings: Any, workspace: Any) -> None:
+    application = create_app(settings.model_copy(update={"max_response_bytes": 65_536}))
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://enverif.test") as http:
+            gql = GraphQLClient(http)
+            for i in range(3):
+                await create_agent(gql, workspace.admin, description=f"{i}" + "d" * 30_000)
+            query = "query($n: Int) { agents(first: $n) { edges { node { name description } } } }"
+            body = await gql.raw(query, {"n": 3}, token=workspace.viewer)
+            assert body["data"] is None
+            (error,) = body["errors"]
+            assert error["extensions"] == {"code": "VALIDATION_FAILED"}
+            assert "over the limit of 65536" in error["message"]
+            one = await gql.ok(query, {"n": 1}, token=workspace.viewer)  # 30 KB: served whole
+            assert len(one["agents"]["edges"][0]["node"]["description"]) == 30_001

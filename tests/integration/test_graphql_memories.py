@@ -320,6 +320,14 @@ async def test_duplicate_key_is_a_conflict(gql: Any, workspace: Any) -> None:
         ({"key": "k", "value": "v", "tags": ["t"] * 0 + [f"t{i}" for i in range(33)]}, "tags"),
         ({"key": "k", "value": "v", "tags": ["x" * 65]}, "tags"),
         ({"key": "k", "value": "v", "tags": [" "]}, "tags"),
+        # Control characters and edge whitespace in keys and tags (NUL once stored; MariaDB
+        # took "dup" and "dup " for one key, SQLite for two).
+        ({"key": "dup\u0000", "value": "v"}, "key"),
+        ({"key": "a\nb", "value": "v"}, "key"),
+        ({"key": "dup ", "value": "v"}, "key"),
+        ({"key": " dup", "value": "v"}, "key"),
+        ({"key": "k", "value": "v", "tags": ["t\u0000"]}, "tags"),
+        ({"key": "k", "value": "v", "tags": ["t "]}, "tags"),
     ],
 )
 async def test_create_validation(gql: Any, workspace: Any, memory_input: dict[str, Any], field: str) -> None:
@@ -330,6 +338,18 @@ async def test_create_validation(gql: Any, workspace: Any, memory_input: dict[st
     assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": field}
     data = await gql.ok(SEARCH, {"agentId": agent["id"]}, token=workspace.viewer)
     assert data["memories"]["edges"] == []
+
+
+async def test_a_key_with_a_trailing_space_is_refused_on_every_database(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    memory = await create_memory(gql, workspace.operator, agent["id"], key="dup", value="one")
+    for key in ("dup ", "dup\t", "dup\u0000"):
+        error = await gql.error(
+            UPDATE_MEMORY, {"id": memory["id"], "input": {"key": key}}, token=workspace.operator
+        )
+        assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "key"}, key
+    data = await gql.ok(SEARCH, {"agentId": agent["id"]}, token=workspace.viewer)
+    assert [e["node"]["key"] for e in data["memories"]["edges"]] == ["dup"]
 
 
 async def test_failed_update_changes_nothing_and_writes_no_revision(gql: Any, workspace: Any) -> None:

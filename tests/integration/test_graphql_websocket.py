@@ -3,6 +3,8 @@ connection_init, and queries on a long-lived connection that never see stale dat
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -63,3 +65,51 @@ async def test_each_operation_on_one_connection_reads_fresh_data(
         assert second["data"]["agent"]["description"] == "after"
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "variables"),
+    [
+        # Variable coercion and validation errors come from graphql-core without a code.
+        ("subscription($root: ID!) { runTree(rootRunId: $root) { seq } }", {}),
+        ("subscription($root: ID!) { runTree(rootRunId: $root) { seq } }", {"root": {"an": "object"}}),
+        ("query($n: Int) { runs(first: $n) { edges { node { id } } } }", {"n": "x"}),
+        ("subscription { nope }", {}),
+    ],
+)
+async def test_every_websocket_error_carries_a_code(
+    ws_url: str, workspace: Any, query: str, variables: dict[str, Any]
+) -> None:
+    client = await GraphQLWS.open(ws_url, workspace.viewer)
+    try:
+        await client.send(
+            {"id": "1", "type": "subscribe", "payload": {"query": query, "variables": variables}}
+        )
+        errors = await client.errors("1")
+        assert errors and all(e["extensions"]["code"] == "VALIDATION_FAILED" for e in errors), errors
+        # The socket stays usable.
+        assert await client.execute("2", "{ viewer { role } }") == {"data": {"viewer": {"role": "viewer"}}}
+    finally:
+        await client.close()
+
+
+async def test_sockets_that_never_send_connection_init_are_closed_on_time(settings: Settings) -> None:
+    """50 sockets that connect and say nothing (300 of them were once held for a minute):
+    each is closed with 4408 once ENVERIF_WS_CONNECTION_INIT_TIMEOUT_S has passed."""
+    from app.main import create_app
+
+    app = create_app(settings.model_copy(update={"ws_connection_init_timeout_s": 1.0}))
+    async with serve(app, lifespan="on") as base_url:
+        url = base_url.replace("http://", "ws://") + "/graphql"
+        started = time.monotonic()
+        clients = [await GraphQLWS.connect(url) for _ in range(50)]
+
+        async def closed_with(client: GraphQLWS) -> int | None:
+            with pytest.raises(ConnectionClosed) as closed:
+                await client.receive(timeout_s=10)
+            return closed.value.rcvd.code if closed.value.rcvd else None
+
+        codes = await asyncio.gather(*(closed_with(c) for c in clients))
+        elapsed = time.monotonic() - started
+    assert codes == [4408] * 50
+    assert 1.0 <= elapsed < 6.0, elapsed

@@ -155,6 +155,24 @@ async def test_deny_is_recorded_and_the_model_sees_it(gql, workspace) -> None:
     assert sink.pages == 0
 
 
+@pytest.mark.parametrize("pattern", ["Webhook.post", " webhook.post", "webhook.POST"])
+async def test_a_deny_rule_spelt_differently_still_denies(gql, workspace, pattern: str) -> None:
+    """Under a default of ALLOW these rules once matched nothing and the post went out."""
+    async with sink_server() as (sink, url):
+        agent = await scripted_agent(
+            gql,
+            workspace.admin,
+            steps=[
+                {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}},
+                {"final": "done"},
+            ],
+            policy={"default": "ALLOW", "rules": [{"tool": pattern, "decision": "DENY"}]},
+        )
+        run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
+    assert run["steps"][0]["status"] == "DENIED", run["steps"]
+    assert sink.deliveries == []
+
+
 async def test_cancel_a_waiting_run_closes_its_approvals(gql, workspace) -> None:
     async with sink_server() as (sink, url):
         run_id, run = await _approval_run(gql, workspace, url)

@@ -2,7 +2,8 @@
 (and ``CREATE_MEMORY``), ids, and unique names.
 
 ``create_agent`` returns the agent as GraphQL answers it; ``tests.support.runs.scripted_agent``
-builds on it for run tests (an agent that follows scripted steps, by id).
+builds on it for run tests (an agent that follows scripted steps, by id). ``doubling`` writes
+the fragment bomb the document shape limits refuse (app/graphql/shape.py).
 """
 
 from __future__ import annotations
@@ -61,3 +62,14 @@ async def create_memory(gql: Any, token: str, agent_id: str, **fields: Any) -> d
     data = await gql.ok(CREATE_MEMORY, {"agentId": agent_id, "input": memory_input}, token=token)
     memory: dict[str, Any] = data["createMemory"]
     return memory
+
+
+def doubling(levels: int, *, aliased: bool, operation: str = "") -> str:
+    """Fragments that each spread the previous one twice: 2^levels fields once expanded."""
+    leaf = "a: id" if aliased else "id"
+    lines = [f"fragment f0 on Run {{ {leaf} }}"]
+    for i in range(1, levels + 1):
+        extra = f"a{i}: id " if aliased else ""
+        lines.append(f"fragment f{i} on Run {{ {extra}...f{i - 1} ...f{i - 1} }}")
+    root = operation or f"query {{ runs(first: 1) {{ edges {{ node {{ ...f{levels} }} }} }} }}"
+    return root + "\n" + "\n".join(lines)

@@ -46,6 +46,19 @@ class HugeTool(_Logged):
         return {"blob": "x" * 5_000_000}
 
 
+class DeepTool(_Logged):
+    """A result nested 40 levels deep: SQLite would store it, MariaDB refuses past 31."""
+
+    name = "test.deep"
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
+        self.log(ctx)
+        value: Any = "bottom"
+        for _ in range(40):
+            value = {"down": value}
+        return value
+
+
 class HangingTool(_Logged):
     name = "test.hang"
     timeout_s = 1.0

@@ -35,3 +35,27 @@ def test_the_page_loads_only_vendored_assets_each_with_integrity() -> None:
     assert all(s.startswith("graphiql/") or s.startswith("data:") for s in sources), sources
     for entry in graphiql_page.manifest().values():
         assert f'graphiql/{entry["file"]}" integrity="{entry["sha384"]}"' in page
+
+
+def test_the_policy_allows_exactly_the_page_s_inline_script() -> None:
+    import base64
+    import hashlib
+
+    (script,) = re.findall(r"<script>(.*?)</script>", graphiql_page.page_html(), re.DOTALL)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    csp = graphiql_page.page_headers()["Content-Security-Policy"]
+    directives = dict(d.strip().split(" ", 1) for d in csp.split(";"))
+    assert directives["script-src"] == f"'self' 'sha256-{digest}'"
+    assert directives["frame-ancestors"] == "'none'" and directives["connect-src"] == "'self'"
+    assert directives["default-src"] == "'none'"
+    # The vendored code needs no eval: its one `new Function` is webpack's guarded fallback
+    # for a missing globalThis.
+    assert "unsafe-eval" not in csp
+
+
+def test_a_token_from_the_link_is_stored_only_after_confirm() -> None:
+    page = graphiql_page.page_html()
+    block = page[page.index("if (fromHash) {") :]
+    block = block[: block.index("\n      }\n")]
+    assert block.index("window.confirm(") < block.index("localStorage.setItem")
+    assert block.index("replaceState") < block.index("window.confirm(")  # gone from the URL first

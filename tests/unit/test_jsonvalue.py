@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.jsonvalue import NOT_JSON, TOO_LARGE, NotStorable, strict_json
+from app.domain.jsonvalue import MAX_JSON_DEPTH, NOT_JSON, TOO_LARGE, NotStorable, json_depth, strict_json
 from app.domain.model_errors import model_error
 
 
@@ -75,3 +75,45 @@ def test_strict_json_is_identity_on_json_and_its_encoding_is_strict(value: Any) 
     stored = strict_json(value, max_bytes=10_000_000)
     assert stored == value
     json.dumps(stored, allow_nan=False)  # strict: NaN/Infinity never get through
+
+
+def _nested(levels: int, *, leaf: Any = 1, kind: str = "list") -> Any:
+    value = leaf
+    for _ in range(levels):
+        value = [value] if kind == "list" else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "depth"),
+    [
+        (1, 1),
+        (None, 1),
+        ([], 2),
+        ({}, 2),
+        ([1, 2], 2),
+        ({"a": [1, {"b": 2}]}, 4),
+        ([[], [[[]]]], 5),
+        (_nested(31), 32),
+        (_nested(31, kind="dict"), 32),
+        (_nested(31, leaf=[]), 33),
+    ],
+)
+def test_json_depth(value: Any, depth: int) -> None:
+    assert json_depth(value) == depth
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_the_depth_cap_is_what_mariadb_stores(kind: str) -> None:
+    # 31 nested arrays or objects: the most MariaDB's JSON_VALID accepts (32 is error 4025).
+    assert strict_json(_nested(31, kind=kind), max_bytes=10_000) == _nested(31, kind=kind)
+    with pytest.raises(NotStorable) as refused:
+        strict_json(_nested(32, kind=kind), max_bytes=10_000, what="the arguments")
+    assert refused.value.code == "NOT_JSON"
+    assert refused.value.message == f"the arguments is nested 33 levels deep; at most {MAX_JSON_DEPTH}"
+    with pytest.raises(NotStorable):
+        strict_json(_nested(5), max_bytes=10_000, max_depth=5)
+
+
+def test_depth_is_measured_without_recursion() -> None:
+    assert json_depth(_nested(200_000)) == 200_001

@@ -22,6 +22,7 @@ from app.domain.policy import (
     parse_chain,
     parse_policy,
     strictest,
+    tool_matches,
     validate_policy,
 )
 
@@ -82,6 +83,22 @@ def test_strictest(a: Decision, b: Decision, expected: Decision) -> None:
         (
             {"default": "REQUIRE_APPROVAL", "rules": [{"decision": "ALLOW", "tool": "*"}]},
             {"default": "REQUIRE_APPROVAL", "rules": [{"tool": "*", "decision": "ALLOW"}]},
+        ),
+        # Trimmed and case-folded: stored as they are compared.
+        (
+            {
+                "rules": [
+                    {"tool": " Webhook.POST ", "decision": "DENY"},
+                    {"tool": "HTTP.*", "decision": "ALLOW"},
+                ]
+            },
+            {
+                "default": None,
+                "rules": [
+                    {"tool": "webhook.post", "decision": "DENY"},
+                    {"tool": "http.*", "decision": "ALLOW"},
+                ],
+            },
         ),
     ],
 )
@@ -170,8 +187,9 @@ def test_parse_policy_builds_frozen_dataclass() -> None:
             AgentDecision(R, "risk default for EXTERNAL_WRITE"),
         ),
         (pol(A, ("http.*", D)), "memory.search", RiskClass.READ, AgentDecision(A, "default")),
-        # globs are case-sensitive and anchored
-        (pol(None, ("HTTP.*", D)), "http.get", RiskClass.READ, AgentDecision(A, "risk default for READ")),
+        # globs are anchored; case and surrounding spaces do not matter (a DENY for
+        # "Webhook.post" once matched nothing and the post went out)
+        (pol(None, ("HTTP.*", D)), "http.get", RiskClass.READ, AgentDecision(D, "rule 'HTTP.*'")),
         (pol(None, ("http", D)), "http.get", RiskClass.READ, AgentDecision(A, "risk default for READ")),
         (pol(None, ("*.get", D)), "http.get", RiskClass.READ, AgentDecision(D, "rule '*.get'")),
         (pol(None, ("http.ge?", D)), "http.get", RiskClass.READ, AgentDecision(D, "rule 'http.ge?'")),
@@ -414,3 +432,51 @@ def test_reason_names_the_imposing_agent(chain: list[PolicyLink], tool: str, ris
 @given(policies)
 def test_policy_json_round_trip(policy: Policy) -> None:
     assert parse_policy(policy.to_json()) == policy
+
+
+@pytest.mark.parametrize(
+    ("name", "pattern", "matches"),
+    [
+        ("webhook.post", "webhook.post", True),
+        ("webhook.post", "Webhook.post", True),
+        ("webhook.post", " webhook.post", True),
+        ("webhook.post", "webhook.POST", True),
+        ("webhook.post", "WEBHOOK.*", True),
+        ("Plugin.Tool", "plugin.*", True),  # a plugin's name is folded too
+        ("webhook.post", "webhook.get", False),
+        ("webhook.post", "webhook", False),
+        ("http.get", "webhook.*", False),
+    ],
+)
+def test_tool_names_and_patterns_compare_trimmed_and_case_folded(
+    name: str, pattern: str, matches: bool
+) -> None:
+    assert tool_matches(name, pattern) is matches
+    policy = parse_policy({"default": "ALLOW", "rules": [{"tool": pattern, "decision": "DENY"}]})
+    assert decide_for_agent(policy, name, RiskClass.EXTERNAL_WRITE).decision is (D if matches else A)
+
+
+TOOLS = frozenset({"http.get", "webhook.post", "memory.remember", "agents.delegate"})
+
+
+@pytest.mark.parametrize("pattern", ["*", "http.*", "Webhook.Post", "memory.remember", "*.delegate", "[hw]*"])
+def test_a_rule_matching_some_tool_is_kept(pattern: str) -> None:
+    validate_policy({"rules": [{"tool": pattern, "decision": "DENY"}]}, tool_names=TOOLS)
+
+
+@pytest.mark.parametrize("pattern", ["webhok.post", "http", "mail.*", "webhook.post.x", "?"])
+def test_a_rule_matching_no_tool_is_refused_naming_it(pattern: str) -> None:
+    raw = {"rules": [{"tool": "http.*", "decision": "ALLOW"}, {"tool": pattern, "decision": "DENY"}]}
+    with pytest.raises(ValidationFailed) as info:
+        validate_policy(raw, tool_names=TOOLS)
+    assert info.value.field == "policy"
+    assert f"policy.rules[1].tool {pattern.casefold()!r} matches no tool" in info.value.message
+    validate_policy(raw)  # without the tool names (a policy read back) only the form is checked
+
+
+@pytest.mark.parametrize("pattern", ["mcp.crm.create_lead", "MCP.crm.*", "mcp.*"])
+def test_a_rule_for_connector_tools_is_kept_before_its_server_exists(pattern: str) -> None:
+    raw = {"rules": [{"tool": pattern, "decision": "REQUIRE_APPROVAL"}]}
+    validate_policy(raw, tool_names=TOOLS, open_prefixes=("mcp.",))
+    with pytest.raises(ValidationFailed):
+        validate_policy(raw, tool_names=TOOLS)

@@ -13,7 +13,6 @@ never keep the server from starting.
 
 from __future__ import annotations
 
-import fnmatch
 import inspect
 import logging
 import re
@@ -22,7 +21,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from app.domain.mcp import PREFIX as MCP_PREFIX
-from app.domain.policy import RiskClass
+from app.domain.policy import RiskClass, tool_matches
 from app.engine.base import Tool, ToolKind, ToolSpec
 from app.engine.tools.agents import AgentsListTool, DelegateTool
 from app.engine.tools.http import HttpGetTool, WebhookPostTool
@@ -73,7 +72,8 @@ def tool_timeout_s(tool: Tool, default_s: float) -> float:
 
 
 def matches_any(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+    # Trimmed and case-folded on both sides, as policy rules are (app.domain.policy.tool_key).
+    return any(tool_matches(name, pattern) for pattern in patterns)
 
 
 class ToolRegistry:
@@ -175,3 +175,13 @@ def default_registry(settings: Settings, *, extra: Iterable[Tool] = ()) -> ToolR
             continue
         log.info("loaded tool plugin %s from %s", tool.name, entry_point.value)
     return registry
+
+
+async def registered_tool_names(settings: Settings) -> frozenset[str]:
+    """The name of every tool a worker of this installation registers (built-ins and the
+    plugins that load), for checks outside the engine: a policy rule must match one."""
+    registry = default_registry(settings)
+    try:
+        return frozenset(registry.names())
+    finally:
+        await registry.aclose()
