@@ -26,7 +26,7 @@ from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import Role
 from app.domain.errors import Conflict, NotFound, ValidationFailed
-from app.domain.jsonvalue import NotStorable, strict_json
+from app.domain.jsonvalue import NotStorable, depth_error, strict_json
 from app.domain.mcp import (
     Transport,
     check_headers,
@@ -47,16 +47,10 @@ log = logging.getLogger(__name__)
 MAX_DESCRIPTION_CHARS = 4_000
 MAX_SCHEMA_BYTES = 65_536
 MAX_ERROR_CHARS = 2_000
-# MariaDB refuses JSON nested deeper than 31 levels (SQLite does not): checked before writing.
-MAX_SCHEMA_DEPTH = 24
-
-
-def _depth(value: Any) -> int:
-    if isinstance(value, dict):
-        return 1 + max((_depth(v) for v in value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max((_depth(v) for v in value), default=0)
-    return 0
+# MariaDB refuses JSON nested deeper than it stores (ENVERIF_MAX_JSON_DEPTH's default, 32;
+# SQLite does not): a schema is stored inside a tool row and shown in results, so it gets
+# less (counted as ``json_depth`` does: 1 for a scalar, +1 per object or array around it).
+MAX_SCHEMA_DEPTH = 25
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,11 +100,10 @@ def usable_tools(server: str, listed: list[Any]) -> tuple[list[ListedTool], list
                 schema = strict_json(schema, max_bytes=MAX_SCHEMA_BYTES, what=f"{tool.name}'s inputSchema")
                 if not isinstance(schema, dict):
                     raise jsonschema.SchemaError("not an object")
-                if _depth(schema) > MAX_SCHEMA_DEPTH:
-                    raise NotStorable(
-                        ModelErrorCode.NOT_JSON,
-                        f"{tool.name}'s inputSchema is nested over {MAX_SCHEMA_DEPTH} levels",
-                    )
+                if too_deep := depth_error(
+                    schema, max_depth=MAX_SCHEMA_DEPTH, what=f"{tool.name}'s inputSchema"
+                ):
+                    raise NotStorable(ModelErrorCode.NOT_JSON, too_deep)
                 jsonschema.validators.validator_for(schema).check_schema(schema)
             except NotStorable as exc:
                 problem = exc.message

@@ -248,8 +248,9 @@ def _listed(name: Any, schema: Any, annotations: Any = None) -> Any:
         (
             "deep",
             {"type": "object", "properties": {"a": {"items": {"items": {}}}}} | _nested(30),
-            "nested over",
+            "levels deep; at most 32",  # over what any stored JSON may be
         ),
+        ("deepish", {"type": "object"} | _nested(24), "levels deep; at most 25"),  # a schema's cap
     ],
 )
 def test_listed_tools_that_cannot_be_offered_are_left_out_with_the_reason(name, schema, problem) -> None:
