@@ -311,7 +311,7 @@ class RunExecutor:
             turn = await turns.ask(model, ctx, io=self._io(), run_id=self.run_id)
             if isinstance(turn, Fail):
                 return turn  # the provider failed: so does the run
-            plan = turns.plan(state, turn)
+            plan = turns.plan(state, turn, max_identical=self.rt.settings.max_identical_calls)
             elapsed_s = time.monotonic() - batch_started
             if not batches(
                 plan, fast=state.fast, batched=len(state.reads), elapsed_s=elapsed_s, tools=state.tools

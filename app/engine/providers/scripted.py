@@ -6,6 +6,9 @@ Config (docs/extending/providers.md)::
     TURN = {"call": "tool.name", "args": {...}}
          | {"calls": [{"call": "tool.name", "args": {...}}, ...]}     # parallel calls
          | {"final": VALUE}
+    any TURN may add "usage": {"input_tokens": N, "output_tokens": M,
+                               "cache_read_tokens": N, "cache_write_tokens": N}
+    (what the turn reports it consumed, so tests and demos can spend: docs/concepts/budgets.md)
 
 Every string inside ``args`` and ``final`` (recursively through objects and lists; keys are
 left alone) is a Jinja2 template, rendered in an immutable sandbox with:
@@ -45,6 +48,7 @@ from app.engine.base import (
     ToolCalls,
     Turn,
     TurnContext,
+    Usage,
 )
 from app.engine.providers.sandbox import CappedSandbox, compile_template, has_templates
 
@@ -53,6 +57,10 @@ if TYPE_CHECKING:
 
 PROVIDER = "scripted"
 MAX_STEPS = 1_000
+USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+# A turn cannot report more than this many tokens of one kind: far above any real model's
+# context, low enough that sums over a tree stay exact in a BIGINT column.
+MAX_USAGE_TOKENS = 10**9
 
 # Validation compiles (never renders) templates in the API process. Compiling evaluates
 # constant sub-expressions, which is why this is the capped sandbox too.
@@ -111,6 +119,24 @@ def _check_call(call: object, where: str) -> None:
     _check_templates(args, f"{where}.args")
 
 
+def _check_usage(usage: object, where: str) -> None:
+    if not isinstance(usage, dict):
+        raise _invalid(f"{where} must be an object {{input_tokens, output_tokens}}")
+    unknown = sorted(set(usage) - set(USAGE_KEYS))
+    if unknown:
+        raise _invalid(
+            f"{where} has unknown keys: {', '.join(map(str, unknown))} (allowed: {', '.join(USAGE_KEYS)})"
+        )
+    for key, count in usage.items():
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_USAGE_TOKENS:
+            raise _invalid(f"{where}.{key} must be a whole number from 0 to {MAX_USAGE_TOKENS}")
+
+
+def _usage(turn: Mapping[str, Any]) -> Usage | None:
+    usage = turn.get("usage")
+    return None if usage is None else Usage(**usage)
+
+
 def validate_scripted_config(cfg: object) -> dict[str, Any]:
     """Check a scripted model config; returns a copy. Raises ``ValidationFailed`` naming
     ``model.steps`` (or the key that is wrong)."""
@@ -131,6 +157,9 @@ def validate_scripted_config(cfg: object) -> dict[str, Any]:
         where = f"model.steps[{i}]"
         if not isinstance(turn, dict):
             raise _invalid(f"{where} must be an object")
+        if "usage" in turn:
+            _check_usage(turn["usage"], f"{where}.usage")
+            turn = {k: v for k, v in turn.items() if k != "usage"}
         kinds = [k for k in ("call", "calls", "final") if k in turn]
         if len(kinds) != 1:
             found = ", ".join(kinds) or "none"
@@ -183,10 +212,13 @@ class ScriptedProvider:
         where = f"scripted step {ctx.turn}"
         if "final" in turn:
             (value,) = await self._render([(turn["final"], f"{where}: final")], results, ctx)
-            return FinalAnswer(value)
+            return FinalAnswer(value, usage=_usage(turn))
         calls = turn["calls"] if "calls" in turn else [turn]
         args = await self._render([(call.get("args", {}), f"{where}: args") for call in calls], results, ctx)
-        return ToolCalls([ToolCall(tool=call["call"], args=a) for call, a in zip(calls, args, strict=True)])
+        return ToolCalls(
+            [ToolCall(tool=call["call"], args=a) for call, a in zip(calls, args, strict=True)],
+            usage=_usage(turn),
+        )
 
     async def _render(self, items: list[tuple[Any, str]], results: list[Any], ctx: TurnContext) -> list[Any]:
         if not any(has_templates(tree) for tree, _ in items):
