@@ -42,13 +42,14 @@ INT_LIMITS: Final[Mapping[str, int]] = {
     "maxChildren": 100_000,
     "maxTreeRuns": 1_000_000,
     "maxTokens": 10**12,
-    "maxConcurrentRuns": 100_000,
 }
 FLOAT_LIMITS: Final[Mapping[str, float]] = {
     "maxCostUsd": 1_000_000.0,
     "maxWallS": 366 * 86_400.0,
 }
 KEYS: Final = (*INT_LIMITS, *FLOAT_LIMITS)
+# Part of the budget contract, not enforced yet: refused rather than silently ignored.
+NOT_SUPPORTED_YET: Final = frozenset({"maxConcurrentRuns"})
 
 # Limits over the run's subtree, and what each counts in a subtree usage.
 SUBTREE: Final[Mapping[str, str]] = {"maxTokens": "tokens", "maxCostUsd": "costUsd", "maxTreeRuns": "runs"}
@@ -92,6 +93,8 @@ def parse_budget(value: Any, *, field: str = "budget") -> dict[str, float]:
     checked: dict[str, float] = {}
     for key, limit in value.items():
         where = f"{field}.{key}"
+        if key in NOT_SUPPORTED_YET:
+            raise ValidationFailed(f"{where}: quotas are not supported yet", field=where)
         if key not in KEYS:
             raise ValidationFailed(f"{where} is not a budget limit (known: {', '.join(KEYS)})", field=where)
         if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):

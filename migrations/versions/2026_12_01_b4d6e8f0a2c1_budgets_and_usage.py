@@ -19,26 +19,21 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("agents") as batch:
-        batch.add_column(sa.Column("budget", sa.JSON(), nullable=True))
-    with op.batch_alter_table("agent_runs") as batch:
-        batch.add_column(sa.Column("budget", sa.JSON(), nullable=True))
-        batch.add_column(sa.Column("usage", sa.JSON(), nullable=True))
-        batch.add_column(sa.Column("tree_usage", sa.JSON(), nullable=True))
-        batch.add_column(sa.Column("error_code", sa.String(64), nullable=True))
-    with op.batch_alter_table("run_steps") as batch:
-        batch.add_column(sa.Column("usage", sa.JSON(), nullable=True))
-        batch.add_column(sa.Column("error_code", sa.String(64), nullable=True))
+    # Plain ADD COLUMN on both databases (nullable columns, no batch): on SQLite a batch
+    # "move and copy" would drop and recreate ``agents``, and the drop's ON DELETE CASCADE
+    # would take every agent's memories with it.
+    op.add_column("agents", sa.Column("budget", sa.JSON(), nullable=True))
+    op.add_column("agent_runs", sa.Column("budget", sa.JSON(), nullable=True))
+    op.add_column("agent_runs", sa.Column("usage", sa.JSON(), nullable=True))
+    op.add_column("agent_runs", sa.Column("tree_usage", sa.JSON(), nullable=True))
+    op.add_column("agent_runs", sa.Column("error_code", sa.String(64), nullable=True))
+    op.add_column("run_steps", sa.Column("usage", sa.JSON(), nullable=True))
+    op.add_column("run_steps", sa.Column("error_code", sa.String(64), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("run_steps") as batch:
-        batch.drop_column("error_code")
-        batch.drop_column("usage")
-    with op.batch_alter_table("agent_runs") as batch:
-        batch.drop_column("error_code")
-        batch.drop_column("tree_usage")
-        batch.drop_column("usage")
-        batch.drop_column("budget")
-    with op.batch_alter_table("agents") as batch:
-        batch.drop_column("budget")
+    # DROP COLUMN (SQLite >= 3.35 has it natively): no table is recreated, for the same reason.
+    for table, column in [("run_steps", "error_code"), ("run_steps", "usage"), ("agent_runs", "error_code"),
+                          ("agent_runs", "tree_usage"), ("agent_runs", "usage"), ("agent_runs", "budget"),
+                          ("agents", "budget")]:  # fmt: skip
+        op.drop_column(table, column)
