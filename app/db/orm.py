@@ -294,6 +294,8 @@ class Run(Base):
     budget: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     tree_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # When its maxWallS (or an ancestor's) runs out; the sweeper ends runs past it.
+    deadline_at: Mapped[datetime | None] = mapped_column(index=True)
 
     # Execution bookkeeping. `attempt` is the fencing token: every claim bumps it, and a
     # worker's writes only land while the row still carries the attempt it claimed.

@@ -4,6 +4,7 @@ end runs FAILED with Run.errorCode; a child is held to what its ancestors have l
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -204,3 +205,23 @@ async def test_bad_budgets_are_refused_naming_the_field(gql, workspace) -> None:
         assert "may only tighten" in err["message"]
     runs = await gql.ok("query { runs(first: 5) { edges { node { id } } } }", token=workspace.viewer)
     assert runs["runs"]["edges"] == []  # nothing half-written
+
+
+async def test_max_wall_s_ends_a_run_waiting_for_approval(gql, workspace, worker, runtime) -> None:
+    from app.services.sweeper import sweep
+
+    ask = [{"call": "memory.search", "args": {"query": "wait"}}, {"final": "never"}]
+    _, agent_id = await agent(
+        gql, workspace.admin, "slow", ask, budget={"maxWallS": 1},
+        policy={"rules": [{"tool": "memory.search", "decision": "REQUIRE_APPROVAL"}]},
+    )  # fmt: skip
+    run_id = await start(gql, workspace.operator, agent_id)
+    await wait_run(gql, workspace.viewer, run_id, statuses="WAITING_APPROVAL", timeout_s=20)
+    await asyncio.sleep(1.2)
+    # Nothing but the sweeper notices a waiting run's time (the worker's sweeper loop may
+    # have been first: then this sweep finds nothing left to end).
+    await sweep(runtime)
+    run = await wait_run(gql, workspace.viewer, run_id, timeout_s=10)
+    assert run["status"] == "FAILED" and run["pendingApprovals"] == []
+    full = await tree(gql, workspace.viewer, run_id)
+    assert full["errorCode"] == "BUDGET_EXCEEDED" and "maxWallS 1 set by agent 'slow-" in full["error"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import insert
@@ -76,10 +76,19 @@ class NewRun:
                             tighter=tighter)  # fmt: skip
         return limits_json(limits)
 
+    def deadline(self, now: datetime, limits: dict[str, Any]) -> datetime | None:
+        """When the run's wall clock runs out: its own ``maxWallS`` from now, or its
+        parent's deadline if that comes first (docs/concepts/budgets.md)."""
+        wall = limits.get("maxWallS")
+        own = None if wall is None else now + timedelta(seconds=float(wall["limit"]))
+        inherited = None if self.parent is None else self.parent.deadline_at
+        return min((d for d in (own, inherited) if d is not None), default=None)
+
     def columns(self, *, now: datetime, root_id: int | None) -> dict[str, Any]:
         """The new row: QUEUED, woken once (its first job), no attempt yet. ``root_id`` None:
         a root, which becomes its own root once it has an id (``NewTree``)."""
         parent = self.parent
+        limits = self.own_limits()
         return {
             "workspace_id": self.agent.workspace_id,
             "agent_id": self.agent.id,
@@ -93,7 +102,8 @@ class NewRun:
             "delegation_task": self.task,
             "schedule_id": self.schedule_id,
             "policy_chain": self.policy_chain(),
-            "budget": self.own_limits(),
+            "budget": limits,
+            "deadline_at": self.deadline(now, limits),
             "usage": {},
             "tree_usage": {"runs": 1},
             "attempt": 0,
