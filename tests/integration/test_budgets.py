@@ -225,3 +225,22 @@ async def test_max_wall_s_ends_a_run_waiting_for_approval(gql, workspace, worker
     assert run["status"] == "FAILED" and run["pendingApprovals"] == []
     full = await tree(gql, workspace.viewer, run_id)
     assert full["errorCode"] == "BUDGET_EXCEEDED" and "maxWallS 1 set by agent 'slow-" in full["error"]
+
+
+async def test_runs_show_prints_usage_and_budget(gql, workspace, worker, enverif) -> None:
+    import json
+
+    from tests.support.cli import in_thread
+
+    steps = [{"call": "memory.search", "args": {"query": "a"}, "usage": spend(20, 10)}, {"final": "ok"}]
+    _, agent_id = await agent(gql, workspace.admin, "shown", steps)
+    run_id = await start(gql, workspace.operator, agent_id, budget={"maxTokens": 500})
+    assert (await wait_run(gql, workspace.viewer, run_id, timeout_s=20))["status"] == "SUCCEEDED"
+    shown = await in_thread(enverif, "runs", "show", run_id, "--workspace", workspace.name, "--json")
+    run = json.loads(shown.stdout)["run"]
+    assert run["usage"]["inputTokens"] == 20 and run["tree_usage"]["runs"] == 1
+    [tokens] = [b for b in run["budget"] if b["name"] == "maxTokens"]
+    assert (tokens["used"], tokens["remaining"], tokens["imposed_by"]) == (30, 470, "the caller")
+    human = await in_thread(enverif, "runs", "show", run_id, "--workspace", workspace.name)
+    assert "usage     30 tokens" in human.stdout
+    assert "budget    maxTokens 30/500 (470 left, set by the caller)" in human.stdout
