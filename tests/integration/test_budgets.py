@@ -212,19 +212,20 @@ async def test_max_wall_s_ends_a_run_waiting_for_approval(gql, workspace, worker
 
     ask = [{"call": "memory.search", "args": {"query": "wait"}}, {"final": "never"}]
     _, agent_id = await agent(
-        gql, workspace.admin, "slow", ask, budget={"maxWallS": 1},
+        gql, workspace.admin, "slow", ask, budget={"maxWallS": 4},
         policy={"rules": [{"tool": "memory.search", "decision": "REQUIRE_APPROVAL"}]},
     )  # fmt: skip
     run_id = await start(gql, workspace.operator, agent_id)
     await wait_run(gql, workspace.viewer, run_id, statuses="WAITING_APPROVAL", timeout_s=20)
-    await asyncio.sleep(1.2)
+    await asyncio.sleep(4.2)
     # Nothing but the sweeper notices a waiting run's time (the worker's sweeper loop may
     # have been first: then this sweep finds nothing left to end).
     await sweep(runtime)
     run = await wait_run(gql, workspace.viewer, run_id, timeout_s=10)
     assert run["status"] == "FAILED" and run["pendingApprovals"] == []
+    assert run["steps"][0]["status"] == "CANCELLED"  # it had started: the sweeper ended it while it waited
     full = await tree(gql, workspace.viewer, run_id)
-    assert full["errorCode"] == "BUDGET_EXCEEDED" and "maxWallS 1 set by agent 'slow-" in full["error"]
+    assert full["errorCode"] == "BUDGET_EXCEEDED" and "maxWallS 4 set by agent 'slow-" in full["error"]
 
 
 async def test_runs_show_prints_usage_and_budget(gql, workspace, worker, enverif) -> None:
