@@ -32,6 +32,10 @@ SUPPORTED_REDIS_SCHEMES = ("redis", "rediss", "unix")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+# The token kinds a model price gives (USD per million tokens): ENVERIF_MODEL_PRICES.
+PRICE_KINDS = ("input", "output", "cacheRead", "cacheWrite")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ENVERIF_", extra="ignore", frozen=True)
 
@@ -137,6 +141,16 @@ class Settings(BaseSettings):
     # characters (0: not at all), so clients and tests can use live output without a vendor.
     scripted_stream_chunk_chars: int = Field(default=64, ge=0, le=1_000_000)
     max_turns: int = Field(default=50, ge=1, le=10_000)
+    # Budget defaults where an agent's budget sets nothing (docs/concepts/budgets.md).
+    max_calls_per_turn: int = Field(default=16, ge=1, le=10_000)
+    max_children_per_run: int = Field(default=20, ge=1, le=100_000)
+    max_tree_runs: int = Field(default=100, ge=1, le=1_000_000)
+    # The same tool with identical arguments more often than this in one run: LOOP_DETECTED.
+    max_identical_calls: int = Field(default=5, ge=1, le=10_000)
+    # USD per million tokens, per model name: {"<model>": {"input": .., "output": ..,
+    # "cacheRead": .., "cacheWrite": ..}}. A model without a price costs nothing (and an
+    # agent budgeting ``maxCostUsd`` on it is refused).
+    model_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     # Every tool call runs under a timeout (a tool may set its own ``timeout_s``); a call
     # that overruns is a FAILED step the model sees.
     tool_timeout_s: float = Field(default=120.0, gt=0, le=86_400)
@@ -242,6 +256,31 @@ class Settings(BaseSettings):
                     raise ValueError(f"ENVERIF_PROVIDER_KEYS: {name}: {url!r} {exc}") from None
             normal[name] = tuple(endpoints)
         return normal
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _check_model_prices(cls, value: object) -> object:
+        if isinstance(value, str | bytes):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"ENVERIF_MODEL_PRICES is not valid JSON ({exc})") from None
+        example = 'like {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}'
+        if not isinstance(value, dict):
+            raise ValueError(f"ENVERIF_MODEL_PRICES must be a JSON object {example}")
+        for model, price in value.items():
+            if not isinstance(price, dict) or not price:
+                raise ValueError(f"ENVERIF_MODEL_PRICES: {model!r} must map to prices {example}")
+            for kind, usd in price.items():
+                if kind not in PRICE_KINDS:
+                    raise ValueError(
+                        f"ENVERIF_MODEL_PRICES: {model!r}.{kind} is not a price (known: {', '.join(PRICE_KINDS)})"
+                    )
+                if isinstance(usd, bool) or not isinstance(usd, int | float) or not 0 <= usd <= 1_000_000:
+                    raise ValueError(
+                        f"ENVERIF_MODEL_PRICES: {model!r}.{kind} must be a number of USD per million tokens"
+                    )
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -212,6 +212,10 @@ async def _describe_tree_node(session: AsyncSession, run: orm.Run) -> dict[str, 
     names = await _agent_names(session, {run.agent_id, *(c.agent_id for c in children)})
     described = describe_run(run, names[run.agent_id])
     described |= {
+        "error_code": run.error_code,
+        "usage": run.usage or {},
+        "tree_usage": run.tree_usage or {},
+        "budget": await _describe_budget(session, run),
         "input": run.input,
         "result": run.result,
         "cancel_reason": run.cancel_reason,
@@ -223,6 +227,25 @@ async def _describe_tree_node(session: AsyncSession, run: orm.Run) -> dict[str, 
         ],
     }
     return described
+
+
+async def _describe_budget(session: AsyncSession, run: orm.Run) -> list[dict[str, Any]]:
+    """The run's effective limits, as ``Run.budget`` shows them (docs/concepts/budgets.md)."""
+    from app.clock import utcnow
+    from app.db import orm
+    from app.domain.budgets import effective
+    from app.services.transitions.usage import ledger
+
+    chain = [run]
+    while chain[-1].parent_run_id is not None:
+        chain.append(await session.get_one(orm.Run, chain[-1].parent_run_id))
+    now = utcnow()
+    limits = effective([ledger(common.settings(log=False), r, now) for r in reversed(chain)])
+    return [
+        {"name": f.key, "limit": f.limit, "used": f.used, "remaining": f.remaining, "imposed_by": f.imposed_by,
+         "imposed_on_run_id": to_global_id("Run", f.run_id)}
+        for f in limits.values()
+    ]  # fmt: skip
 
 
 def _describe_step(step: orm.RunStep, approval: orm.Approval | None) -> dict[str, Any]:
@@ -263,7 +286,16 @@ def _print_run(run: dict[str, Any]) -> None:
     print(f"  input     {js(run['input'])}")
     print(f"  result    {js(run['result'])}")
     if run["error"]:
-        print(f"  error     {run['error']}")
+        print(f"  error     {run['error']}" + (f" ({run['error_code']})" if run["error_code"] else ""))
+    usage, tree = run["usage"], run["tree_usage"]
+    tokens = usage.get("inputTokens", 0) + usage.get("outputTokens", 0)
+    tree_tokens = tree.get("inputTokens", 0) + tree.get("outputTokens", 0)
+    print(f"  usage     {tokens} tokens, ${usage.get('costUsd', 0):.4f}, {usage.get('turns', 0)} turns, "
+          f"{usage.get('toolCalls', 0)} tool calls, {usage.get('children', 0)} children")  # fmt: skip
+    print(f"  subtree   {tree_tokens} tokens, ${tree.get('costUsd', 0):.4f}, {tree.get('runs', 1)} runs")
+    for limit in run["budget"]:
+        print(f"  budget    {limit['name']} {limit['used']:g}/{limit['limit']:g} "
+              f"({limit['remaining']:g} left, set by {limit['imposed_by']})")  # fmt: skip
     if run["cancel_reason"]:
         print(f"  cancelled {run['cancel_reason']}")
     if run["steps"]:

@@ -137,6 +137,8 @@ class Agent(Base):
     policy: Mapped[dict[str, Any]] = mapped_column(JSON)
     memory_max_items: Mapped[int] = mapped_column(Integer)
     memory_max_chars: Mapped[int] = mapped_column(Integer)
+    # Budget limits (docs/concepts/budgets.md), checked by app.domain.budgets.parse_budget.
+    budget: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
@@ -272,6 +274,7 @@ class Run(Base):
     input: Mapped[Any | None] = mapped_column(JSON)
     result: Mapped[Any | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(LongText)
+    error_code: Mapped[str | None] = mapped_column(String(64))  # BUDGET_EXCEEDED, ...
     parent_run_id: Mapped[int | None] = mapped_column(
         ForeignKey("agent_runs.id", ondelete="CASCADE"), index=True
     )
@@ -285,6 +288,14 @@ class Run(Base):
     policy_chain: Mapped[list[Any]] = mapped_column(JSON)
     injected_memory_ids: Mapped[list[Any] | None] = mapped_column(JSON)
     cancel_reason: Mapped[str | None] = mapped_column(Text)
+    # Budgets (docs/concepts/budgets.md): the run's own limits, fixed at creation
+    # ({key: {limit, imposedBy}}); what it used itself, and its subtree (itself included).
+    # Usage is charged under the tree's root lock, to the run and every ancestor.
+    budget: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    tree_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # When its maxWallS (or an ancestor's) runs out; the sweeper ends runs past it.
+    deadline_at: Mapped[datetime | None] = mapped_column(index=True)
 
     # Execution bookkeeping. `attempt` is the fencing token: every claim bumps it, and a
     # worker's writes only land while the row still carries the attempt it claimed.
@@ -327,6 +338,8 @@ class RunStep(Base):
     decision_reason: Mapped[str | None] = mapped_column(Text)
     result: Mapped[Any | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(LongText)
+    error_code: Mapped[str | None] = mapped_column(String(64))  # the code the model saw
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # its turn's, on the turn's first step
     # Which claim executed (or is executing) the tool, for the post-mortem of a retried step.
     executed_attempt: Mapped[int | None] = mapped_column(Integer)
     child_run_id: Mapped[int | None] = mapped_column(Id, index=True)

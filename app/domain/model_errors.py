@@ -87,6 +87,14 @@ class ModelErrorCode(enum.StrEnum):
     DELEGATION_DEPTH_EXCEEDED = "DELEGATION_DEPTH_EXCEEDED"
     """The child would be deeper than ``ENVERIF_MAX_DELEGATION_DEPTH``."""
 
+    # -- budgets (docs/concepts/budgets.md) --
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    """The call would go over a budget limit (``maxCallsPerTurn``, ``maxToolCalls``,
+    ``maxChildren``, ``maxTreeRuns``, or a spent ``maxTokens`` / ``maxCostUsd`` of the chain)
+    and was not executed; the message names the limit and who set it."""
+    LOOP_DETECTED = "LOOP_DETECTED"
+    """The run called the same tool with identical arguments more than
+    ``ENVERIF_MAX_IDENTICAL_CALLS`` times; the call was not executed."""
     # -- the memory tools (the same checks as the operators' mutations) --
     VALIDATION_FAILED = "VALIDATION_FAILED"
     """A memory tool's argument is missing, of the wrong type or out of range; the message

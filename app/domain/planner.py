@@ -19,6 +19,7 @@ The engine applies the plans of one turn in one fenced transaction; tools only e
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -83,6 +84,7 @@ class Finish:
 @dataclass(frozen=True, slots=True)
 class Fail:
     error: str
+    code: str | None = None  # Run.errorCode (BUDGET_EXCEEDED), when the failure has one
 
 
 TurnPlan = Calls | Finish | Fail
@@ -93,6 +95,7 @@ class Limits:
     max_turns: int
     max_value_bytes: int
     max_json_depth: int = MAX_JSON_DEPTH
+    turns_by: str = "the deployment (ENVERIF_MAX_TURNS)"  # who set max_turns
 
 
 def plan_turn(
@@ -117,7 +120,10 @@ def plan_turn(
         except NotStorable as exc:
             return Fail(f"model output: {exc.message}")
     if turns_used >= limits.max_turns:
-        return Fail(f"the run used its {limits.max_turns} model turns")
+        return Fail(
+            f"maxTurns {limits.max_turns} set by {limits.turns_by}: the run used its {limits.max_turns} model turns",
+            code=ModelErrorCode.BUDGET_EXCEEDED,
+        )
     return Calls([plan_call(call, tools=tools, chain=chain, limits=limits) for call in turn])
 
 
@@ -165,6 +171,53 @@ def _refuse(
     tool: str, args: Any, code: ModelErrorCode, message: str, *, risk: RiskClass | None = None
 ) -> CallPlan:
     return CallPlan(Action.REFUSE, tool, args, reason=message, result=model_error(code, message), risk=risk)
+
+
+def refuse_beyond(
+    plans: Sequence[CallPlan],
+    *,
+    admitted: int,
+    code: ModelErrorCode,
+    message: str,
+    only: Action | None = None,
+) -> list[CallPlan]:
+    """``plans`` with every call (of action ``only``, or any that is not refused already)
+    after the first ``admitted`` refused with ``code``: over a budget, nothing runs."""
+    out: list[CallPlan] = []
+    seen = 0
+    for plan in plans:
+        if plan.action is Action.REFUSE or (only is not None and plan.action is not only):
+            out.append(plan)
+            continue
+        seen += 1
+        out.append(plan if seen <= admitted else _refuse(plan.tool, plan.args, code, message, risk=plan.risk))
+    return out
+
+
+def call_key(tool: str, args: Any) -> str:
+    """Identity of a call for loop detection: the tool and its arguments, canonically."""
+    return tool + "\x00" + json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def refuse_loops(plans: Sequence[CallPlan], *, counts: dict[str, int], max_identical: int) -> list[CallPlan]:
+    """Refuse (``LOOP_DETECTED``) a call made with identical arguments more than
+    ``max_identical`` times in the run; ``counts`` (call key -> times made) is updated with
+    the calls that go ahead."""
+    out: list[CallPlan] = []
+    for plan in plans:
+        if plan.action is Action.REFUSE:
+            out.append(plan)
+            continue
+        key = call_key(plan.tool, plan.args)
+        made = counts.get(key, 0)
+        if made >= max_identical:
+            message = (f"{plan.tool} was called {made} times with these arguments "
+                       "(ENVERIF_MAX_IDENTICAL_CALLS); not executed again")  # fmt: skip
+            out.append(_refuse(plan.tool, plan.args, ModelErrorCode.LOOP_DETECTED, message, risk=plan.risk))
+        else:
+            counts[key] = made + 1
+            out.append(plan)
+    return out
 
 
 def runs_ahead(plans: Sequence[CallPlan]) -> bool:

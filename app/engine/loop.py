@@ -348,7 +348,7 @@ class RunExecutor:
             await output.finish()
             if isinstance(turn, Fail):
                 return turn  # the provider failed: so does the run
-            plan = turns.plan(state, turn)
+            plan = turns.plan(state, turn, max_identical=self.rt.settings.max_identical_calls)
             elapsed_s = time.monotonic() - batch_started
             if not batches(
                 plan, fast=state.fast, batched=len(state.reads), elapsed_s=elapsed_s, tools=state.tools

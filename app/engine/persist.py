@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import DataError, IntegrityError
 
+from app.domain.budgets import SPENDABLE, admit, refusal_message, spent
 from app.domain.engine_rules import Outcome, failed, final_answer_turn, new_step_statuses, parks_with_turn
 from app.domain.model_errors import ModelErrorCode
-from app.domain.planner import Action, Calls, Fail, Finish, TurnPlan
+from app.domain.planner import Action, CallPlan, Calls, Fail, Finish, TurnPlan, refuse_beyond
 from app.domain.policy import Decision
 from app.domain.runs import RunStatus, StepStatus, waiting_status_for
 from app.engine.base import Tool
@@ -62,7 +63,7 @@ class RunWrites:
         """Persist what ran since the last write and the planned turn. True when this worker
         is done with the run: it ended, or it parked waiting for children or approvals."""
         if isinstance(plan, Fail):
-            await self.fail(plan.error)
+            await self.fail(plan.error, code=plan.code)
             return True
         try:
             return await self._apply_plan(plan)
@@ -90,6 +91,13 @@ class RunWrites:
                 await tx.set_run_status(run, RunStatus.SUCCEEDED, result=plan.value, quiet=True)
                 return True
             await self._write_pending(tx, run)
+            # Tokens, cost or wall time of the run's chain spent (this turn's usage is charged
+            # now, under the root lock): the run ends instead of executing the turn.
+            exhausted = spent(await tx.chain_ledgers(self.rt.settings, run))
+            if exhausted is not None:
+                await tx.set_run_status(run, RunStatus.FAILED, error=refusal_message(exhausted),
+                                        error_code=ModelErrorCode.BUDGET_EXCEEDED)  # fmt: skip
+                return True
             added = await self._add_calls(tx, run, plan, targets)
             # Park in the transaction that recorded the turn when nothing of it can run now:
             # what ``park`` would do next, one transaction earlier.
@@ -109,17 +117,21 @@ class RunWrites:
         if state.unrecorded is not None:
             await self._finish(tx, run, *state.unrecorded)
             state.unrecorded = None
+        usage = state.take_usage()
+        if usage:
+            await tx.charge(run, usage)
         seq = state.next_seq()
         rows = [
             tx.step_row(run, seq=seq + i, turn=read.turn, tool=read.plan.tool, arguments=read.plan.args,
                         status=read.outcome.status, decision=Decision.ALLOW.value, decision_reason=read.plan.reason,
                         result=read.outcome.result, error=read.outcome.error, attempt=state.attempt,
-                        started_at=read.started_at, finished_at=read.finished_at)
+                        started_at=read.started_at, finished_at=read.finished_at,
+                        usage=state.turn_usage.pop(read.turn, None))
             for i, read in enumerate(state.reads)
         ]  # fmt: skip
         if final is not None:
             turn = final_answer_turn(run.turns, state.reads)
-            rows.append(tx.step_row(run, seq=seq + len(rows), turn=turn, **final))
+            rows.append(tx.step_row(run, seq=seq + len(rows), turn=turn, usage=self._turn_usage(), **final))
         for step in await tx.add_steps(rows):
             if step.tool is None:
                 tx.step_finished(run, step, final=True)
@@ -140,11 +152,14 @@ class RunWrites:
     async def _add_calls(self, tx: TreeTx, run: Run, plan: Calls, targets: dict[str, Agent]) -> list[RunStep]:
         """The turn's steps, inserted together (one statement), then each call's follow-up
         in order: its events, its approval request, or its child run."""
+        plans = await self._admit_children(tx, run, plan.plans)
+        plan = Calls(plans)
         seq = self.state.next_seq()
         turn_index = run.turns
         run.turns += 1
         rows: list[dict[str, Any]] = []
         statuses = new_step_statuses(plan.plans)
+        usage = self._turn_usage()
         for offset, (call, status) in enumerate(zip(plan.plans, statuses, strict=True)):
             refused = call.action is Action.REFUSE
             row = tx.step_row(
@@ -160,6 +175,7 @@ class RunWrites:
                 result=call.result if call.action in (Action.REFUSE, Action.DENY) else None,
                 error=call.reason if refused else None,
                 attempt=self.state.attempt if status in (StepStatus.RUNNING, StepStatus.PENDING) else None,
+                usage=usage if offset == 0 else None,
             )
             rows.append(row)
         added = await tx.add_steps(rows)
@@ -178,6 +194,38 @@ class RunWrites:
             else:
                 tx.step_started(run, step)
         return added
+
+    def _turn_usage(self) -> dict[str, Any] | None:
+        """The usage of the turn being written now (the latest asked), for its first step."""
+        turns = self.state.turn_usage
+        if not turns:
+            return None
+        latest = max(turns)
+        usage = turns.pop(latest)
+        turns.clear()
+        return usage
+
+    async def _admit_children(self, tx: TreeTx, run: Run, plans: list[CallPlan]) -> list[CallPlan]:
+        """The turn's delegations within the chain's budget, checked under the root lock (so
+        siblings racing for the last of a budget cannot both have it): ``maxChildren`` of
+        this run, ``maxTreeRuns`` of it and every ancestor, and no child at all once the
+        chain's tokens, cost or wall time are spent. Those over it are refused, not created."""
+        asked = sum(1 for p in plans if p.action is Action.START_CHILD)
+        if not asked:
+            return plans
+        chain = await tx.chain_ledgers(self.rt.settings, run)
+        for found in (
+            spent(chain),
+            admit(chain, "maxChildren", asked).refusal,
+            admit(chain, "maxTreeRuns", asked).refusal,
+        ):
+            if found is None:
+                continue
+            admitted = 0 if found.key in SPENDABLE else int(found.remaining)
+            plans = refuse_beyond(plans, admitted=admitted, code=ModelErrorCode.BUDGET_EXCEEDED,
+                                  message=refusal_message(found), only=Action.START_CHILD)  # fmt: skip
+            asked = min(asked, admitted)
+        return plans
 
     async def _start_child(self, tx: TreeTx, run: Run, step: RunStep, targets: dict[str, Agent]) -> None:
         tool = self.registry.get(step.tool or "")
@@ -265,19 +313,19 @@ class RunWrites:
             await tx.set_run_status(run, status)
             return True
 
-    async def fail(self, error: str) -> None:
+    async def fail(self, error: str, *, code: str | None = None) -> None:
         try:
-            await self._fail_once(error)
+            await self._fail_once(error, code)
         except DETERMINISTIC_DB_ERRORS as exc:
             if not await self._refuse_pending(exc):
                 raise
-            await self._fail_once(error)
+            await self._fail_once(error, code)
 
-    async def _fail_once(self, error: str) -> None:
+    async def _fail_once(self, error: str, code: str | None) -> None:
         async with self._tx(ends_run=True) as tx:
             run = await tx.fenced_run(self.state.run_id, self.state.attempt)
             await self._write_pending(tx, run)
-            await tx.set_run_status(run, RunStatus.FAILED, error=error)
+            await tx.set_run_status(run, RunStatus.FAILED, error=error, error_code=code)
 
 
 def _db_reason(exc: Exception) -> str:

@@ -10,10 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app.domain.budgets import Limits as BudgetLimits
+from app.domain.budgets import add_usage
 from app.domain.engine_rules import Outcome, ReadCall
-from app.domain.planner import Limits, ToolInfo
+from app.domain.planner import Limits, ToolInfo, call_key
 from app.domain.policy import PolicyLink
 from app.engine.base import ToolContext, ToolSpec
+
+# Refusals that were never calls: they count neither as tool calls nor toward loops.
+BUDGET_CODES = frozenset({"BUDGET_EXCEEDED", "LOOP_DETECTED"})
 
 if TYPE_CHECKING:
     from app.db.orm import Agent, Run, RunStep
@@ -48,9 +53,27 @@ class RunState:
     chain: list[PolicyLink] = field(default_factory=list)
     offered: list[ToolSpec] = field(default_factory=list)  # what the model is shown
     tools: dict[str, ToolInfo] = field(default_factory=dict)  # every registered tool, for the rules
+    # Budgets (docs/concepts/budgets.md): the run's own limits; usage of the turns asked
+    # since the last write, charged by the next one (with the first step of each turn
+    # carrying its turn's usage); tool calls admitted so far; identical-call counts.
+    budget: BudgetLimits = field(default_factory=dict)
+    pending_usage: dict[str, Any] = field(default_factory=dict)
+    turn_usage: dict[int, dict[str, Any]] = field(default_factory=dict)
+    tool_calls_used: int = 0
+    call_counts: dict[str, int] = field(default_factory=dict)
+    price: dict[str, float] | None = None
 
     @classmethod
     def of_claim(cls, claimed: Claim, settings: Settings) -> RunState:
+        from app.services.transitions.usage import model_price, run_limits
+
+        budget = run_limits(settings, claimed.run)
+        turns = budget["maxTurns"]
+        counts: dict[str, int] = {}
+        for step in claimed.steps:
+            if step.tool is not None and step.error_code not in BUDGET_CODES:
+                key = call_key(step.tool, step.arguments)
+                counts[key] = counts.get(key, 0) + 1
         return cls(
             run=claimed.run,
             agent=claimed.agent,
@@ -58,11 +81,25 @@ class RunState:
             memories=claimed.memories,
             steps=claimed.steps,
             limits=Limits(
-                max_turns=settings.max_turns,
+                max_turns=int(turns.limit),
                 max_value_bytes=settings.max_result_bytes,
                 max_json_depth=settings.max_json_depth,
+                turns_by=turns.imposed_by,
             ),
+            budget=budget,
+            tool_calls_used=int((claimed.run.usage or {}).get("toolCalls", 0)),
+            call_counts=counts,
+            price=model_price(settings, claimed.agent.model),
         )
+
+    def spend(self, turn: int, usage: dict[str, Any]) -> None:
+        """A turn's usage, to be charged (and shown on its first step) by the next write."""
+        self.pending_usage = add_usage(self.pending_usage, usage)
+        self.turn_usage[turn] = add_usage(self.turn_usage.get(turn), usage)
+
+    def take_usage(self) -> dict[str, Any]:
+        usage, self.pending_usage = self.pending_usage, {}
+        return usage
 
     # Fixed for the run's life (plain attributes: they are read on every write).
     run_id: int = field(init=False)

@@ -12,12 +12,26 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+from app.domain.budgets import admit_calls, refusal_message, turn_cost_usd
 from app.domain.engine_rules import HistoryItem
-from app.domain.planner import Call, Fail, Finish, TurnPlan, plan_turn
+from app.domain.model_errors import ModelErrorCode
+from app.domain.planner import (
+    Action,
+    Call,
+    Calls,
+    Fail,
+    Finish,
+    TurnPlan,
+    plan_turn,
+    refuse_beyond,
+    refuse_loops,
+)
 from app.engine.base import FinalAnswer, Model, ProviderError, Turn, TurnContext
 from app.engine.state import RunState
 from app.services.transitions import LeaseLost
+from app.services.transitions.usage import usage_dict
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +56,35 @@ def turn_context(
     )
 
 
-def plan(state: RunState, turn: Turn) -> TurnPlan:
-    """The planner's verdict on the model's turn (``state.asked_turn`` is the turn's index)."""
+def plan(state: RunState, turn: Turn, *, max_identical: int) -> TurnPlan:
+    """The planner's verdict on the model's turn (``state.asked_turn`` is the turn's index),
+    within the run's own call budget: calls over ``maxCallsPerTurn`` or ``maxToolCalls``
+    and repeated identical calls are refused, not executed (docs/concepts/budgets.md).
+    The turn's usage is noted for the next write to charge."""
+    usage: dict[str, Any] = usage_dict(turn.usage)
+    usage["costUsd"] = turn_cost_usd(usage, state.price)
+    usage["turns"] = 1
     model_turn = (
         Finish(turn.value) if isinstance(turn, FinalAnswer) else [Call(c.tool, c.args) for c in turn.calls]
     )
-    return plan_turn(
+    verdict = plan_turn(
         model_turn, turns_used=state.asked_turn, tools=state.tools, chain=state.chain, limits=state.limits
     )
+    if isinstance(verdict, Calls):
+        plans = verdict.plans
+        asked = sum(1 for p in plans if p.action is not Action.REFUSE)
+        admission = admit_calls(run_id=state.run_id, calls=asked, limits=state.budget,
+                                tool_calls_used=state.tool_calls_used)  # fmt: skip
+        if admission.refusal is not None:
+            plans = refuse_beyond(plans, admitted=admission.admitted, code=ModelErrorCode.BUDGET_EXCEEDED,
+                                  message=refusal_message(admission.refusal))  # fmt: skip
+        plans = refuse_loops(plans, counts=state.call_counts, max_identical=max_identical)
+        calls = sum(1 for p in plans if p.action is not Action.REFUSE)
+        state.tool_calls_used += calls
+        usage["toolCalls"] = calls
+        verdict = Calls(plans)
+    state.spend(state.asked_turn, usage)
+    return verdict
 
 
 def out_of_turns(state: RunState) -> Fail:

@@ -63,6 +63,9 @@ class CreateAgentInput:
     policy: PolicyInput | None = None
     memory_budget: MemoryBudgetInput | None = None
     status: AgentStatus | None = None
+    budget: JSON | None = strawberry.field(
+        default=None, description="Budget limits (docs/concepts/budgets.md)."
+    )
 
     def to_draft(self) -> AgentDraft:
         budget = self.memory_budget
@@ -76,6 +79,7 @@ class CreateAgentInput:
             memory_max_items=None if budget is None else _or_none(budget.max_items),
             memory_max_chars=None if budget is None else _or_none(budget.max_chars),
             status=self.status,
+            budget=self.budget,
         )
 
 
@@ -89,6 +93,9 @@ class UpdateAgentInput:
     policy: PolicyInput | None = strawberry.UNSET
     memory_budget: MemoryBudgetInput | None = strawberry.UNSET
     status: AgentStatus | None = strawberry.UNSET
+    budget: JSON | None = strawberry.field(
+        default=strawberry.UNSET, description="null: no budget of its own."
+    )
 
     def to_patch(self) -> AgentPatch:
         budget = self.memory_budget if self.memory_budget else MemoryBudgetInput()
@@ -104,6 +111,7 @@ class UpdateAgentInput:
             memory_max_items=_required(budget.max_items, "memoryBudget.maxItems"),
             memory_max_chars=_required(budget.max_chars, "memoryBudget.maxChars"),
             status=_required(self.status, "status"),
+            budget=KEEP if self.budget is strawberry.UNSET else self.budget,
         )
 
 

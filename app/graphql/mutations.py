@@ -63,11 +63,13 @@ class Mutation:
     # -- runs and approvals (operator) --------------------------------------------------------
 
     @strawberry.mutation
-    async def start_run(self, info: Info, agent_id: strawberry.ID, input: JSON | None = None) -> Run:
+    async def start_run(
+        self, info: Info, agent_id: strawberry.ID, input: JSON | None = None, budget: JSON | None = None
+    ) -> Run:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(agent_id, "Agent", field="agentId")
         row = await runs.start_run(
-            info.context.runtime, principal, agent_id=pk, input=input, trigger=RunTrigger.API
+            info.context.runtime, principal, agent_id=pk, input=input, trigger=RunTrigger.API, budget=budget
         )
         return Run.from_row(row)
 

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
+from app.domain.budgets import parse_budget
 from app.domain.errors import Conflict, ValidationFailed
 from app.domain.jsonvalue import depth_error
 from app.domain.mcp import PREFIX as MCP_PREFIX
@@ -28,6 +29,7 @@ from app.engine.tools.registry import registered_tool_names
 from app.services.auth import Principal
 from app.services.reads import get_owned
 from app.services.runtime import Runtime
+from app.services.transitions.usage import check_budget
 from app.services.validation import KEEP, Keep, check_int_range, check_string_list, check_text
 from app.settings import Settings
 
@@ -49,6 +51,7 @@ class AgentDraft:
     memory_max_items: int | None = None
     memory_max_chars: int | None = None
     status: AgentStatus | None = None
+    budget: Any = None  # docs/concepts/budgets.md
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +67,7 @@ class AgentPatch:
     memory_max_items: int | Keep = KEEP
     memory_max_chars: int | Keep = KEEP
     status: AgentStatus | Keep = KEEP
+    budget: Any = KEEP
 
 
 def check_name(name: str) -> str:
@@ -127,9 +131,11 @@ async def create_agent(rt: Runtime, principal: Principal, draft: AgentDraft) -> 
         memory_max_chars=_check_budget_chars(
             DEFAULT_MEMORY_MAX_CHARS if draft.memory_max_chars is None else draft.memory_max_chars
         ),
+        budget=parse_budget(draft.budget),
         created_at=now,
         updated_at=now,
     )
+    _check_agent_budget(row, rt.settings)
     async with rt.sessionmaker() as session, session.begin():
         await _ensure_name_free(session, workspace_id=principal.workspace_id, name=row.name, agent_id=None)
         session.add(row)
@@ -150,6 +156,8 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
             )
         for attr, value in changes.items():
             setattr(row, attr, value)
+        if "budget" in changes or "model" in changes:
+            _check_agent_budget(row, rt.settings)
         if changes:
             row.updated_at = utcnow()
         await _flush_unique_name(session, row.name)
@@ -176,7 +184,15 @@ def _validated_changes(patch: AgentPatch, *, settings: Settings) -> dict[str, An
         changes["memory_max_chars"] = _check_budget_chars(patch.memory_max_chars)
     if not isinstance(patch.status, Keep):
         changes["status"] = patch.status.value
+    if patch.budget is not KEEP:
+        changes["budget"] = parse_budget(patch.budget)
     return changes
+
+
+def _check_agent_budget(row: orm.Agent, settings: Settings) -> None:
+    """An agent's budget stands on its own (it replaces the deployment's defaults), but a
+    cost limit needs its model to have a price."""
+    check_budget(settings, agent_name=row.name, agent_budget=row.budget or {}, model=row.model)
 
 
 def _opt_text(value: str | None, field: str, max_chars: int) -> str | None:

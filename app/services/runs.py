@@ -14,14 +14,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.clock import now_sql
 from app.db.orm import Agent, Run, RunStep
 from app.domain.agents import AgentStatus, Role
+from app.domain.budgets import parse_budget, refusal_message, spent
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
 from app.domain.jsonvalue import depth_error
 from app.domain.memory import MemoryCandidate
+from app.domain.model_errors import ModelErrorCode
 from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
 from app.services import memory_injection
 from app.services.auth import Principal
 from app.services.runtime import Runtime
 from app.services.transitions import NewRun, new_tree_tx, tree_tx
+from app.services.transitions.usage import check_budget
 
 MAX_INPUT_BYTES = 256_000
 
@@ -33,12 +36,15 @@ async def start_run(
     agent_id: int,
     input: Any,
     trigger: RunTrigger = RunTrigger.API,
+    budget: Any = None,
 ) -> Run:
-    """Create a QUEUED root run of an ACTIVE agent and enqueue it (after commit)."""
+    """Create a QUEUED root run of an ACTIVE agent and enqueue it (after commit). ``budget``
+    may only tighten the agent's (docs/concepts/budgets.md)."""
     principal.require(Role.OPERATOR)
     too_deep = depth_error(input, max_depth=rt.settings.max_json_depth, what="input")
     if too_deep is not None:
         raise ValidationFailed(too_deep, field="input")
+    tighter = parse_budget(budget) if budget is not None else None
     if len(json.dumps(input, default=str)) > MAX_INPUT_BYTES:
         raise ValidationFailed(f"input is larger than {MAX_INPUT_BYTES} bytes", field="input")
     async with new_tree_tx(rt) as tree:
@@ -47,7 +53,9 @@ async def start_run(
             raise NotFound("agent not found", field="agentId")
         if agent.status != AgentStatus.ACTIVE:
             raise Conflict(f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId")
-        run = await tree.create_run(NewRun(agent=agent, trigger=trigger, input=input))
+        check_budget(rt.settings, agent_name=agent.name, agent_budget=agent.budget or {}, model=agent.model,
+                     tighter=tighter)  # fmt: skip
+        run = await tree.create_run(NewRun(agent=agent, trigger=trigger, input=input, budget=tighter))
     return run
 
 
@@ -120,6 +128,13 @@ async def claim(
                 RunStatus.FAILED,
                 error=f"gave up after {run.abandoned_claims} abandoned attempts to execute the run",
             )
+            return None
+        # A chain whose tokens, cost or wall time are spent (a child spent the last of an
+        # ancestor's budget while this run waited): it ends rather than run again.
+        exhausted = spent(await tx.chain_ledgers(rt.settings, run))
+        if exhausted is not None:
+            await tx.set_run_status(run, RunStatus.FAILED, error=refusal_message(exhausted),
+                                    error_code=ModelErrorCode.BUDGET_EXCEEDED)  # fmt: skip
             return None
         first_start = run.injected_memory_ids is None
         run.attempt += 1

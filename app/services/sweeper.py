@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 from redis.exceptions import RedisError
@@ -32,7 +32,9 @@ from sqlalchemy import select
 
 from app.db.clock import db_now
 from app.db.orm import Run
-from app.domain.runs import RunStatus
+from app.domain.budgets import refusal_message, spent
+from app.domain.model_errors import ModelErrorCode
+from app.domain.runs import CANCELLABLE_RUN, RunStatus
 from app.keys import queue_name, run_job_id, run_job_prefix, sweeper_turn_key
 from app.outages import is_outage
 from app.services.runtime import Runtime
@@ -56,6 +58,7 @@ class SweepReport:
     reenqueued: int = 0
     reissued: int = 0
     dropped_jobs: int = 0
+    out_of_time: int = 0
 
 
 async def _job_held_by_dead_worker(rt: Runtime, run_id: int, wake: int) -> bool:
@@ -78,6 +81,34 @@ async def _reissue(rt: Runtime, run_id: int, wake: int, root_id: int | None) -> 
         if run.status == RunStatus.QUEUED and run.wake_count == wake:
             tx.reissue_job(run)
             log.warning("sweeper: run %s was held by a vanished worker; issued a new job", run_id)
+
+
+async def _end_overdue(rt: Runtime, now: datetime) -> int:
+    """Runs past their wall-clock deadline (``maxWallS``, theirs or an ancestor's) end FAILED
+    with BUDGET_EXCEEDED, even while they wait for an approval or a child: nothing of theirs
+    would otherwise notice the time passing (docs/concepts/budgets.md)."""
+    async with rt.read_sessionmaker() as session:
+        overdue = list(
+            await session.scalars(
+                select(Run.id)
+                .where(Run.deadline_at < now, Run.status.in_([s.value for s in CANCELLABLE_RUN]))
+                .order_by(Run.deadline_at)
+                .limit(BATCH)
+            )
+        )
+    ended = 0
+    for run_id in overdue:
+        async with tree_tx(rt, run_id) as tx:
+            run = await tx.run(run_id)
+            if RunStatus(run.status) not in CANCELLABLE_RUN:
+                continue
+            found = spent(await tx.chain_ledgers(rt.settings, run))
+            if found is None or found.key != "maxWallS":
+                continue  # re-checked under the lock, on the database's clock
+            await tx.set_run_status(run, RunStatus.FAILED, error=refusal_message(found),
+                                    error_code=ModelErrorCode.BUDGET_EXCEEDED)  # fmt: skip
+            ended += 1
+    return ended
 
 
 async def sweep(rt: Runtime) -> SweepReport:
@@ -128,6 +159,7 @@ async def sweep(rt: Runtime) -> SweepReport:
         else:
             await enqueue_run(rt, run_id, wake, root_id)
             report.reenqueued += 1
+    report.out_of_time = await _end_overdue(rt, now)
     report.dropped_jobs = await drop_dead_jobs(rt)
     if report.requeued_expired:
         log.warning("sweeper: %d runs had expired leases and were requeued", report.requeued_expired)

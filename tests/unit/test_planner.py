@@ -164,7 +164,10 @@ def test_a_final_answer_is_taken_even_on_the_last_turn() -> None:
 
 def test_calls_beyond_the_turn_budget_fail_the_run() -> None:
     plan = plan_turn([Call("http.get", {})], turns_used=5, tools=TOOLS, chain=OPEN, limits=LIMITS)
-    assert plan == Fail("the run used its 5 model turns")
+    assert plan == Fail(
+        "maxTurns 5 set by the deployment (ENVERIF_MAX_TURNS): the run used its 5 model turns",
+        code="BUDGET_EXCEEDED",
+    )
 
 
 @pytest.mark.parametrize(

@@ -255,6 +255,15 @@ STEPS: list[Any] = [
 ]
 
 
+@MODULE_LOOP
+async def test_a_turn_reports_its_usage() -> None:
+    from app.engine.base import Usage
+
+    model = scripted({"call": "a", "usage": {"input_tokens": 12, "output_tokens": 3}}, {"final": 1})
+    assert (await model.next_turn(ctx(turn=0))).usage == Usage(input_tokens=12, output_tokens=3)
+    assert (await model.next_turn(ctx(turn=1))).usage is None
+
+
 @pytest.mark.parametrize(
     ("turn", "expected"),
     [
@@ -308,6 +317,8 @@ async def test_provider_is_stateless() -> None:
         {"provider": "scripted", "steps": [{"final": None}]},
         {"provider": "scripted", "steps": [{"final": [1, {"a": "{{ run.id }}"}]}]},
         {"provider": "scripted", "steps": [{"final": "{% raw %}{{ not rendered }}{% endraw %}"}]},
+        {"provider": "scripted", "steps": [{"call": "a", "usage": {"input_tokens": 5, "output_tokens": 0}}]},
+        {"provider": "scripted", "steps": [{"final": 1, "usage": {"cache_read_tokens": 7}}]},
     ],
 )
 def test_valid_configs(config: dict[str, Any]) -> None:
@@ -342,6 +353,11 @@ def test_valid_configs(config: dict[str, Any]) -> None:
         (cfg({"call": "a", "args": {"u": ["ok", "{{ 1 + }}"]}}), "args.u[1]: template does not parse"),
         (cfg({"final": "{{ x | no_such_filter }}"}), "no_such_filter"),
         (cfg(*[{"final": 1}] * 1001), "at most 1000"),
+        (cfg({"final": 1, "usage": 5}), "steps[0].usage must be an object"),
+        (cfg({"final": 1, "usage": {"tokens": 5}}), "usage has unknown keys: tokens"),
+        (cfg({"final": 1, "usage": {"input_tokens": -1}}), "usage.input_tokens must be an integer between 0 and"),
+        (cfg({"final": 1, "usage": {"input_tokens": 1.5}}), "usage.input_tokens must be an integer between 0 and"),
+        (cfg({"final": 1, "usage": {"output_tokens": True}}), "usage.output_tokens must be an integer between 0 and"),
     ],
 )
 def test_invalid_configs(config: Any, fragment: str) -> None:

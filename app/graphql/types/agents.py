@@ -68,6 +68,9 @@ class Agent(Node):
     tools: list[str] = strawberry.field(description="Name patterns of the tools this agent is offered.")
     policy: Policy
     memory_budget: MemoryBudget
+    budget: JSON = strawberry.field(
+        description="Budget limits (maxTokens, maxCostUsd, maxTurns, ...); unset keys take the deployment's defaults."
+    )
     created_at: datetime
     updated_at: datetime
     row: strawberry.Private[orm.Agent]
@@ -84,6 +87,7 @@ class Agent(Node):
             tools=[str(t) for t in row.tools or []],
             policy=Policy.from_json(row.policy),
             memory_budget=MemoryBudget(max_items=row.memory_max_items, max_chars=row.memory_max_chars),
+            budget=JSON(row.budget or {}),
             created_at=row.created_at,
             updated_at=row.updated_at,
             row=row,

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Annotated
 import strawberry
 from strawberry.scalars import JSON
 
+from app.clock import utcnow
 from app.db import orm
+from app.domain.budgets import effective
 from app.domain.errors import NotFound
 from app.domain.policy import Decision
 from app.domain.runs import RunStatus, RunTrigger, StepStatus
@@ -22,8 +24,10 @@ from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.loaders import subtree_ids
 from app.graphql.types.agents import Agent
+from app.graphql.types.budgets import BudgetLimit, Usage, wall_s
 from app.graphql.types.node import Connection, Node, build_edges, page_request
 from app.services import reads
+from app.services.transitions.usage import ledger
 
 if TYPE_CHECKING:
     from app.graphql.types.approvals import Approval
@@ -45,6 +49,9 @@ class RunStep(Node):
     decision_reason: str | None
     result: JSON | None
     error: str | None
+    error_code: str | None = strawberry.field(
+        description="The code the model saw for a refused or failed call (BUDGET_EXCEEDED, LOOP_DETECTED, ...)."
+    )
     started_at: datetime | None
     finished_at: datetime | None
     row: strawberry.Private[orm.RunStep]
@@ -62,10 +69,17 @@ class RunStep(Node):
             decision_reason=row.decision_reason,
             result=row.result,
             error=row.error,
+            error_code=row.error_code,
             started_at=row.started_at,
             finished_at=row.finished_at,
             row=row,
         )
+
+    @strawberry.field(
+        description="What the model turn that asked for this call consumed (on the turn's first step)."
+    )
+    def usage(self) -> Usage | None:
+        return None if not self.row.usage else Usage.of(self.row.usage)
 
     @strawberry.field
     async def run(self, info: Info) -> Run:
@@ -109,6 +123,9 @@ class Run(Node):
     input: JSON | None
     result: JSON | None
     error: str | None
+    error_code: str | None = strawberry.field(
+        description="Why a FAILED run failed, when it has a code: BUDGET_EXCEEDED."
+    )
     cancel_reason: str | None
     depth: int = strawberry.field(description="0 for a root run, parent's depth + 1 for a child.")
     policy_chain: JSON = strawberry.field(
@@ -131,6 +148,7 @@ class Run(Node):
             input=row.input,
             result=row.result,
             error=row.error,
+            error_code=row.error_code,
             cancel_reason=row.cancel_reason,
             depth=row.depth,
             policy_chain=JSON(row.policy_chain or []),
@@ -147,6 +165,30 @@ class Run(Node):
     def root_id(self) -> int:
         # root_run_id is set right after a root run's insert; until then it is its own root.
         return self.row.root_run_id or self.row.id
+
+    @strawberry.field(description="What this run consumed itself.")
+    def usage(self) -> Usage:
+        return Usage.of(
+            self.row.usage, wall_s=wall_s(self.row.created_at, self.row.finished_at, utcnow()), runs=1
+        )
+
+    @strawberry.field(
+        description="What this run's subtree consumed, itself included (kept up to date as it runs)."
+    )
+    def tree_usage(self) -> Usage:
+        return Usage.of(
+            self.row.tree_usage, wall_s=wall_s(self.row.created_at, self.row.finished_at, utcnow())
+        )
+
+    @strawberry.field(
+        description="The run's effective budget limits: the tightest of its own and what is left of every ancestor's."
+    )
+    async def budget(self, info: Info) -> list[BudgetLimit]:
+        path = await self.path(info)
+        now = utcnow()
+        settings = info.context.settings
+        limits = effective([ledger(settings, r.row, now) for r in path])
+        return [BudgetLimit.of(found, to_global_id("Run", found.run_id)) for found in limits.values()]
 
     @strawberry.field
     async def agent(self, info: Info) -> Agent:

@@ -19,14 +19,16 @@ and its cascade ends the new child too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Agent, Run
+from app.domain.budgets import CALLER, limits_json, own_limits
 from app.domain.run_events import EventType
 from app.domain.runs import RunStatus, RunTrigger
 from app.services.transitions.outbox import WakeUp
@@ -47,6 +49,9 @@ class NewRun:
     parent: Run | None = None
     parent_step_id: int | None = None
     task: str | None = None
+    # What the caller tightens the agent's budget with (startRun(budget:), a schedule's).
+    budget: Mapping[str, float] | None = None
+    budget_by: str = CALLER
 
     @classmethod
     def child(cls, parent: Run, *, agent: Agent, task: str, input: Any, parent_step_id: int) -> NewRun:
@@ -63,10 +68,27 @@ class NewRun:
         link = {"agent_id": self.agent.id, "agent_name": self.agent.name, "policy": self.agent.policy}
         return [*(self.parent.policy_chain if self.parent is not None else []), link]
 
+    def own_limits(self) -> dict[str, Any]:
+        """The run's own budget limits, fixed now: its agent's, tightened by its caller
+        (the deployment's defaults apply where neither says anything; docs/concepts/budgets.md)."""
+        tighter = [(self.budget, self.budget_by)] if self.budget else []
+        limits = own_limits(defaults={}, agent_name=self.agent.name, agent_budget=self.agent.budget or {},
+                            tighter=tighter)  # fmt: skip
+        return limits_json(limits)
+
+    def deadline(self, now: datetime, limits: dict[str, Any]) -> datetime | None:
+        """When the run's wall clock runs out: its own ``maxWallS`` from now, or its
+        parent's deadline if that comes first (docs/concepts/budgets.md)."""
+        wall = limits.get("maxWallS")
+        own = None if wall is None else now + timedelta(seconds=float(wall["limit"]))
+        inherited = None if self.parent is None else self.parent.deadline_at
+        return min((d for d in (own, inherited) if d is not None), default=None)
+
     def columns(self, *, now: datetime, root_id: int | None) -> dict[str, Any]:
         """The new row: QUEUED, woken once (its first job), no attempt yet. ``root_id`` None:
         a root, which becomes its own root once it has an id (``NewTree``)."""
         parent = self.parent
+        limits = self.own_limits()
         return {
             "workspace_id": self.agent.workspace_id,
             "agent_id": self.agent.id,
@@ -80,6 +102,10 @@ class NewRun:
             "delegation_task": self.task,
             "schedule_id": self.schedule_id,
             "policy_chain": self.policy_chain(),
+            "budget": limits,
+            "deadline_at": self.deadline(now, limits),
+            "usage": {},
+            "tree_usage": {"runs": 1},
             "attempt": 0,
             "abandoned_claims": 0,
             "wake_count": 1,
@@ -122,12 +148,19 @@ class RunCreation:
     if TYPE_CHECKING:  # provided by TreeTx; declared for type checkers only
         emit: Emit
 
+        async def charge(
+            self, run: Run, own: Mapping[str, float], tree: Mapping[str, float] | None = None
+        ) -> None: ...
+
     async def create_run(self, new: NewRun) -> Run:
         """A QUEUED child in this tree (``new.parent`` locked and fenced by the caller),
         enqueued after commit. One INSERT and nothing else touches the database, so a failed
         INSERT leaves nothing behind."""
         assert new.parent is not None, "a root starts a tree of its own: NewTree.create_run"
         run = await insert_run(self.session, new, now=self.now, root_id=self.root.id)
+        # A child counts against its parent's maxChildren and every ancestor's maxTreeRuns
+        # (admitted under the root lock before this: RunWrites._add_calls).
+        await self.charge(new.parent, {"children": 1}, {"runs": 1})
         self.run_created(run, new)
         return run
 

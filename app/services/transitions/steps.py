@@ -14,7 +14,7 @@ from sqlalchemy import bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Approval, Run, RunStep
-from app.domain.model_errors import ModelErrorCode, model_error
+from app.domain.model_errors import ModelErrorCode, error_code, model_error
 from app.domain.run_events import EventType
 from app.domain.runs import (
     TERMINAL_STEP,
@@ -59,6 +59,7 @@ class StepWrites:
         attempt: int | None = None,
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The column values of a new step (see ``add_steps``)."""
         started = status is not StepStatus.PENDING
@@ -75,6 +76,8 @@ class StepWrites:
             "decision_reason": decision_reason,
             "result": result,
             "error": error,
+            "error_code": error_code(result) if error is not None or status in _REFUSED else None,
+            "usage": usage or None,
             "executed_attempt": attempt if status is StepStatus.RUNNING or started_at else None,
             "created_at": self.now,
             "started_at": started_at or (self.now if started else None),
@@ -139,11 +142,19 @@ class StepWrites:
         check_step_transition(StepStatus.RUNNING, to)
         done = await self.session.execute(
             _FINISH_RUNNING_STEP,
-            {"b_id": step.id, "b_status": to.value, "b_result": result, "b_error": error, "b_at": self.now},
+            {
+                "b_id": step.id,
+                "b_status": to.value,
+                "b_result": result,
+                "b_error": error,
+                "b_at": self.now,
+                "b_code": error_code(result),
+            },
         )
         if not done.rowcount:  # type: ignore[attr-defined]
             return False
         step.status, step.result, step.error, step.finished_at = to.value, result, error, self.now
+        step.error_code = error_code(result)
         self.step_finished(run, step)
         return True
 
@@ -189,6 +200,7 @@ class StepWrites:
         step.status = to.value
         step.result = result
         step.error = error
+        step.error_code = error_code(result)
         step.finished_at = self.now
         step.started_at = step.started_at or self.now
         self.step_finished(run, step)
@@ -275,6 +287,8 @@ async def read_steps(read_sessionmaker: async_sessionmaker[AsyncSession], run_id
         )
 
 
+_REFUSED = (StepStatus.FAILED, StepStatus.DENIED, StepStatus.REJECTED)
+
 # Built once: statements with bound parameters are compiled once and cached, where values
 # inlined with .values(...) would be traversed for a cache key on every execution.
 _steps = RunStep.__table__
@@ -287,6 +301,7 @@ _FINISH_RUNNING_STEP = (
         status=bindparam("b_status"),
         result=bindparam("b_result"),
         error=bindparam("b_error"),
+        error_code=bindparam("b_code"),
         finished_at=bindparam("b_at"),
     )
 )

@@ -47,6 +47,7 @@ from app.services.runtime import Runtime
 from app.services.transitions.creation import NewRun, RunCreation, insert_run
 from app.services.transitions.outbox import WakeUp, after_commit
 from app.services.transitions.steps import StepWrites
+from app.services.transitions.usage import UsageWrites
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class LeaseLost(Exception):
     """The worker no longer owns the run (cancelled, or claimed by another worker)."""
 
 
-class TreeTx(StepWrites, RunCreation):
+class TreeTx(StepWrites, RunCreation, UsageWrites):
     def __init__(self, session: AsyncSession, root: Run, now: datetime) -> None:
         self.session = session
         self.root = root
@@ -167,6 +168,7 @@ class TreeTx(StepWrites, RunCreation):
         error: str | None = None,
         reason: str | None = None,
         quiet: bool = False,
+        error_code: str | None = None,
     ) -> None:
         """Move a (locked) run to ``to``, with everything that goes with it.
 
@@ -197,6 +199,9 @@ class TreeTx(StepWrites, RunCreation):
             if error is not None:
                 run.error = error
                 payload["error"] = error
+            if error_code is not None:
+                run.error_code = error_code
+                payload["errorCode"] = error_code
             if to is RunStatus.CANCELLED:
                 run.cancel_reason = reason
                 payload["reason"] = reason
@@ -245,6 +250,8 @@ class TreeTx(StepWrites, RunCreation):
         if step is None or StepStatus(step.status) is not StepStatus.WAITING_CHILD:
             return  # the parent already moved on
         outcome = {"status": child.status, "result": child.result, "error": child.error, "runId": child.id}
+        if child.error_code is not None:
+            outcome["errorCode"] = child.error_code
         await self.finish_step(parent, step, StepStatus.SUCCEEDED, result=outcome)
         await self.wake_if_unblocked(parent, steps)
 
