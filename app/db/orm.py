@@ -137,8 +137,28 @@ class Agent(Base):
     policy: Mapped[dict[str, Any]] = mapped_column(JSON)
     memory_max_items: Mapped[int] = mapped_column(Integer)
     memory_max_chars: Mapped[int] = mapped_column(Integer)
+    # The current version's number (``agent_versions``): what a run created now is pinned to.
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class AgentVersion(Base):
+    """One immutable configuration of an agent (``app.domain.agent_versions``), written with
+    the create or update that made it; runs name the one they are pinned to by number."""
+
+    __tablename__ = "agent_versions"
+    __table_args__ = (UniqueConstraint("agent_id", "version"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    agent_id: Mapped[int] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    # ``VERSIONED_FIELDS`` -> value: a plain record, so a new field is a new key, not a column.
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # ``app.domain.actors.Actor.to_json``: who wrote it.
+    created_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime]
 
 
 class Memory(Base):
@@ -283,7 +303,17 @@ class Run(Base):
     schedule_id: Mapped[int | None] = mapped_column(Id, index=True)
     # [{"agent_id", "agent_name", "policy"}] from the root down to this run's own agent.
     policy_chain: Mapped[list[Any]] = mapped_column(JSON)
+    # The version of its agent the run executes with, whatever happened to the agent since.
+    agent_version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     injected_memory_ids: Mapped[list[Any] | None] = mapped_column(JSON)
+    # The memories as they were injected ([{id, key, value, tags, importance}]): what a
+    # resumed run's context holds and what ``Run.injectedMemories`` shows, whatever the
+    # memories became since. Null for runs injected before it was kept (read the live rows).
+    injected_memories: Mapped[list[Any] | None] = mapped_column(JSON)
+    # ``app.domain.actors.Actor.to_json``: who started it (a token, the CLI, a schedule, the
+    # parent run) and who cancelled it.
+    started_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    cancelled_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     cancel_reason: Mapped[str | None] = mapped_column(Text)
 
     # Execution bookkeeping. `attempt` is the fencing token: every claim bumps it, and a

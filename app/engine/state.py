@@ -16,7 +16,8 @@ from app.domain.policy import PolicyLink
 from app.engine.base import ToolContext, ToolSpec
 
 if TYPE_CHECKING:
-    from app.db.orm import Agent, Run, RunStep
+    from app.db.orm import Run, RunStep
+    from app.domain.agent_versions import AgentConfig
     from app.services.runs import Claim
     from app.settings import Settings
 
@@ -33,7 +34,7 @@ class RunState:
     """
 
     run: Run
-    agent: Agent
+    agent: AgentConfig  # the run's pinned version, not the live agent
     attempt: int
     memories: list[dict[str, Any]]  # injected at the first start: [{key, value, tags}]
     steps: list[RunStep]

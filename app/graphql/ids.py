@@ -18,7 +18,9 @@ import re
 
 from app.domain.errors import NotFound, ValidationFailed
 
-NODE_TYPES = frozenset({"Workspace", "Agent", "Run", "RunStep", "Memory", "Approval", "Schedule", "ApiToken"})
+NODE_TYPES = frozenset(
+    {"Workspace", "Agent", "AgentVersion", "Run", "RunStep", "Memory", "Approval", "Schedule", "ApiToken"}
+)
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]{1,200}")
 # Ids are BIGINT at most; anything longer is not ours (and would be slow to parse).

@@ -21,6 +21,7 @@ from app.graphql.types.node import Node
 from app.graphql.types.runs import Run, RunConnection, RunStep, run_connection
 from app.graphql.types.schedules import Schedule
 from app.graphql.types.tokens import ApiTokenConnection, api_token_connection, api_token_node
+from app.graphql.types.versions import AgentVersion
 from app.graphql.types.workspace import Viewer, Workspace
 
 R = TypeVar("R")
@@ -31,6 +32,8 @@ async def _node_of(type_name: str, pk: int, loaders: Loaders) -> Node | None:
     match type_name:
         case "Agent":
             return _maybe(await loaders.agent.load(pk), Agent.from_row)
+        case "AgentVersion":
+            return _maybe(await loaders.version_by_id.load(pk), AgentVersion.from_row)
         case "Run":
             return _maybe(await loaders.run.load(pk), Run.from_row)
         case "RunStep":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -18,8 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
+from app.domain.actors import Actor
+from app.domain.agent_versions import VERSIONED_FIELDS, changes_configuration, config_of
 from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
-from app.domain.errors import Conflict, ValidationFailed
+from app.domain.errors import Conflict, NotFound, ValidationFailed
 from app.domain.policy import validate_policy
 from app.engine.providers import validate_model_config
 from app.services.auth import Principal
@@ -116,10 +119,12 @@ async def create_agent(rt: Runtime, principal: Principal, draft: AgentDraft) -> 
         created_at=now,
         updated_at=now,
     )
+    row.version = 1
     async with rt.sessionmaker() as session, session.begin():
         await _ensure_name_free(session, workspace_id=principal.workspace_id, name=row.name, agent_id=None)
         session.add(row)
         await _flush_unique_name(session, row.name)
+        session.add(version_row(row, principal.actor, now))
     return row
 
 
@@ -127,16 +132,53 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
     principal.require(Role.ADMIN)
     changes = _validated_changes(patch, settings=rt.settings)
     async with rt.sessionmaker() as session, session.begin():
-        row = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
+        # Locked: the version number is read, bumped and written back (two updaters in a row
+        # number their versions one after the other).
+        row = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id, lock=True)
         if "name" in changes and changes["name"] != row.name:
             await _ensure_name_free(
                 session, workspace_id=principal.workspace_id, name=changes["name"], agent_id=row.id
             )
+        # Versioned before the row changes: compared with what the agent is now.
+        new_version = changes_configuration(config_of(_columns(row)), changes)
         for attr, value in changes.items():
             setattr(row, attr, value)
         if changes:
             row.updated_at = utcnow()
+        if new_version:
+            row.version += 1
         await _flush_unique_name(session, row.name)
+        if new_version:
+            session.add(version_row(row, principal.actor, row.updated_at))
+    return row
+
+
+def _columns(row: orm.Agent) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in VERSIONED_FIELDS}
+
+
+def version_row(row: orm.Agent, actor: Actor, now: datetime) -> orm.AgentVersion:
+    """The agent's current configuration as its version ``row.version`` (the row has an id).
+    Whatever writes an agent row writes this with it: a run of an agent is pinned to one."""
+    return orm.AgentVersion(
+        workspace_id=row.workspace_id,
+        agent_id=row.id,
+        version=row.version,
+        config=config_of(_columns(row)),
+        created_by=actor.to_json(),
+        created_at=now,
+    )
+
+
+async def get_version(session: AsyncSession, *, agent_id: int, version: int) -> orm.AgentVersion:
+    """One version of an agent (the caller checked the agent is the workspace's)."""
+    row = await session.scalar(
+        select(orm.AgentVersion).where(
+            orm.AgentVersion.agent_id == agent_id, orm.AgentVersion.version == version
+        )
+    )
+    if row is None:
+        raise NotFound(f"agent {agent_id} has no version {version}", field="version")
     return row
 
 

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db.orm import ApiToken, Workspace
+from app.domain.actors import Actor, ActorKind
 from app.domain.agents import Role
 from app.domain.errors import Conflict, Forbidden, NotFound, Unauthenticated, ValidationFailed
 from app.domain.tokens import (
@@ -58,6 +59,15 @@ class Principal:
     token_id: int
     # When the token stops working on its own; an open websocket closes then.
     expires_at: datetime | None = None
+    # Who the change is recorded as: the token, unless the caller is the CLI (token_id 0).
+    actor_kind: ActorKind = ActorKind.TOKEN
+    actor_name: str | None = None
+
+    @property
+    def actor(self) -> Actor:
+        if self.actor_kind is ActorKind.TOKEN:
+            return Actor(ActorKind.TOKEN, self.token_id, self.actor_name)
+        return Actor(self.actor_kind, None, self.actor_name)
 
     def require(self, needed: Role) -> None:
         if not self.role.allows(needed):

@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.orm import Agent, Memory, Run
+from app.db.orm import Agent, AgentVersion, Memory, Run
+from app.domain.agent_versions import AgentConfig
 from app.domain.memory import MemoryCandidate, select_for_injection
 from app.domain.run_events import EventType
 from app.services.memory_search import record_use
@@ -41,14 +42,16 @@ async def candidates(rt: Runtime, run_id: int) -> list[MemoryCandidate] | None:
     return (await read_for_claim(rt, run_id))[1]
 
 
-async def read_for_claim(rt: Runtime, run_id: int) -> tuple[Agent | None, list[MemoryCandidate] | None]:
-    """What a claim reads before it takes the tree's lock: the run's agent (None: the run is
-    gone), and the injection candidates (``candidates``)."""
+async def read_for_claim(rt: Runtime, run_id: int) -> tuple[AgentConfig | None, list[MemoryCandidate] | None]:
+    """What a claim reads before it takes the tree's lock: the run's agent as its pinned
+    version configures it (None: the run is gone), and the injection candidates
+    (``candidates``), chosen within the pinned version's memory budget."""
     async with rt.read_sessionmaker() as session:
         found = (await session.execute(_FIRST_START, {"b_run": run_id})).first()
         if found is None:
             return None, None
-        injected_ids, agent, has_memories = found
+        injected_ids, name, version, has_memories = found
+        agent = pinned_config(version, name=name)
         # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
         if injected_ids is not None:
             return agent, None
@@ -61,11 +64,32 @@ async def read_for_claim(rt: Runtime, run_id: int) -> tuple[Agent | None, list[M
         )
 
 
-# Built once (compiled once, cached): the run's first-start check, its agent (budget and
-# all: the claim uses it), and whether the agent has any memory at all.
+def pinned_config(version: AgentVersion, *, name: str) -> AgentConfig:
+    return AgentConfig.of(
+        id=version.agent_id, workspace_id=version.workspace_id, name=name,
+        version=version.version, config=version.config,
+    )  # fmt: skip
+
+
+async def read_pinned(session: AsyncSession, run: Run) -> AgentConfig:
+    """The run's agent as its pinned version configures it (inside a claim, when the read
+    before it found no run)."""
+    found = (
+        await session.execute(
+            select(Agent.name, AgentVersion)
+            .join(AgentVersion, AgentVersion.agent_id == Agent.id)
+            .where(Agent.id == run.agent_id, AgentVersion.version == run.agent_version)
+        )
+    ).one()
+    return pinned_config(found[1], name=found[0])
+
+
+# Built once (compiled once, cached): the run's first-start check, its agent's pinned
+# version (budget and all: the claim uses it), and whether the agent has any memory at all.
 _FIRST_START = (
-    select(Run.injected_memory_ids, Agent, exists().where(Memory.agent_id == Run.agent_id))
+    select(Run.injected_memory_ids, Agent.name, AgentVersion, exists().where(Memory.agent_id == Run.agent_id))
     .join(Agent, Agent.id == Run.agent_id)
+    .join(AgentVersion, (AgentVersion.agent_id == Run.agent_id) & (AgentVersion.version == Run.agent_version))
     .where(Run.id == bindparam("b_run"))
 )
 
@@ -94,7 +118,7 @@ async def _bounded_candidates(
 
 
 async def inject(
-    tx: TreeTx, run: Run, agent: Agent, candidates: list[MemoryCandidate]
+    tx: TreeTx, run: Run, agent: AgentConfig, candidates: list[MemoryCandidate]
 ) -> list[dict[str, Any]]:
     """Inside the claim, on the run's first start: choose, record, mark used, log."""
     chosen = select_for_injection(
@@ -105,14 +129,36 @@ async def inject(
         alive = set(await tx.session.scalars(select(Memory.id).where(Memory.id.in_([m.id for m in chosen]))))
         chosen = [m for m in chosen if m.id in alive]
     run.injected_memory_ids = [m.id for m in chosen]
+    # Pinned as injected: a memory edited or deleted later changes neither a resumed run's
+    # context nor what the run shows it started with.
+    run.injected_memories = [
+        {
+            "id": m.id,
+            "key": m.key,
+            "value": m.value,
+            "tags": list(m.tags),
+            "importance": m.importance,
+            "updated_at": m.updated_at.isoformat(),
+        }
+        for m in chosen
+    ]
     if chosen:
         await record_use(tx.session, chosen, now=tx.now)
         tx.emit(run, EventType.MEMORY_INJECTED, payload={"keys": [m.key for m in chosen]})
-    return [{"key": m.key, "value": m.value, "tags": list(m.tags)} for m in chosen]
+    return context_memories(run.injected_memories)
 
 
-async def injected(session: AsyncSession, ids: list[int]) -> list[dict[str, Any]]:
-    """A resumed run's memories: the ones chosen at its first start that still exist."""
+def context_memories(pinned: list[Any]) -> list[dict[str, Any]]:
+    """The injected memories as the model's context shows them: ``[{key, value, tags}]``."""
+    return [{"key": m["key"], "value": m["value"], "tags": list(m.get("tags") or [])} for m in pinned]
+
+
+async def injected(session: AsyncSession, run: Run) -> list[dict[str, Any]]:
+    """A resumed run's memories: exactly as injected at its first start. Runs injected before
+    the values were pinned fall back to the ones chosen then that still exist."""
+    if run.injected_memories is not None:
+        return context_memories(run.injected_memories)
+    ids = run.injected_memory_ids or []
     if not ids:
         return []
     rows = {m.id: m for m in await session.scalars(select(Memory).where(Memory.id.in_(ids)))}

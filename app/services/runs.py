@@ -12,7 +12,8 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.clock import now_sql
-from app.db.orm import Agent, Run, RunStep
+from app.db.orm import Run, RunStep
+from app.domain.agent_versions import AgentConfig
 from app.domain.agents import AgentStatus, Role
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
 from app.domain.memory import MemoryCandidate
@@ -43,7 +44,9 @@ async def start_run(
             raise NotFound("agent not found", field="agentId")
         if agent.status != AgentStatus.ACTIVE:
             raise Conflict(f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId")
-        run = await tree.create_run(NewRun(agent=agent, trigger=trigger, input=input))
+        run = await tree.create_run(
+            NewRun(agent=agent, trigger=trigger, input=input, started_by=principal.actor)
+        )
     return run
 
 
@@ -79,7 +82,7 @@ class Claim:
 
     attempt: int
     run: Run
-    agent: Agent
+    agent: AgentConfig  # as the run's pinned version configures it, never the live agent
     memories: list[dict[str, Any]]  # injected at the first start: [{key, value, tags}]
     steps: list[RunStep]
 
@@ -123,12 +126,12 @@ async def claim(
         run.lease_expires_at = tx.now + timedelta(seconds=lease_s)
         await tx.set_run_status(run, RunStatus.RUNNING, reason=f"claimed by {owner}")
         if agent is None or agent.id != run.agent_id:  # the run was gone when read (so: never)
-            agent = await tx.session.get_one(Agent, run.agent_id)
+            agent = await memory_injection.read_pinned(tx.session, run)
         if first_start:
             memories = await memory_injection.inject(tx, run, agent, candidates)
             steps: list[RunStep] = []
         else:
-            memories = await memory_injection.injected(tx.session, run.injected_memory_ids or [])
+            memories = await memory_injection.injected(tx.session, run)
             steps = list(
                 await tx.session.scalars(
                     select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import strawberry
 
+from app.domain.actors import ActorKind
 from app.domain.agents import AgentStatus, OverlapPolicy
 from app.domain.policy import Decision
 from app.domain.runs import ApprovalStatus, RunStatus, RunTrigger, StepStatus
 from app.domain.schedules import FiringOutcome
 from app.services.memories import RevisionAction
 
+strawberry.enum(ActorKind, name="ActorKind", description="Who did something: docs/concepts/audit.md.")
 strawberry.enum(AgentStatus, name="AgentStatus")
 strawberry.enum(OverlapPolicy, name="OverlapPolicy")
 strawberry.enum(Decision, name="PolicyDecision")
@@ -25,6 +27,7 @@ strawberry.enum(FiringOutcome, name="ScheduleFiringOutcome", description="What a
 strawberry.enum(RevisionAction, name="MemoryRevisionAction", description="What a memory revision did.")
 
 __all__ = [
+    "ActorKind",
     "AgentStatus",
     "ApprovalStatus",
     "Decision",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import strawberry
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -87,6 +88,25 @@ class Memory(Node):
             last_used_at=row.last_used_at,
             row=row,
         )
+
+    @classmethod
+    def as_injected(cls, pinned: dict[str, Any], live: orm.Memory | None, *, agent_id: int) -> Memory:
+        """A memory as a run had it injected (key, value, tags, importance then), whatever
+        it became since; the live row (None: deleted since) gives only its timestamps."""
+        updated_at = datetime.fromisoformat(pinned["updated_at"])
+        row = orm.Memory(
+            id=int(pinned["id"]),
+            agent_id=agent_id,
+            key=pinned["key"],
+            value=pinned["value"],
+            tags=list(pinned.get("tags") or []),
+            importance=float(pinned.get("importance") or 0.0),
+            source_run_id=None if live is None else live.source_run_id,
+            created_at=updated_at if live is None else live.created_at,
+            updated_at=updated_at,
+            last_used_at=None if live is None else live.last_used_at,
+        )
+        return cls.from_row(row)
 
     @strawberry.field
     async def agent(self, info: Info) -> Agent:

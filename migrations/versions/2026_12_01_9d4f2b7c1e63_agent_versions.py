@@ -1,0 +1,98 @@
+"""governance: agent versions (runs pinned to one), memories pinned as injected, who started
+and cancelled a run
+
+Revision ID: 9d4f2b7c1e63
+Revises: 7a1b53d7de74
+Create Date: 2026-12-01 13:00:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import mysql
+
+revision: str = "9d4f2b7c1e63"
+down_revision: str | None = "7a1b53d7de74"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+UTC_DATETIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+# The configuration a version holds (app.domain.agent_versions.VERSIONED_FIELDS, as of now).
+VERSIONED = ("instructions", "model", "tools", "policy", "memory_max_items", "memory_max_chars")
+
+
+def upgrade() -> None:
+    op.create_table(
+        "agent_versions",
+        sa.Column("id", ID, autoincrement=True, nullable=False),
+        sa.Column("workspace_id", ID, nullable=False),
+        sa.Column("agent_id", ID, nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("config", sa.JSON(), nullable=False),
+        sa.Column("created_by", sa.JSON(), nullable=True),
+        sa.Column("created_at", UTC_DATETIME, nullable=False),
+        sa.ForeignKeyConstraint(
+            ["agent_id"], ["agents.id"], name=op.f("fk_agent_versions_agent_id_agents"), ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["workspace_id"], ["workspaces.id"],
+            name=op.f("fk_agent_versions_workspace_id_workspaces"), ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("agent_id", "version", name=op.f("uq_agent_versions_agent_id_version")),
+        sqlite_autoincrement=True,
+    )  # fmt: skip
+    op.create_index(op.f("ix_agent_versions_workspace_id"), "agent_versions", ["workspace_id"])
+    with op.batch_alter_table("agents", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("version", sa.Integer(), nullable=False, server_default="1"))
+    with op.batch_alter_table("agent_runs", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("agent_version", sa.Integer(), nullable=False, server_default="1"))
+        batch_op.add_column(sa.Column("injected_memories", sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column("started_by", sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column("cancelled_by", sa.JSON(), nullable=True))
+    _version_existing_agents()
+
+
+def _version_existing_agents() -> None:
+    """Every agent's configuration as it is now becomes its version 1, written by the server;
+    its runs (all pinned to 1 by the column's default) run with that from now on."""
+    agents = sa.table(
+        "agents", sa.column("id", ID), sa.column("workspace_id", ID),
+        sa.column("instructions", sa.Text()), sa.column("model", sa.JSON()), sa.column("tools", sa.JSON()),
+        sa.column("policy", sa.JSON()), sa.column("memory_max_items", sa.Integer()),
+        sa.column("memory_max_chars", sa.Integer()),
+    )  # fmt: skip
+    versions = sa.table(
+        "agent_versions", sa.column("workspace_id", ID), sa.column("agent_id", ID),
+        sa.column("version", sa.Integer()), sa.column("config", sa.JSON()),
+        sa.column("created_by", sa.JSON()), sa.column("created_at", UTC_DATETIME),
+    )  # fmt: skip
+    bind = op.get_bind()
+    now = datetime.now(UTC).replace(tzinfo=None)
+    rows = [
+        {
+            "workspace_id": row.workspace_id,
+            "agent_id": row.id,
+            "version": 1,
+            "config": {name: getattr(row, name) for name in VERSIONED},
+            "created_by": {"kind": "SYSTEM", "id": None, "name": "migration"},
+            "created_at": now,
+        }
+        for row in bind.execute(sa.select(agents))
+    ]
+    if rows:
+        bind.execute(sa.insert(versions), rows)
+
+
+def downgrade() -> None:
+    # Plain DROP COLUMN (SQLite >= 3.35), never a batch table copy: recreating ``agents`` on
+    # SQLite drops the old table, and its ON DELETE CASCADE would take every memory with it.
+    for column in ("cancelled_by", "started_by", "injected_memories", "agent_version"):
+        op.drop_column("agent_runs", column)
+    op.drop_column("agents", "version")
+    op.drop_table("agent_versions")
