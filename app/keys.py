@@ -50,3 +50,9 @@ def workers_index(prefix: str) -> str:
 def sweeper_turn_key(prefix: str) -> str:
     """Taken (SET NX with a TTL) by the worker that sweeps this interval; the others skip."""
     return f"{prefix}:sweeper-turn"
+
+
+def run_stops_channel(prefix: str) -> str:
+    """Stop notices for workers (a cancelled tree, a paused agent or workspace): each worker
+    process subscribes once and re-checks the database for the runs a notice concerns."""
+    return f"{prefix}:run-stops"

@@ -100,6 +100,10 @@ class Workspace(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     created_at: Mapped[datetime]
+    # The workspace-wide emergency stop (docs/concepts/holds.md): set while paused.
+    paused_at: Mapped[datetime | None]
+    paused_reason: Mapped[str | None] = mapped_column(Text)
+    paused_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class ApiToken(Base):
@@ -314,6 +318,9 @@ class Run(Base):
     # parent run) and who cancelled it.
     started_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     cancelled_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Why a QUEUED run is not being claimed (its agent is paused or archived, its workspace
+    # paused); null once released. Held runs get no job until then (docs/concepts/holds.md).
+    held_reason: Mapped[str | None] = mapped_column(Text)
     cancel_reason: Mapped[str | None] = mapped_column(Text)
 
     # Execution bookkeeping. `attempt` is the fencing token: every claim bumps it, and a
@@ -424,6 +431,45 @@ class ScheduleFiring(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     run_id: Mapped[int | None] = mapped_column(Id)
     created_at: Mapped[datetime]
+
+
+class AuditHead(Base):
+    """Where a workspace's audit chain stands: its last seq and hash. Locked (FOR UPDATE) by
+    each append as the last lock of its transaction, so appends in a workspace are numbered
+    in commit order and no lock cycle can form around it (``services.audit``)."""
+
+    __tablename__ = "audit_heads"
+
+    workspace_id: Mapped[int] = mapped_column(
+        ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditEvent(Base):
+    """Append-only, numbered by ``seq`` per workspace, hash-chained (``app.domain.audit``)."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        UniqueConstraint("workspace_id", "seq"),
+        Index("ix_audit_events_workspace_id_object_id", "workspace_id", "object_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime]
+    actor_kind: Mapped[str] = mapped_column(String(16))
+    actor_id: Mapped[int | None] = mapped_column(Id)
+    actor_name: Mapped[str | None] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(40))
+    object_type: Mapped[str] = mapped_column(String(40))
+    object_id: Mapped[int | None] = mapped_column(Id)
+    summary: Mapped[str] = mapped_column(Text)
+    diff: Mapped[Any | None] = mapped_column(JSON)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
 
 
 class RunEvent(Base):

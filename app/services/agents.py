@@ -25,9 +25,11 @@ from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS
 from app.domain.errors import Conflict, NotFound, ValidationFailed
 from app.domain.policy import validate_policy
 from app.engine.providers import validate_model_config
+from app.events.stops import publish_stop
 from app.services.auth import Principal
 from app.services.reads import get_owned
 from app.services.runtime import Runtime
+from app.services.transitions import Released, release_held
 from app.services.validation import KEEP, Keep, check_int_range, check_string_list, check_text
 from app.settings import Settings
 
@@ -141,6 +143,7 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
             )
         # Versioned before the row changes: compared with what the agent is now.
         new_version = changes_configuration(config_of(_columns(row)), changes)
+        was = row.status
         for attr, value in changes.items():
             setattr(row, attr, value)
         if changes:
@@ -150,6 +153,14 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
         await _flush_unique_name(session, row.name)
         if new_version:
             session.add(version_row(row, principal.actor, row.updated_at))
+        released = Released()
+        if was != AgentStatus.ACTIVE and row.status == AgentStatus.ACTIVE:
+            released = await release_held(session, workspace_id=row.workspace_id, agent_id=row.id)
+    # After commit (docs/concepts/holds.md): a paused or archived agent's running runs are
+    # told at once and stop at their next step boundary; a resumed one's held runs go on.
+    if was == AgentStatus.ACTIVE and row.status != AgentStatus.ACTIVE:
+        await publish_stop(rt, agents=[row.id])
+    await released.enqueue(rt)
     return row
 
 

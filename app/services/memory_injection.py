@@ -12,13 +12,15 @@ was read, and one deleted in between is dropped (re-checked inside the claim).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.orm import Agent, AgentVersion, Memory, Run
+from app.db.orm import Agent, AgentVersion, Memory, Run, Workspace
 from app.domain.agent_versions import AgentConfig
+from app.domain.holds import hold_reason
 from app.domain.memory import MemoryCandidate, select_for_injection
 from app.domain.run_events import EventType
 from app.services.memory_search import record_use
@@ -39,29 +41,40 @@ _CANDIDATE_COLUMNS = (Memory.id, Memory.key, Memory.value, Memory.importance, Me
 async def candidates(rt: Runtime, run_id: int) -> list[MemoryCandidate] | None:
     """The injection candidates for the run's first start; None when the run has started
     before (its memories were chosen then) or is gone."""
-    return (await read_for_claim(rt, run_id))[1]
+    return (await read_for_claim(rt, run_id)).candidates
 
 
-async def read_for_claim(rt: Runtime, run_id: int) -> tuple[AgentConfig | None, list[MemoryCandidate] | None]:
-    """What a claim reads before it takes the tree's lock: the run's agent as its pinned
-    version configures it (None: the run is gone), and the injection candidates
-    (``candidates``), chosen within the pinned version's memory budget."""
+@dataclass(frozen=True, slots=True)
+class PreClaim:
+    """What a claim reads before it takes the tree's lock."""
+
+    # The run's agent as its pinned version configures it (None: the run is gone).
+    agent: AgentConfig | None
+    # The injection candidates (``candidates``), within the pinned version's memory budget.
+    candidates: list[MemoryCandidate] | None
+    # Why the run is held (``app.domain.holds``), as read now; None: it may go on.
+    held: str | None = None
+
+
+async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
     async with rt.read_sessionmaker() as session:
         found = (await session.execute(_FIRST_START, {"b_run": run_id})).first()
         if found is None:
-            return None, None
-        injected_ids, name, version, has_memories = found
+            return PreClaim(None, None)
+        injected_ids, name, status, paused, version, has_memories = found
         agent = pinned_config(version, name=name)
+        held = hold_reason(agent_name=name, agent_status=status, workspace_paused_reason=paused)
         # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
         if injected_ids is not None:
-            return agent, None
+            return PreClaim(agent, None, held)
         max_items, max_chars = agent.memory_max_items, agent.memory_max_chars
         # Most agents have no memories: one statement decides it (an index probe), not three.
-        if max_items <= 0 or max_chars <= 0 or not has_memories:
-            return agent, []
-        return agent, await _bounded_candidates(
+        if held is not None or max_items <= 0 or max_chars <= 0 or not has_memories:
+            return PreClaim(agent, [], held)
+        found_candidates = await _bounded_candidates(
             session, agent_id=agent.id, max_items=max_items, max_chars=max_chars
         )
+        return PreClaim(agent, found_candidates, held)
 
 
 def pinned_config(version: AgentVersion, *, name: str) -> AgentConfig:
@@ -84,11 +97,20 @@ async def read_pinned(session: AsyncSession, run: Run) -> AgentConfig:
     return pinned_config(found[1], name=found[0])
 
 
-# Built once (compiled once, cached): the run's first-start check, its agent's pinned
-# version (budget and all: the claim uses it), and whether the agent has any memory at all.
+# Built once (compiled once, cached): the run's first-start check, what holds it, its
+# agent's pinned version (budget and all: the claim uses it), and whether the agent has any
+# memory at all.
 _FIRST_START = (
-    select(Run.injected_memory_ids, Agent.name, AgentVersion, exists().where(Memory.agent_id == Run.agent_id))
+    select(
+        Run.injected_memory_ids,
+        Agent.name,
+        Agent.status,
+        Workspace.paused_reason,
+        AgentVersion,
+        exists().where(Memory.agent_id == Run.agent_id),
+    )
     .join(Agent, Agent.id == Run.agent_id)
+    .join(Workspace, Workspace.id == Run.workspace_id)
     .join(AgentVersion, (AgentVersion.agent_id == Run.agent_id) & (AgentVersion.version == Run.agent_version))
     .where(Run.id == bindparam("b_run"))
 )

@@ -29,7 +29,7 @@ from sqlalchemy import select, true
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.db.clock import db_now
-from app.db.orm import Agent, Run, Schedule, ScheduleFiring
+from app.db.orm import Agent, Run, Schedule, ScheduleFiring, Workspace
 from app.domain.agents import OverlapPolicy
 from app.domain.runs import TERMINAL_RUN, RunTrigger
 from app.domain.schedules import FiringOutcome, due, skip_reason
@@ -123,6 +123,9 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
             if when is None:
                 return None
             agent = await session.get_one(Agent, schedule.agent_id)
+            paused = await session.scalar(
+                select(Workspace.paused_reason).where(Workspace.id == schedule.workspace_id)
+            )
             unfinished = list(
                 await session.scalars(
                     select(Run.status)
@@ -136,6 +139,7 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
                 agent_status=agent.status,
                 overlap=OverlapPolicy(schedule.overlap_policy),
                 unfinished=unfinished,
+                workspace_paused_reason=paused,
             )
             run = None
             if reason is None:

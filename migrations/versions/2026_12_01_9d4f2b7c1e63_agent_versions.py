@@ -1,5 +1,5 @@
 """governance: agent versions (runs pinned to one), memories pinned as injected, who started
-and cancelled a run
+and cancelled a run, held runs and paused workspaces, the audit trail
 
 Revision ID: 9d4f2b7c1e63
 Revises: 7a1b53d7de74
@@ -55,7 +55,49 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("injected_memories", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("started_by", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("cancelled_by", sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column("held_reason", sa.Text(), nullable=True))
+    with op.batch_alter_table("workspaces", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("paused_at", UTC_DATETIME, nullable=True))
+        batch_op.add_column(sa.Column("paused_reason", sa.Text(), nullable=True))
+        batch_op.add_column(sa.Column("paused_by", sa.JSON(), nullable=True))
     _version_existing_agents()
+    op.create_table(
+        "audit_heads",
+        sa.Column("workspace_id", ID, autoincrement=False, nullable=False),
+        sa.Column("seq", sa.Integer(), nullable=False),
+        sa.Column("hash", sa.String(length=64), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["workspace_id"], ["workspaces.id"], name=op.f("fk_audit_heads_workspace_id_workspaces"), ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("workspace_id"),
+        sqlite_autoincrement=True,
+    )  # fmt: skip
+    op.create_table(
+        "audit_events",
+        sa.Column("id", ID, autoincrement=True, nullable=False),
+        sa.Column("workspace_id", ID, nullable=False),
+        sa.Column("seq", sa.Integer(), nullable=False),
+        sa.Column("at", UTC_DATETIME, nullable=False),
+        sa.Column("actor_kind", sa.String(length=16), nullable=False),
+        sa.Column("actor_id", ID, nullable=True),
+        sa.Column("actor_name", sa.String(length=200), nullable=True),
+        sa.Column("action", sa.String(length=40), nullable=False),
+        sa.Column("object_type", sa.String(length=40), nullable=False),
+        sa.Column("object_id", ID, nullable=True),
+        sa.Column("summary", sa.Text(), nullable=False),
+        sa.Column("diff", sa.JSON(), nullable=True),
+        sa.Column("prev_hash", sa.String(length=64), nullable=False),
+        sa.Column("hash", sa.String(length=64), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["workspace_id"], ["workspaces.id"], name=op.f("fk_audit_events_workspace_id_workspaces"), ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("workspace_id", "seq", name=op.f("uq_audit_events_workspace_id_seq")),
+        sqlite_autoincrement=True,
+    )  # fmt: skip
+    op.create_index(
+        "ix_audit_events_workspace_id_object_id", "audit_events", ["workspace_id", "object_id"], unique=False
+    )
 
 
 def _version_existing_agents() -> None:
@@ -90,9 +132,13 @@ def _version_existing_agents() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("audit_events")
+    op.drop_table("audit_heads")
     # Plain DROP COLUMN (SQLite >= 3.35), never a batch table copy: recreating ``agents`` on
     # SQLite drops the old table, and its ON DELETE CASCADE would take every memory with it.
-    for column in ("cancelled_by", "started_by", "injected_memories", "agent_version"):
+    for column in ("paused_by", "paused_reason", "paused_at"):
+        op.drop_column("workspaces", column)
+    for column in ("held_reason", "cancelled_by", "started_by", "injected_memories", "agent_version"):
         op.drop_column("agent_runs", column)
     op.drop_column("agents", "version")
     op.drop_table("agent_versions")

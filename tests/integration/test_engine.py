@@ -240,7 +240,7 @@ async def test_leases_use_the_database_clock_not_the_hosts(
     try:
         claim = await runs.claim(rt, from_global_id(run_gid, "Run"), owner="skewed")
         assert claim is not None
-        assert await runs.renew_lease(rt, claim.run.id, attempt=claim.attempt)
+        assert (await runs.renew_lease(rt, claim.run.id, attempt=claim.attempt)).ours
     finally:
         await rt.close()
     async with sessionmaker() as session:

@@ -113,6 +113,9 @@ class Run(Node):
     result: JSON | None
     error: str | None
     cancel_reason: str | None
+    held_reason: str | None = strawberry.field(
+        description="Why a QUEUED run is not going on: its agent is paused or archived, or its workspace paused."
+    )
     depth: int = strawberry.field(description="0 for a root run, parent's depth + 1 for a child.")
     policy_chain: JSON = strawberry.field(
         description="The policies this run runs under, root agent first, as snapshotted at its creation."
@@ -135,6 +138,7 @@ class Run(Node):
             result=row.result,
             error=row.error,
             cancel_reason=row.cancel_reason,
+            held_reason=row.held_reason,
             depth=row.depth,
             policy_chain=JSON(row.policy_chain or []),
             turns=row.turns,

@@ -247,9 +247,16 @@ class StepWrites:
             if StepStatus(step.status) in TERMINAL_STEP:
                 continue
             message = f"run {to.value.lower()}: {why or ''}".strip().rstrip(":")
-            await self.finish_step(
-                run, step, StepStatus.CANCELLED, result=model_error(ModelErrorCode.RUN_ENDED, message)
-            )
+            result: dict[str, Any] = model_error(ModelErrorCode.RUN_ENDED, message)
+            # RUNNING: its worker was executing the call when the run ended. The worker is
+            # told at once and cuts the call off, but it may have gone out already: say so,
+            # rather than let the step read as never sent (docs/graphql/errors.md).
+            # A step waiting for its child started that child, which ends with the run.
+            if step.status == StepStatus.RUNNING:
+                result["sent"] = "unknown"
+            elif step.status != StepStatus.WAITING_CHILD:
+                result["sent"] = False
+            await self.finish_step(run, step, StepStatus.CANCELLED, result=result)
         approvals = await self.session.scalars(
             select(Approval)
             .where(Approval.run_id == run.id, Approval.status == ApprovalStatus.PENDING.value)
