@@ -32,6 +32,7 @@ from app.db.session import create_engine
 from app.settings import ClientSettings, Settings, load_client_settings, load_settings
 
 if TYPE_CHECKING:
+    from app.domain.actors import Actor
     from app.services.runtime import Runtime
 
 EXIT_USAGE = 2  # expected failures share argparse's exit code for a bad command line
@@ -310,3 +311,17 @@ def print_rows(columns: tuple[str, ...], rows: list[dict[str, Any]], *, empty: s
 
 def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def cli_actor() -> Actor:
+    """Who a command's changes are recorded as (docs/concepts/audit.md): the CLI, named by
+    the operating-system user who ran it."""
+    import getpass
+
+    from app.domain.actors import Actor, ActorKind
+
+    try:
+        user: str | None = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a bare container)
+        user = None
+    return Actor(ActorKind.CLI, None, user)

@@ -43,19 +43,14 @@ MAX_LIMIT = 1_000
 def machine_admin(workspace_id: int) -> Principal:
     """Who a command acts as: whoever can read the database holds every key anyway. Its
     changes are recorded as the CLI, named by the operating-system user who ran it."""
-    import getpass
-
     from app.domain.actors import ActorKind
     from app.domain.agents import Role
     from app.services.auth import Principal
 
-    try:
-        user: str | None = getpass.getuser()
-    except (KeyError, OSError):  # no user name for this uid (a bare container)
-        user = None
     return Principal(
-        workspace_id=workspace_id, role=Role.ADMIN, token_id=0, actor_kind=ActorKind.CLI, actor_name=user
-    )
+        workspace_id=workspace_id, role=Role.ADMIN, token_id=0, actor_kind=ActorKind.CLI,
+        actor_name=common.cli_actor().name,
+    )  # fmt: skip
 
 
 def run_pk(value: str) -> int:

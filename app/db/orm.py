@@ -387,6 +387,8 @@ class Approval(Base):
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     decided_by_token_id: Mapped[int | None] = mapped_column(Id)
+    # ``app.domain.actors.Actor.to_json``: who decided (a token, the CLI).
+    decided_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     requested_at: Mapped[datetime]
     decided_at: Mapped[datetime | None]
 

@@ -19,7 +19,18 @@ import re
 from app.domain.errors import NotFound, ValidationFailed
 
 NODE_TYPES = frozenset(
-    {"Workspace", "Agent", "AgentVersion", "Run", "RunStep", "Memory", "Approval", "Schedule", "ApiToken"}
+    {
+        "Workspace",
+        "Agent",
+        "AgentVersion",
+        "Run",
+        "RunStep",
+        "Memory",
+        "Approval",
+        "Schedule",
+        "ApiToken",
+        "AuditEvent",
+    }
 )
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]{1,200}")

@@ -80,6 +80,7 @@ class Loaders:
         )
         self.token = self._by_id(orm.ApiToken)
         self.version_by_id = self._by_id(orm.AgentVersion)
+        self.audit_event = self._by_id(orm.AuditEvent)
         # A run's pinned version, by (agent id, version number).
         self.agent_version: DataLoader[tuple[int, int], orm.AgentVersion | None] = DataLoader(
             load_fn=self._agent_versions, max_batch_size=MAX_BATCH

@@ -22,10 +22,12 @@ from app.db import orm
 from app.domain.actors import Actor
 from app.domain.agent_versions import VERSIONED_FIELDS, changes_configuration, config_of
 from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
+from app.domain.audit import diff as audit_diff
 from app.domain.errors import Conflict, NotFound, ValidationFailed
 from app.domain.policy import validate_policy
 from app.engine.providers import validate_model_config
 from app.events.stops import publish_stop
+from app.services import audit
 from app.services.auth import Principal
 from app.services.reads import get_owned
 from app.services.runtime import Runtime
@@ -127,6 +129,11 @@ async def create_agent(rt: Runtime, principal: Principal, draft: AgentDraft) -> 
         session.add(row)
         await _flush_unique_name(session, row.name)
         session.add(version_row(row, principal.actor, now))
+        await audit.append(
+            session, workspace_id=row.workspace_id, actor=principal.actor, action="agent.create",
+            object_type="Agent", object_id=row.id, summary=f"created agent {row.name!r} (version 1)",
+            diff=audit_diff({}, _audited(row)), at=now,
+        )  # fmt: skip
     return row
 
 
@@ -144,6 +151,7 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
         # Versioned before the row changes: compared with what the agent is now.
         new_version = changes_configuration(config_of(_columns(row)), changes)
         was = row.status
+        before = _audited(row)
         for attr, value in changes.items():
             setattr(row, attr, value)
         if changes:
@@ -156,12 +164,32 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
         released = Released()
         if was != AgentStatus.ACTIVE and row.status == AgentStatus.ACTIVE:
             released = await release_held(session, workspace_id=row.workspace_id, agent_id=row.id)
+        changed = audit_diff(before, _audited(row))
+        if changed:
+            # A status change alone is agent.status; anything else is agent.update.
+            action = "agent.status" if set(changed) == {"status"} else "agent.update"
+            summary = (
+                f"agent {row.name!r} {was} -> {row.status}" if action == "agent.status"
+                else f"updated agent {row.name!r}: {', '.join(changed)}"
+                + (f" (version {row.version})" if new_version else "")
+            )  # fmt: skip
+            await audit.append(
+                session, workspace_id=row.workspace_id, actor=principal.actor, action=action,
+                object_type="Agent", object_id=row.id, summary=summary, diff=changed,
+            )  # fmt: skip
     # After commit (docs/concepts/holds.md): a paused or archived agent's running runs are
     # told at once and stop at their next step boundary; a resumed one's held runs go on.
     if was == AgentStatus.ACTIVE and row.status != AgentStatus.ACTIVE:
         await publish_stop(rt, agents=[row.id])
     await released.enqueue(rt)
     return row
+
+
+_AUDITED = ("name", "description", "status", *VERSIONED_FIELDS)
+
+
+def _audited(row: orm.Agent) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in _AUDITED}
 
 
 def _columns(row: orm.Agent) -> dict[str, Any]:

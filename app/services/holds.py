@@ -13,6 +13,7 @@ from app.domain.agents import Role
 from app.domain.errors import InvalidTransition, NotFound
 from app.domain.holds import MAX_PAUSE_REASON_CHARS
 from app.events.stops import publish_stop
+from app.services import audit
 from app.services.auth import Principal
 from app.services.runtime import Runtime
 from app.services.transitions import release_held
@@ -29,6 +30,11 @@ async def pause_workspace(rt: Runtime, principal: Principal, *, reason: str) -> 
         workspace.paused_at = await db_now(session)
         workspace.paused_reason = reason
         workspace.paused_by = principal.actor.to_json()
+        await audit.append(
+            session, workspace_id=workspace.id, actor=principal.actor, action="workspace.pause",
+            object_type="Workspace", object_id=workspace.id, summary=f"paused the workspace: {reason}",
+            at=workspace.paused_at,
+        )  # fmt: skip
     await publish_stop(rt, workspaces=[principal.workspace_id])
     return workspace
 
@@ -43,6 +49,11 @@ async def resume_workspace(rt: Runtime, principal: Principal) -> Workspace:
         workspace.paused_reason = None
         workspace.paused_by = None
         released = await release_held(session, workspace_id=workspace.id)
+        await audit.append(
+            session, workspace_id=workspace.id, actor=principal.actor, action="workspace.resume",
+            object_type="Workspace", object_id=workspace.id,
+            summary=f"resumed the workspace ({len(released.wakeups)} held runs released)",
+        )  # fmt: skip
     await released.enqueue(rt)
     return workspace
 

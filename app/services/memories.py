@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -24,8 +25,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import Role
+from app.domain.audit import diff as audit_diff
 from app.domain.credentials import check_credentials
 from app.domain.errors import Conflict, CredentialRejected, NotFound
+from app.services import audit
 from app.services.auth import Principal
 from app.services.reads import get_owned
 from app.services.runtime import Runtime
@@ -231,6 +234,7 @@ async def create_memory(
             token_id=principal.token_id,
             at=now,
         )
+        await _audit(session, principal, row, "memory.create", {}, at=now)
     return row
 
 
@@ -257,6 +261,7 @@ async def update_memory(
             list(row.tags or []) if tags is None else tags,
         )
         old_value = row.value
+        before = _audited(row)
         if key is not None and key != row.key:
             await _ensure_key_free(session, agent_id=row.agent_id, key=key, memory_id=row.id)
             row.key = key
@@ -278,6 +283,7 @@ async def update_memory(
             token_id=principal.token_id,
             at=now,
         )
+        await _audit(session, principal, row, "memory.update", before, at=now)
     return row
 
 
@@ -286,8 +292,35 @@ async def delete_memory(rt: Runtime, principal: Principal, *, memory_id: int) ->
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         row = await _lock_memory(session, workspace_id=principal.workspace_id, memory_id=memory_id)
+        before = _audited(row)
         await _delete(session, row, now=now, run_id=None, token_id=principal.token_id)
+        await audit.append(
+            session, workspace_id=principal.workspace_id, actor=principal.actor, action="memory.delete",
+            object_type="Memory", object_id=memory_id, summary=f"deleted memory {before['key']!r}",
+            diff=audit_diff(before, {}), at=now,
+        )  # fmt: skip
     return memory_id
+
+
+def _audited(row: orm.Memory) -> dict[str, Any]:
+    return {"agent_id": row.agent_id, "key": row.key, "value": row.value, "tags": list(row.tags or []),
+            "importance": row.importance}  # fmt: skip
+
+
+async def _audit(
+    session: AsyncSession,
+    principal: Principal,
+    row: orm.Memory,
+    action: str,
+    before: dict[str, Any],
+    *,
+    at: datetime,
+) -> None:
+    verb = "created" if action == "memory.create" else "updated"
+    await audit.append(
+        session, workspace_id=row.workspace_id, actor=principal.actor, action=action, object_type="Memory",
+        object_id=row.id, summary=f"{verb} memory {row.key!r}", diff=audit_diff(before, _audited(row)), at=at,
+    )  # fmt: skip
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from app.domain.holds import hold_reason
 from app.domain.memory import MemoryCandidate
 from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
 from app.events.stops import publish_stop
-from app.services import memory_injection
+from app.services import audit, memory_injection
 from app.services.auth import Principal
 from app.services.runtime import Runtime
 from app.services.transitions import NewRun, TreeTx, new_tree_tx, tree_tx
@@ -52,6 +52,11 @@ async def start_run(
         run = await tree.create_run(
             NewRun(agent=agent, trigger=trigger, input=input, started_by=principal.actor)
         )
+        await audit.append(
+            tree.session, workspace_id=principal.workspace_id, actor=principal.actor, action="run.start",
+            object_type="Run", object_id=run.id, at=await tree.clock(),
+            summary=f"started a run of agent {agent.name!r} (version {agent.version})",
+        )  # fmt: skip
     return run
 
 
@@ -88,7 +93,12 @@ async def _cancel(tx: TreeTx, run: Run, principal: Principal, reason: str | None
     # The chokepoint ends the whole subtree: children first, each handing its outcome to
     # its parent's step without waking a parent that is being cancelled too.
     run.cancelled_by = principal.actor.to_json()
-    await tx.set_run_status(run, RunStatus.CANCELLED, reason=reason or "cancelled by operator")
+    why = reason or "cancelled by operator"
+    await tx.set_run_status(run, RunStatus.CANCELLED, reason=why)
+    await audit.append(
+        tx.session, workspace_id=run.workspace_id, actor=principal.actor, action="run.cancel",
+        object_type="Run", object_id=run.id, summary=f"cancelled run {run.id}: {why}", at=tx.now,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,8 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("started_by", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("cancelled_by", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("held_reason", sa.Text(), nullable=True))
+    with op.batch_alter_table("approvals", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("decided_by", sa.JSON(), nullable=True))
     with op.batch_alter_table("workspaces", schema=None) as batch_op:
         batch_op.add_column(sa.Column("paused_at", UTC_DATETIME, nullable=True))
         batch_op.add_column(sa.Column("paused_reason", sa.Text(), nullable=True))
@@ -136,6 +138,7 @@ def downgrade() -> None:
     op.drop_table("audit_heads")
     # Plain DROP COLUMN (SQLite >= 3.35), never a batch table copy: recreating ``agents`` on
     # SQLite drops the old table, and its ON DELETE CASCADE would take every memory with it.
+    op.drop_column("approvals", "decided_by")
     for column in ("paused_by", "paused_reason", "paused_at"):
         op.drop_column("workspaces", column)
     for column in ("held_reason", "cancelled_by", "started_by", "injected_memories", "agent_version"):

@@ -14,6 +14,7 @@ from sqlalchemy import bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Approval, Run, RunStep
+from app.domain.actors import Actor, ActorKind
 from app.domain.model_errors import ModelErrorCode, model_error
 from app.domain.run_events import EventType
 from app.domain.runs import (
@@ -223,7 +224,7 @@ class StepWrites:
         return approval
 
     async def decide_approval(
-        self, run: Run, approval: Approval, *, approve: bool, reason: str | None, token_id: int | None
+        self, run: Run, approval: Approval, *, approve: bool, reason: str | None, actor: Actor
     ) -> None:
         """Approve: the step goes back to PENDING for the next worker to execute. Reject: the
         step is REJECTED and the model sees the rejection as the call's result."""
@@ -231,7 +232,8 @@ class StepWrites:
         approval.status = (ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED).value
         approval.reason = reason
         approval.decided_at = self.now
-        approval.decided_by_token_id = token_id
+        approval.decided_by_token_id = actor.id if actor.kind is ActorKind.TOKEN else None
+        approval.decided_by = actor.to_json()
         self.emit(run, EventType.APPROVAL_DECIDED, step_id=step.id,
                   payload={"approvalId": approval.id, "status": approval.status, "reason": reason})  # fmt: skip
         if approve:
