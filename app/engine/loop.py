@@ -44,7 +44,7 @@ from app.domain.engine_rules import MoveKind, Outcome, ReadCall, batches, failed
 from app.domain.errors import EnverifError
 from app.domain.model_errors import ModelErrorCode
 from app.domain.planner import CallPlan, Calls, Fail, ToolInfo, TurnPlan
-from app.domain.policy import parse_chain
+from app.domain.policy import PolicyLink, chain_agent_ids, live_chain, parse_chain
 from app.domain.runs import StepStatus
 from app.engine import turns
 from app.engine.base import Model, Tool, ToolKind
@@ -107,7 +107,12 @@ async def execute_run(
     assert current is not None
     if live is not None:
         run = claimed.run
-        live.add(LiveRun(run.id, run.root_run_id or run.id, run.agent_id, run.workspace_id, executor.poke))
+        chain_agents = frozenset(chain_agent_ids(run.policy_chain))
+        live.add(
+            LiveRun(
+                run.id, run.root_run_id or run.id, run.agent_id, run.workspace_id, executor.poke, chain_agents
+            )
+        )
         if live.generation != generation:
             executor.poke()  # a notice went by while the claim ran: it may have been ours
     renewer = asyncio.create_task(executor.keep_lease(current))
@@ -208,6 +213,8 @@ class RunExecutor:
         # Why the run must stop at its next step boundary (its agent or workspace paused).
         self.held: str | None = None
         self._poked = asyncio.Event()
+        self._snapshot: list[PolicyLink] | None = None
+        self._current_policies = claimed.current_policies
 
     @property
     def run_id(self) -> int:
@@ -238,7 +245,9 @@ class RunExecutor:
             if self.job_ended or worker_task.done():
                 return
             try:
-                check = await runs.renew_lease(self.rt, self.run_id, attempt=self.attempt)
+                check = await runs.renew_lease(
+                    self.rt, self.run_id, attempt=self.attempt, chain=self.state.run.policy_chain
+                )
             except Exception as exc:
                 if is_outage(exc):
                     OUTAGE_WARNINGS.warn(
@@ -248,6 +257,9 @@ class RunExecutor:
                     log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
                 continue
             self.held = check.held
+            if check.current_policies is not None and self._snapshot is not None:
+                # A policy tightened since the last read applies from the next decision on.
+                self.state.chain = live_chain(self._snapshot, check.current_policies)
             if not check.ours:
                 self.lease_lost = True
                 if self.interruptible:
@@ -271,7 +283,8 @@ class RunExecutor:
         state = self.state
         try:
             model = self.providers.for_model(state.agent.model)
-            state.chain = parse_chain(state.run.policy_chain)
+            self._snapshot = parse_chain(state.run.policy_chain)
+            state.chain = live_chain(self._snapshot, self._current_policies)
         except EnverifError as exc:
             await self.writes.fail(f"agent configuration: {exc.message}")
             return

@@ -1,7 +1,7 @@
 """Stop notices: tell the workers at once that runs they execute may have to stop
 (docs/concepts/holds.md).
 
-A cancel, a paused agent or a paused workspace commits in the database first; then a notice
+A cancel, a paused agent, a changed policy or a paused workspace commits in the database first; then a notice
 naming the tree, the agent or the workspace goes out on one pub/sub channel
 (``keys.run_stops_channel``). A worker's ``LiveRuns`` pokes each run it is executing that
 the notice concerns, and that run re-reads its state from the database right away instead
@@ -38,6 +38,8 @@ class LiveRun:
     agent_id: int
     workspace_id: int
     poke: Callable[[], None]
+    # The agents on its policy chain: a policy change of any of them reaches it at once.
+    chain_agents: frozenset[int] = frozenset()
 
 
 class LiveRuns:
@@ -66,7 +68,12 @@ class LiveRuns:
             log.warning("ignoring a malformed stop notice: %r", data[:200])
             return
         for run in list(self._runs.values()):
-            if run.root_id in trees or run.agent_id in agents or run.workspace_id in workspaces:
+            if (
+                run.root_id in trees
+                or run.agent_id in agents
+                or run.workspace_id in workspaces
+                or not run.chain_agents.isdisjoint(agents)
+            ):
                 run.poke()
 
     def on_lost(self) -> None:

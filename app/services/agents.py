@@ -179,7 +179,9 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
             )  # fmt: skip
     # After commit (docs/concepts/holds.md): a paused or archived agent's running runs are
     # told at once and stop at their next step boundary; a resumed one's held runs go on.
-    if was == AgentStatus.ACTIVE and row.status != AgentStatus.ACTIVE:
+    # A policy change reaches every live run with the agent on its chain (tightening is
+    # live); a pause reaches the agent's own runs.
+    if (was == AgentStatus.ACTIVE and row.status != AgentStatus.ACTIVE) or "policy" in changed:
         await publish_stop(rt, agents=[row.id])
     await released.enqueue(rt)
     return row

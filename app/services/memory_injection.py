@@ -12,7 +12,7 @@ was read, and one deleted in between is dropped (re-checked inside the claim).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import bindparam, exists, func, select
@@ -22,6 +22,7 @@ from app.db.orm import Agent, AgentVersion, Memory, Run, Workspace
 from app.domain.agent_versions import AgentConfig
 from app.domain.holds import hold_reason
 from app.domain.memory import MemoryCandidate, select_for_injection
+from app.domain.policy import PolicyLink, chain_agent_ids, parse_policy
 from app.domain.run_events import EventType
 from app.services.memory_search import record_use
 from app.services.runtime import Runtime
@@ -54,6 +55,8 @@ class PreClaim:
     candidates: list[MemoryCandidate] | None
     # Why the run is held (``app.domain.holds``), as read now; None: it may go on.
     held: str | None = None
+    # The current policy of every agent on the run's chain, root first (live tightening).
+    current_policies: list[PolicyLink] = field(default_factory=list)
 
 
 async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
@@ -61,20 +64,35 @@ async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
         found = (await session.execute(_FIRST_START, {"b_run": run_id})).first()
         if found is None:
             return PreClaim(None, None)
-        injected_ids, name, status, paused, version, has_memories = found
+        injected_ids, name, status, paused, chain, version, has_memories = found
         agent = pinned_config(version, name=name)
         held = hold_reason(agent_name=name, agent_status=status, workspace_paused_reason=paused)
+        policies = await current_policies(session, chain)
         # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
         if injected_ids is not None:
-            return PreClaim(agent, None, held)
+            return PreClaim(agent, None, held, policies)
         max_items, max_chars = agent.memory_max_items, agent.memory_max_chars
         # Most agents have no memories: one statement decides it (an index probe), not three.
         if held is not None or max_items <= 0 or max_chars <= 0 or not has_memories:
-            return PreClaim(agent, [], held)
+            return PreClaim(agent, [], held, policies)
         found_candidates = await _bounded_candidates(
             session, agent_id=agent.id, max_items=max_items, max_chars=max_chars
         )
-        return PreClaim(agent, found_candidates, held)
+        return PreClaim(agent, found_candidates, held, policies)
+
+
+async def current_policies(session: AsyncSession, chain_snapshot: object) -> list[PolicyLink]:
+    """The policy each agent on a chain snapshot has now, root first (one statement)."""
+    ids = chain_agent_ids(chain_snapshot)
+    if not ids:
+        return []
+    rows = {
+        agent_id: (agent_name, policy)
+        for agent_id, agent_name, policy in await session.execute(
+            select(Agent.id, Agent.name, Agent.policy).where(Agent.id.in_(ids))
+        )
+    }
+    return [PolicyLink(rows[i][0], parse_policy(rows[i][1])) for i in ids if i in rows]
 
 
 def pinned_config(version: AgentVersion, *, name: str) -> AgentConfig:
@@ -106,6 +124,7 @@ _FIRST_START = (
         Agent.name,
         Agent.status,
         Workspace.paused_reason,
+        Run.policy_chain,
         AgentVersion,
         exists().where(Memory.agent_id == Run.agent_id),
     )

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +18,7 @@ from app.domain.agents import AgentStatus, Role
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
 from app.domain.holds import hold_reason
 from app.domain.memory import MemoryCandidate
+from app.domain.policy import PolicyLink
 from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
 from app.events.stops import publish_stop
 from app.services import audit, memory_injection
@@ -164,6 +165,8 @@ class Claim:
     agent: AgentConfig  # as the run's pinned version configures it, never the live agent
     memories: list[dict[str, Any]]  # injected at the first start: [{key, value, tags}]
     steps: list[RunStep]
+    # The chain's agents' policies as they are now (``policy.live_chain``).
+    current_policies: list[PolicyLink] = field(default_factory=list)
 
 
 async def claim(
@@ -226,7 +229,8 @@ async def claim(
                     select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
                 )
             )
-        return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps)
+        return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps,
+                     current_policies=pre.current_policies)  # fmt: skip
     return None  # unreachable; keeps type checkers content about the context manager
 
 
@@ -234,9 +238,11 @@ async def claim(
 class LeaseCheck:
     ours: bool  # False: stop working on it (cancelled, or taken over)
     held: str | None = None  # why it must stop at its next step boundary (a pause)
+    # The chain's agents' policies as they are now (``policy.live_chain``); None: not read.
+    current_policies: list[PolicyLink] | None = None
 
 
-async def renew_lease(rt: Runtime, run_id: int, *, attempt: int) -> LeaseCheck:
+async def renew_lease(rt: Runtime, run_id: int, *, attempt: int, chain: object = None) -> LeaseCheck:
     """Extend the lease, on the database's clock, and say whether the run is still ours and
     whether a pause holds it."""
     async with rt.sessionmaker() as session:
