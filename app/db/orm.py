@@ -278,6 +278,13 @@ class MemoryRevision(Base):
     token_id: Mapped[int | None] = mapped_column(Id)
     old_value: Mapped[str | None] = mapped_column(LongText)
     new_value: Mapped[str | None] = mapped_column(LongText)
+    # Before and after this change (null where there is no before or after: a create has
+    # no old ones, a delete no new ones; revisions written before these were kept have none).
+    old_key: Mapped[str | None] = mapped_column(MemoryKey)
+    old_tags: Mapped[list[Any] | None] = mapped_column(JSON)
+    new_tags: Mapped[list[Any] | None] = mapped_column(JSON)
+    old_importance: Mapped[float | None] = mapped_column(Float)
+    new_importance: Mapped[float | None] = mapped_column(Float)
     at: Mapped[datetime]
 
 

@@ -157,6 +157,7 @@ async def remember(
         )
         return Written(memory=memory, created=True)
     old_value = memory.value
+    before = facets(memory)
     memory.value = value
     if checked_tags is not None:
         memory.tags = checked_tags
@@ -169,6 +170,7 @@ async def remember(
         memory=memory,
         action=RevisionAction.UPDATE,
         old_value=old_value,
+        before=before,
         at=now,
         run_id=source_run_id,
         token_id=token_id,
@@ -262,6 +264,7 @@ async def update_memory(
         )
         old_value = row.value
         before = _audited(row)
+        old_facets = facets(row)
         if key is not None and key != row.key:
             await _ensure_key_free(session, agent_id=row.agent_id, key=key, memory_id=row.id)
             row.key = key
@@ -280,6 +283,7 @@ async def update_memory(
             memory=row,
             action=RevisionAction.UPDATE,
             old_value=old_value,
+            before=old_facets,
             token_id=principal.token_id,
             at=now,
         )
@@ -326,6 +330,19 @@ async def _audit(
 # -- helpers ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Facets:
+    """What a revision records of a memory besides its value."""
+
+    key: str
+    tags: tuple[str, ...]
+    importance: float
+
+
+def facets(memory: orm.Memory) -> Facets:
+    return Facets(memory.key, tuple(str(t) for t in memory.tags or ()), memory.importance)
+
+
 def record_revision(
     session: AsyncSession,
     *,
@@ -334,11 +351,17 @@ def record_revision(
     old_value: str | None,
     at: datetime,
     new_value: str | Keep | None = KEEP,
+    before: Facets | None = None,
     token_id: int | None = None,
     run_id: int | None = None,
 ) -> orm.MemoryRevision:
     """Append one revision; ``new_value`` defaults to the memory's current value. Call it in
-    the transaction that changes the memory (after the memory has its id)."""
+    the transaction that changes the memory (after the memory has its id). ``before``: the
+    key, tags and importance before an update or delete; after it, they are the memory's
+    own (none for a delete)."""
+    deleted = action is RevisionAction.DELETE
+    if deleted:
+        before = facets(memory)
     revision = orm.MemoryRevision(
         workspace_id=memory.workspace_id,
         memory_id=memory.id,
@@ -349,6 +372,11 @@ def record_revision(
         token_id=token_id,
         old_value=old_value,
         new_value=memory.value if isinstance(new_value, Keep) else new_value,
+        old_key=None if before is None else before.key,
+        old_tags=None if before is None else list(before.tags),
+        new_tags=None if deleted else list(memory.tags or []),
+        old_importance=None if before is None else before.importance,
+        new_importance=None if deleted else memory.importance,
         at=at,
     )
     session.add(revision)

@@ -22,6 +22,7 @@ depends_on: str | Sequence[str] | None = None
 
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 UTC_DATETIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+MEMORY_KEY = sa.String(255).with_variant(mysql.VARCHAR(255, collation="utf8mb4_bin"), "mysql", "mariadb")
 # The configuration a version holds (app.domain.agent_versions.VERSIONED_FIELDS, as of now).
 VERSIONED = ("instructions", "model", "tools", "policy", "memory_max_items", "memory_max_chars")
 
@@ -56,6 +57,12 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("started_by", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("cancelled_by", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("held_reason", sa.Text(), nullable=True))
+    with op.batch_alter_table("memory_revisions", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("old_key", MEMORY_KEY, nullable=True))
+        batch_op.add_column(sa.Column("old_tags", sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column("new_tags", sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column("old_importance", sa.Float(), nullable=True))
+        batch_op.add_column(sa.Column("new_importance", sa.Float(), nullable=True))
     with op.batch_alter_table("approvals", schema=None) as batch_op:
         batch_op.add_column(sa.Column("decided_by", sa.JSON(), nullable=True))
     with op.batch_alter_table("workspaces", schema=None) as batch_op:
@@ -139,6 +146,8 @@ def downgrade() -> None:
     # Plain DROP COLUMN (SQLite >= 3.35), never a batch table copy: recreating ``agents`` on
     # SQLite drops the old table, and its ON DELETE CASCADE would take every memory with it.
     op.drop_column("approvals", "decided_by")
+    for column in ("new_importance", "old_importance", "new_tags", "old_tags", "old_key"):
+        op.drop_column("memory_revisions", column)
     for column in ("paused_by", "paused_reason", "paused_at"):
         op.drop_column("workspaces", column)
     for column in ("held_reason", "cancelled_by", "started_by", "injected_memories", "agent_version"):

@@ -36,6 +36,11 @@ class MemoryRevision:
     key: str = strawberry.field(description="The memory's key after this change.")
     old_value: str | None
     new_value: str | None
+    old_key: str | None = strawberry.field(description="The key before this change; null for a create.")
+    old_tags: list[str] | None = strawberry.field(description="The tags before; null for a create.")
+    new_tags: list[str] | None = strawberry.field(description="The tags after; null for a delete.")
+    old_importance: float | None
+    new_importance: float | None
     by_operator: bool = strawberry.field(description="True when an API token (not a run) made the change.")
     api_token_id: strawberry.ID | None = strawberry.field(
         description="The ApiToken (global id) that made the change; null when a run made it."
@@ -50,6 +55,11 @@ class MemoryRevision:
             key=row.key,
             old_value=row.old_value,
             new_value=row.new_value,
+            old_key=row.old_key,
+            old_tags=None if row.old_tags is None else [str(t) for t in row.old_tags],
+            new_tags=None if row.new_tags is None else [str(t) for t in row.new_tags],
+            old_importance=row.old_importance,
+            new_importance=row.new_importance,
             by_operator=row.token_id is not None,
             api_token_id=None
             if row.token_id is None
