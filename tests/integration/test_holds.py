@@ -73,14 +73,15 @@ def _each_key_once(sink: Any, n: int) -> None:
 
 @pytest.mark.usefixtures("long_lease_worker")
 async def test_pausing_an_agent_mid_call_and_between_steps_holds_both_runs(gql, workspace) -> None:
-    async with sink_server(delay_s=1.0) as (sink, url):
-        agent = await scripted_agent(gql, workspace.admin, steps=_calls(url, 2), policy=ALLOW)
-        mid_call = await start_run(gql, workspace.operator, agent)
-        await _step_running(gql, workspace.viewer, mid_call)
-        # A second run that waits for its approval: between steps when the pause comes.
+    async with sink_server(delay_s=2.0) as (sink, url):
+        # A run that waits for its approval: between steps when the pause comes.
         waiting_agent = await scripted_agent(gql, workspace.admin, steps=_calls(url, 1))
         between = await start_run(gql, workspace.operator, waiting_agent)
         pending = (await wait_run(gql, workspace.viewer, between, "WAITING_APPROVAL"))["pendingApprovals"]
+        # And one in the middle of its first call (of two) when the pause comes.
+        agent = await scripted_agent(gql, workspace.admin, steps=_calls(url, 2), policy=ALLOW)
+        mid_call = await start_run(gql, workspace.operator, agent)
+        await _step_running(gql, workspace.viewer, mid_call)
         for a in (agent, waiting_agent):
             await gql.ok(SET_STATUS, {"id": a, "status": "PAUSED"}, token=workspace.admin)
         await gql.ok(DECIDE, {"id": pending[0]["id"], "approve": True}, token=workspace.operator)
