@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Agent, AgentVersion, Memory, Run, Workspace
 from app.domain.agent_versions import AgentConfig
+from app.domain.errors import EnverifError
 from app.domain.holds import hold_reason
 from app.domain.memory import MemoryCandidate, select_for_injection
 from app.domain.policy import PolicyLink, chain_agent_ids, parse_policy
@@ -64,10 +65,15 @@ async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
         found = (await session.execute(_FIRST_START, {"b_run": run_id})).first()
         if found is None:
             return PreClaim(None, None)
-        injected_ids, name, status, paused, chain, version, has_memories = found
+        injected_ids, name, status, paused, policy, chain, version, has_memories = found
         agent = pinned_config(version, name=name)
         held = hold_reason(agent_name=name, agent_status=status, workspace_paused_reason=paused)
-        policies = await current_policies(session, chain)
+        if chain_agent_ids(chain) == [agent.id]:
+            # A root run (or a child of its own agent): its agent's current policy was read
+            # with this statement; no second one.
+            policies = _links([(name, policy)])
+        else:
+            policies = await current_policies(session, chain)
         # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
         if injected_ids is not None:
             return PreClaim(agent, None, held, policies)
@@ -92,7 +98,19 @@ async def current_policies(session: AsyncSession, chain_snapshot: object) -> lis
             select(Agent.id, Agent.name, Agent.policy).where(Agent.id.in_(ids))
         )
     }
-    return [PolicyLink(rows[i][0], parse_policy(rows[i][1])) for i in ids if i in rows]
+    return _links([rows[i] for i in ids if i in rows])
+
+
+def _links(policies: list[tuple[str, Any]]) -> list[PolicyLink]:
+    """Stored policies were validated on the way in; one that no longer parses is left out
+    (the run's snapshot still counts for it) rather than failing every claim."""
+    links: list[PolicyLink] = []
+    for agent_name, policy in policies:
+        try:
+            links.append(PolicyLink(agent_name, parse_policy(policy)))
+        except EnverifError:
+            continue
+    return links
 
 
 def pinned_config(version: AgentVersion, *, name: str) -> AgentConfig:
@@ -124,6 +142,7 @@ _FIRST_START = (
         Agent.name,
         Agent.status,
         Workspace.paused_reason,
+        Agent.policy,
         Run.policy_chain,
         AgentVersion,
         exists().where(Memory.agent_id == Run.agent_id),
