@@ -62,3 +62,9 @@ def output_key(prefix: str, run_id: int) -> str:
     """The text a run's model has produced so far in its current turn (``"<stepSeq>:<text>"``),
     for a subscriber that joins mid-turn; gone when the turn ends."""
     return f"{prefix}:output:{run_id}"
+
+
+def run_stops_channel(prefix: str) -> str:
+    """Stop notices for workers (a cancelled tree, a paused agent or workspace): each worker
+    process subscribes once and re-checks the database for the runs a notice concerns."""
+    return f"{prefix}:run-stops"

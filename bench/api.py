@@ -42,8 +42,10 @@ from redis.asyncio import Redis
 
 from app.clock import utcnow
 from app.db.orm import Agent
+from app.domain.actors import SYSTEM
 from app.graphql.ids import to_global_id
 from app.services import auth
+from app.services.agents import version_row
 from app.services.runtime import open_runtime
 from app.settings import Settings
 from bench.cpu import process_cpu_s
@@ -264,6 +266,7 @@ async def main() -> None:
                 agents = [_agent(workspace.id, f"agent-{i}") for i in range(12)]
                 session.add_all(agents)
                 await session.flush()
+                session.add_all([version_row(a, SYSTEM, a.created_at) for a in agents])
                 agent = to_global_id("Agent", agents[0].id)
         finally:
             await rt.close()

@@ -273,12 +273,14 @@ async def main() -> None:
 
     from app.clock import utcnow
     from app.db import orm
+    from app.domain.actors import SYSTEM
     from app.domain.run_events import EventType
     from app.domain.runs import RunTrigger
     from app.events.publish import publish_events
     from app.graphql.ids import to_global_id
     from app.keys import events_channel
     from app.services import auth
+    from app.services.agents import version_row
     from app.services.runtime import open_runtime
     from app.services.transitions import NewRun, NewTree, TreeTx
     from app.settings import Settings
@@ -300,6 +302,7 @@ async def main() -> None:
                               memory_max_items=5, memory_max_chars=1000, created_at=now, updated_at=now)  # fmt: skip
             session.add(agent)
             await session.flush()
+            session.add(version_row(agent, SYSTEM, agent.created_at))
             tree = NewTree(session)  # the path every run takes, minus its job after commit
             root = await tree.create_run(NewRun(agent=agent, trigger=RunTrigger.API))
             await tree.finish()

@@ -53,10 +53,12 @@ from arq.connections import create_pool
 from sqlalchemy import select
 
 from app.db.orm import Agent
+from app.domain.actors import SYSTEM
 from app.domain.agents import Role
 from app.domain.runs import RunTrigger
 from app.keys import events_channel
 from app.services import auth, runs
+from app.services.agents import version_row
 from app.services.runtime import open_runtime, redis_settings
 from app.settings import Settings
 from bench.ceiling import ceiling
@@ -130,6 +132,7 @@ async def make_agent(
         )
         session.add(agent)
         await session.flush()
+        session.add(version_row(agent, SYSTEM, agent.created_at))
         return agent.id
 
 

@@ -17,7 +17,8 @@ async def execute_run(ctx: dict[str, Any], run_id: int, wake: int, root_id: int 
     # `root_id` saves a lookup: a run's root never changes.
     try:
         await engine.execute_run(ctx["runtime"], ctx["registry"], run_id, owner=ctx["owner"], root_id=root_id,
-                                 providers=ctx["providers"], stopping=ctx["stopping"], mcp=ctx["mcp"])  # fmt: skip
+                                 providers=ctx["providers"], stopping=ctx["stopping"], mcp=ctx["mcp"],
+                                 live=ctx.get("live_runs"))  # fmt: skip
     except Exception as exc:
         if not is_outage(exc):
             raise

@@ -54,8 +54,9 @@ from arq.worker import Worker, func
 from app.engine.mcp_client import McpConnections
 from app.engine.providers import Providers
 from app.engine.tools.registry import default_registry
-from app.events.subscriber import RECONNECT, Backoff
-from app.keys import queue_name, schedules_cron_name
+from app.events.stops import LiveRuns
+from app.events.subscriber import RECONNECT, Backoff, RedisSubscriber
+from app.keys import queue_name, run_stops_channel, schedules_cron_name
 from app.outages import is_outage
 from app.services import health
 from app.services.runtime import Runtime, open_runtime, redis_settings
@@ -210,6 +211,13 @@ def build_worker(
             # One session per MCP server for all runs of this worker, opened on first use.
             ctx["mcp"] = McpConnections(settings)
         ctx.setdefault("owner", worker_id())
+        if "live_runs" not in ctx:
+            # Stop notices (a cancel, a pause) reach the runs this process executes at once.
+            live = LiveRuns()
+            subscriber = RedisSubscriber(settings)
+            subscriber.add(run_stops_channel(settings.redis_prefix), live)
+            await subscriber.start()
+            ctx["live_runs"], ctx["stops_subscriber"] = live, subscriber
         if "background" not in ctx:
             rt: Runtime = ctx["runtime"]
             ctx["background"] = [
@@ -225,6 +233,9 @@ def build_worker(
 
     async def on_shutdown(ctx: dict[str, Any]) -> None:
         await _stop_background(ctx)
+        if "stops_subscriber" in ctx:
+            await ctx.pop("stops_subscriber").stop()
+            ctx.pop("live_runs", None)
         if "providers" in ctx:
             await ctx.pop("providers").aclose()
         if "mcp" in ctx:

@@ -27,7 +27,7 @@ import sys
 from importlib import metadata
 from typing import NoReturn
 
-from app.cli import common, mcp, migrate, processes, runs, schedules, tokens, workspace
+from app.cli import audit, common, mcp, migrate, processes, runs, schedules, tokens, workspace
 from app.cli.common import EXIT_USAGE, CliError
 from app.domain.errors import EnverifError
 
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_deprecated_parser(commands)
     schedules.add_parser(commands)
     runs.add_parser(commands)
+    audit.add_parser(commands)
     return parser
 
 

@@ -32,6 +32,7 @@ from app.db.session import create_engine
 from app.settings import ClientSettings, Settings, load_client_settings, load_settings
 
 if TYPE_CHECKING:
+    from app.domain.actors import Actor
     from app.services.auth import Principal
     from app.services.runtime import Runtime
 
@@ -41,11 +42,16 @@ T = TypeVar("T")
 
 
 def machine_admin(workspace_id: int) -> Principal:
-    """Who a command acts as: whoever can read the database holds every key anyway."""
+    """Who a command acts as: whoever can read the database holds every key anyway. Its
+    changes are recorded as the CLI, named by the operating-system user who ran it."""
+    from app.domain.actors import ActorKind
     from app.domain.agents import Role
     from app.services.auth import Principal
 
-    return Principal(workspace_id=workspace_id, role=Role.ADMIN, token_id=0)
+    return Principal(
+        workspace_id=workspace_id, role=Role.ADMIN, token_id=0, actor_kind=ActorKind.CLI,
+        actor_name=cli_actor().name,
+    )  # fmt: skip
 
 
 class CliError(Exception):
@@ -319,3 +325,17 @@ def print_rows(columns: tuple[str, ...], rows: list[dict[str, Any]], *, empty: s
 
 def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def cli_actor() -> Actor:
+    """Who a command's changes are recorded as (docs/concepts/audit.md): the CLI, named by
+    the operating-system user who ran it."""
+    import getpass
+
+    from app.domain.actors import Actor, ActorKind
+
+    try:
+        user: str | None = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a bare container)
+        user = None
+    return Actor(ActorKind.CLI, None, user)

@@ -31,8 +31,9 @@ def cmd_create(args: argparse.Namespace) -> int:
     async def run(engine: AsyncEngine) -> auth.IssuedToken:
         async with create_sessionmaker(engine)() as session:
             return await auth.issue_token(
-                session, workspace_name=args.workspace, role=role, name=args.name, expires_at=expires_at
-            )
+                session, workspace_name=args.workspace, role=role, name=args.name, expires_at=expires_at,
+                actor=common.cli_actor(),
+            )  # fmt: skip
 
     issued: auth.IssuedToken = asyncio.run(common.with_engine(settings, run))
     if args.json:
@@ -82,8 +83,9 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     async def run(engine: AsyncEngine) -> dict[str, Any]:
         async with create_sessionmaker(engine)() as session:
             row = await auth.revoke_token(
-                session, workspace_name=args.workspace, token_id=token_id, name=args.name
-            )
+                session, workspace_name=args.workspace, token_id=token_id, name=args.name,
+                actor=common.cli_actor(),
+            )  # fmt: skip
         await _announce_revocation(settings, row.id)
         return _describe_token(row)
 

@@ -21,7 +21,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
     async def run(engine: AsyncEngine) -> tuple[int, str]:
         async with create_sessionmaker(engine)() as session:
-            workspace, token = await auth.create_workspace(session, name=args.name)
+            workspace, token = await auth.create_workspace(session, name=args.name, actor=common.cli_actor())
         return workspace.id, token
 
     workspace_id, token = asyncio.run(common.with_engine(settings, run))

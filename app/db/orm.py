@@ -100,6 +100,10 @@ class Workspace(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     created_at: Mapped[datetime]
+    # The workspace-wide emergency stop (docs/concepts/holds.md): set while paused.
+    paused_at: Mapped[datetime | None]
+    paused_reason: Mapped[str | None] = mapped_column(Text)
+    paused_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class ApiToken(Base):
@@ -139,8 +143,28 @@ class Agent(Base):
     memory_max_chars: Mapped[int] = mapped_column(Integer)
     # Budget limits (docs/concepts/budgets.md), checked by app.domain.budgets.parse_budget.
     budget: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The current version's number (``agent_versions``): what a run created now is pinned to.
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class AgentVersion(Base):
+    """One immutable configuration of an agent (``app.domain.agent_versions``), written with
+    the create or update that made it; runs name the one they are pinned to by number."""
+
+    __tablename__ = "agent_versions"
+    __table_args__ = (UniqueConstraint("agent_id", "version"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    agent_id: Mapped[int] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    # ``VERSIONED_FIELDS`` -> value: a plain record, so a new field is a new key, not a column.
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # ``app.domain.actors.Actor.to_json``: who wrote it.
+    created_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime]
 
 
 class Memory(Base):
@@ -256,6 +280,13 @@ class MemoryRevision(Base):
     token_id: Mapped[int | None] = mapped_column(Id)
     old_value: Mapped[str | None] = mapped_column(LongText)
     new_value: Mapped[str | None] = mapped_column(LongText)
+    # Before and after this change (null where there is no before or after: a create has
+    # no old ones, a delete no new ones; revisions written before these were kept have none).
+    old_key: Mapped[str | None] = mapped_column(MemoryKey)
+    old_tags: Mapped[list[Any] | None] = mapped_column(JSON)
+    new_tags: Mapped[list[Any] | None] = mapped_column(JSON)
+    old_importance: Mapped[float | None] = mapped_column(Float)
+    new_importance: Mapped[float | None] = mapped_column(Float)
     at: Mapped[datetime]
 
 
@@ -286,7 +317,20 @@ class Run(Base):
     schedule_id: Mapped[int | None] = mapped_column(Id, index=True)
     # [{"agent_id", "agent_name", "policy"}] from the root down to this run's own agent.
     policy_chain: Mapped[list[Any]] = mapped_column(JSON)
+    # The version of its agent the run executes with, whatever happened to the agent since.
+    agent_version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     injected_memory_ids: Mapped[list[Any] | None] = mapped_column(JSON)
+    # The memories as they were injected ([{id, key, value, tags, importance}]): what a
+    # resumed run's context holds and what ``Run.injectedMemories`` shows, whatever the
+    # memories became since. Null for runs injected before it was kept (read the live rows).
+    injected_memories: Mapped[list[Any] | None] = mapped_column(JSON)
+    # ``app.domain.actors.Actor.to_json``: who started it (a token, the CLI, a schedule, the
+    # parent run) and who cancelled it.
+    started_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    cancelled_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Why a QUEUED run is not being claimed (its agent is paused or archived, its workspace
+    # paused); null once released. Held runs get no job until then (docs/concepts/holds.md).
+    held_reason: Mapped[str | None] = mapped_column(Text)
     cancel_reason: Mapped[str | None] = mapped_column(Text)
     # Budgets (docs/concepts/budgets.md): the run's own limits, fixed at creation
     # ({key: {limit, imposedBy}}); what it used itself, and its subtree (itself included).
@@ -363,6 +407,8 @@ class Approval(Base):
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     decided_by_token_id: Mapped[int | None] = mapped_column(Id)
+    # ``app.domain.actors.Actor.to_json``: who decided (a token, the CLI).
+    decided_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     requested_at: Mapped[datetime]
     decided_at: Mapped[datetime | None]
 
@@ -445,6 +491,45 @@ class McpTool(Base):
     description: Mapped[str | None] = mapped_column(Text)
     annotations: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     input_schema: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class AuditHead(Base):
+    """Where a workspace's audit chain stands: its last seq and hash. Locked (FOR UPDATE) by
+    each append as the last lock of its transaction, so appends in a workspace are numbered
+    in commit order and no lock cycle can form around it (``services.audit``)."""
+
+    __tablename__ = "audit_heads"
+
+    workspace_id: Mapped[int] = mapped_column(
+        ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditEvent(Base):
+    """Append-only, numbered by ``seq`` per workspace, hash-chained (``app.domain.audit``)."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        UniqueConstraint("workspace_id", "seq"),
+        Index("ix_audit_events_workspace_id_object_id", "workspace_id", "object_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime]
+    actor_kind: Mapped[str] = mapped_column(String(16))
+    actor_id: Mapped[int | None] = mapped_column(Id)
+    actor_name: Mapped[str | None] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(40))
+    object_type: Mapped[str] = mapped_column(String(40))
+    object_id: Mapped[int | None] = mapped_column(Id)
+    summary: Mapped[str] = mapped_column(Text)
+    diff: Mapped[Any | None] = mapped_column(JSON)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
 
 
 class RunEvent(Base):

@@ -216,10 +216,12 @@ def decide_for_agent(policy: Policy, tool_name: str, risk: RiskClass) -> AgentDe
 
 @dataclass(frozen=True, slots=True)
 class PolicyLink:
-    """One run's agent and the policy snapshotted when that run was created."""
+    """One run's agent and the policy snapshotted when that run was created; or, with
+    ``current``, that agent's policy as it is now (``live_chain``)."""
 
     agent_name: str
     policy: Policy
+    current: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,9 +244,27 @@ def effective_decision(chain: Sequence[PolicyLink], tool_name: str, risk: RiskCl
         mine = decide_for_agent(link.policy, tool_name, risk)
         if mine.decision.strictness > best.decision.strictness:
             best_link, best = link, mine
+    whose = "current policy " if best_link.current else ""
     return EffectiveDecision(
-        best.decision, f"agent '{best_link.agent_name}' {best.source} -> {best.decision.value}"
+        best.decision, f"agent '{best_link.agent_name}' {whose}{best.source} -> {best.decision.value}"
     )
+
+
+def live_chain(snapshot: Sequence[PolicyLink], current: Sequence[PolicyLink]) -> list[PolicyLink]:
+    """Tightening is live, loosening is not (docs/concepts/policy.md): the chain a call is
+    decided by is the run's snapshot followed by the *current* policy of every agent on it.
+    The decision is the strictest over both, so a policy tightened since the run was created
+    applies at once, and one loosened since changes nothing: its snapshot still counts. The
+    snapshot comes first, so a tie names the snapshot, not the current policy."""
+    return [*snapshot, *(PolicyLink(link.agent_name, link.policy, current=True) for link in current)]
+
+
+def chain_agent_ids(snapshot: object) -> list[int]:
+    """The agents on a chain snapshot, root first (links without an id are skipped)."""
+    if not isinstance(snapshot, list):
+        return []
+    ids = [item.get("agent_id") for item in snapshot if isinstance(item, Mapping)]
+    return list(dict.fromkeys(i for i in ids if isinstance(i, int)))
 
 
 def parse_chain(snapshot: object) -> list[PolicyLink]:

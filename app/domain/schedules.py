@@ -71,10 +71,17 @@ class FiringOutcome(enum.StrEnum):
 
 
 def skip_reason(
-    *, agent_name: str, agent_status: str, overlap: OverlapPolicy, unfinished: list[str]
+    *,
+    agent_name: str,
+    agent_status: str,
+    overlap: OverlapPolicy,
+    unfinished: list[str],
+    workspace_paused_reason: str | None = None,
 ) -> str | None:
     """Why this fire time starts no run, or None to start one. ``unfinished``: the statuses
     of the schedule's earlier runs that have not ended, oldest first."""
+    if workspace_paused_reason is not None:
+        return f"workspace paused: {workspace_paused_reason}"
     if agent_status != AgentStatus.ACTIVE:
         return f"agent {agent_name!r} is {agent_status}; only ACTIVE agents run"
     if overlap == OverlapPolicy.SKIP and unfinished:

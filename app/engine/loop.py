@@ -44,7 +44,7 @@ from app.domain.engine_rules import MoveKind, Outcome, ReadCall, batches, failed
 from app.domain.errors import EnverifError
 from app.domain.model_errors import ModelErrorCode
 from app.domain.planner import CallPlan, Calls, Fail, ToolInfo, TurnPlan
-from app.domain.policy import parse_chain
+from app.domain.policy import PolicyLink, chain_agent_ids, live_chain, parse_chain
 from app.domain.runs import StepStatus
 from app.engine import turns
 from app.engine.base import Model, Tool, ToolKind
@@ -57,6 +57,7 @@ from app.engine.tools.agents import DELEGATE
 from app.engine.tools.mcp import might_offer_mcp, workspace_tools
 from app.engine.tools.registry import ToolRegistry, tool_kind
 from app.events.output import OutputWriter
+from app.events.stops import LiveRun, LiveRuns
 from app.outages import OUTAGE_WARNINGS, is_outage, outage_of
 from app.services import runs
 from app.services.runtime import Runtime
@@ -79,12 +80,15 @@ async def execute_run(
     providers: Providers | None = None,
     stopping: asyncio.Event | None = None,
     mcp: McpConnections | None = None,
+    live: LiveRuns | None = None,
 ) -> None:
     """Entry point of the ``execute_run`` job. Safe to call any number of times.
 
     ``providers`` and ``mcp`` (MCP sessions) are the worker's (workers/main.py); callers
     without them (tests) get private ones for this call. ``stopping`` is set when the worker
-    stops: the run is then handed back at its next step boundary.
+    stops: the run is then handed back at its next step boundary. ``live``: the worker's
+    registry of the runs it executes, through which stop notices (a cancel, a pause) reach
+    this run at once.
     """
     if providers is None or mcp is None:
         async with contextlib.AsyncExitStack() as stack:
@@ -102,14 +106,26 @@ async def execute_run(
                 providers=providers,
                 stopping=stopping,
                 mcp=mcp,
+                live=live,
             )
+    generation = None if live is None else live.generation
     claimed = await runs.claim(rt, run_id, owner=owner, root_id=root_id)
     if claimed is None:
-        return  # duplicate delivery, or the run was cancelled / taken meanwhile
+        return  # duplicate delivery, held, or the run was cancelled / taken meanwhile
     attempt = claimed.attempt
     executor = RunExecutor(rt, registry, claimed, providers, stopping, mcp=mcp)
     current = asyncio.current_task()
     assert current is not None
+    if live is not None:
+        run = claimed.run
+        chain_agents = frozenset(chain_agent_ids(run.policy_chain))
+        live.add(
+            LiveRun(
+                run.id, run.root_run_id or run.id, run.agent_id, run.workspace_id, executor.poke, chain_agents
+            )
+        )
+        if live.generation != generation:
+            executor.poke()  # a notice went by while the claim ran: it may have been ours
     renewer = asyncio.create_task(executor.keep_lease(current))
     try:
         await executor.drive()
@@ -153,6 +169,8 @@ async def execute_run(
         await _release_to_the_end(rt, run_id, attempt)
         raise
     finally:
+        if live is not None:
+            live.discard(run_id)
         executor.job_ended = True  # the renewer stops even if this cancel is lost
         renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -206,6 +224,11 @@ class RunExecutor:
         self.lease_lost = False
         self.job_ended = False
         self.interruptible = False
+        # Why the run must stop at its next step boundary (its agent or workspace paused).
+        self.held: str | None = None
+        self._poked = asyncio.Event()
+        self._snapshot: list[PolicyLink] | None = None
+        self._current_policies = claimed.current_policies
 
     @property
     def run_id(self) -> int:
@@ -215,19 +238,30 @@ class RunExecutor:
     def attempt(self) -> int:
         return self.state.attempt
 
+    def poke(self) -> None:
+        """A stop notice concerns this run: check the database now, not at the next renewal."""
+        self._poked.set()
+
     async def keep_lease(self, worker_task: asyncio.Task[Any]) -> None:
-        """Renew the lease every third of its length. When it is gone, interrupt the run's
-        I/O; a write in progress is refused by its fence instead."""
+        """Renew the lease every third of its length, and at once when poked by a stop
+        notice. When it is gone (the run was cancelled or taken over), interrupt the run's
+        I/O: a call in flight is cut off, and a write in progress is refused by its fence.
+        When a pause holds the run, the loop stops at its next step boundary."""
         interval = self.rt.settings.lease_s / 3
         # Checked every turn, not only trusted to the cancel of the job's end: a renewer that
         # outlived its job would extend a RUNNING run's lease forever, and the sweeper would
         # never requeue it.
         while not (self.job_ended or worker_task.done()):
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._poked.wait()
+            self._poked.clear()
             if self.job_ended or worker_task.done():
                 return
             try:
-                ours = await runs.renew_lease(self.rt, self.run_id, attempt=self.attempt)
+                check = await runs.renew_lease(
+                    self.rt, self.run_id, attempt=self.attempt, chain=self.state.run.policy_chain
+                )
             except Exception as exc:
                 if is_outage(exc):
                     OUTAGE_WARNINGS.warn(
@@ -236,7 +270,11 @@ class RunExecutor:
                 else:
                     log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
                 continue
-            if not ours:
+            self.held = check.held
+            if check.current_policies is not None and self._snapshot is not None:
+                # A policy tightened since the last read applies from the next decision on.
+                self.state.chain = live_chain(self._snapshot, check.current_policies)
+            if not check.ours:
                 self.lease_lost = True
                 if self.interruptible:
                     worker_task.cancel()
@@ -259,7 +297,8 @@ class RunExecutor:
         state = self.state
         try:
             model = self.providers.for_model(state.agent.model)
-            state.chain = parse_chain(state.run.policy_chain)
+            self._snapshot = parse_chain(state.run.policy_chain)
+            state.chain = live_chain(self._snapshot, self._current_policies)
         except EnverifError as exc:
             await self.writes.fail(f"agent configuration: {exc.message}")
             return
@@ -287,6 +326,10 @@ class RunExecutor:
         }
 
         while True:
+            if self.held is not None:
+                await self.writes.hold(self.held)
+                log.info("run %s: held at a step boundary (%s)", self.run_id, self.held)
+                return
             if self._stop_here():
                 await runs.release(
                     self.rt, self.run_id, attempt=self.attempt, reason=SHUTDOWN_REASON, abandoned=False

@@ -302,6 +302,16 @@ class RunWrites:
 
     # -- the run -------------------------------------------------------------------------
 
+    async def hold(self, reason: str) -> None:
+        """Stop at this step boundary because a pause holds the run (docs/concepts/holds.md):
+        what ran is recorded and the run goes back to QUEUED, held, in one transaction, so
+        nothing new starts and nothing that ran is run again on release."""
+        async with self._tx() as tx:
+            run = await tx.fenced_run(self.state.run_id, self.state.attempt)
+            if self.state.has_unrecorded:
+                await self._write_pending(tx, run)
+            await tx.hold(run, reason=reason)
+
     async def park(self) -> bool:
         """Wait for an operator or a child. Re-checked under the lock: a decision that landed
         while we were working means there is more to do now, so we do not park."""

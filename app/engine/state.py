@@ -21,7 +21,8 @@ from app.engine.base import ToolContext, ToolSpec
 BUDGET_CODES = frozenset({"BUDGET_EXCEEDED", "LOOP_DETECTED"})
 
 if TYPE_CHECKING:
-    from app.db.orm import Agent, Run, RunStep
+    from app.db.orm import Run, RunStep
+    from app.domain.agent_versions import AgentConfig
     from app.services.runs import Claim
     from app.settings import Settings
 
@@ -38,7 +39,7 @@ class RunState:
     """
 
     run: Run
-    agent: Agent
+    agent: AgentConfig  # the run's pinned version, not the live agent
     attempt: int
     memories: list[dict[str, Any]]  # injected at the first start: [{key, value, tags}]
     steps: list[RunStep]

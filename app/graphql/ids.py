@@ -19,7 +19,19 @@ import re
 from app.domain.errors import NotFound, ValidationFailed
 
 NODE_TYPES = frozenset(
-    {"Workspace", "Agent", "Run", "RunStep", "Memory", "Approval", "Schedule", "ApiToken", "McpServer"}
+    {
+        "Workspace",
+        "Agent",
+        "AgentVersion",
+        "Run",
+        "RunStep",
+        "Memory",
+        "Approval",
+        "Schedule",
+        "ApiToken",
+        "AuditEvent",
+        "McpServer",
+    }
 )
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]{1,200}")

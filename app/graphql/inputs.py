@@ -17,11 +17,14 @@ from app.domain.agents import AgentStatus, OverlapPolicy
 from app.domain.errors import ValidationFailed
 from app.domain.mcp import Transport
 from app.domain.policy import Decision
+from app.domain.runs import RunStatus
+from app.graphql.ids import from_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
 from app.services.agents import AgentDraft, AgentPatch
 from app.services.mcp_servers import ServerDraft, ServerPatch
 from app.services.memories import MemoryDraft
 from app.services.memories import MemoryPatch as MemoryChanges
+from app.services.runs import RunFilter
 from app.services.schedules import ScheduleDraft
 from app.services.schedules import SchedulePatch as ScheduleChanges
 from app.services.validation import KEEP, Keep
@@ -240,3 +243,19 @@ def _required(value: T | None, field: str) -> T | Keep:
 
 def _or_none(value: T | None) -> T | None:
     return None if value is strawberry.UNSET else value
+
+
+@strawberry.input(
+    name="RunFilterInput", description="Which runs cancelRuns cancels; every field given must match."
+)
+class RunFilterInput:
+    agent_id: strawberry.ID | None = None
+    status: list[RunStatus] | None = None
+    roots_only: bool = False
+
+    def to_filter(self) -> RunFilter:
+        agent = (
+            None if self.agent_id is None else from_global_id(self.agent_id, "Agent", field="filter.agentId")
+        )
+        statuses = tuple(sorted(set(self.status or ()), key=lambda s: s.value))
+        return RunFilter(agent_id=agent, statuses=statuses, roots_only=self.roots_only)

@@ -78,6 +78,16 @@ class Loaders:
         self.agent_memories: DataLoader[MemoriesKey, Page[orm.Memory]] = self._pages(
             self._memories_per_agent, prime=self.memory
         )
+        self.token = self._by_id(orm.ApiToken)
+        self.version_by_id = self._by_id(orm.AgentVersion)
+        self.audit_event = self._by_id(orm.AuditEvent)
+        # A run's pinned version, by (agent id, version number).
+        self.agent_version: DataLoader[tuple[int, int], orm.AgentVersion | None] = DataLoader(
+            load_fn=self._agent_versions, max_batch_size=MAX_BATCH
+        )
+        self.agent_version_pages: DataLoader[tuple[int, PageRequest, None], Page[orm.AgentVersion]] = (
+            self._pages(self._versions_per_agent, prime=None)
+        )
         self.firing = self._by_id(orm.ScheduleFiring)
         self.schedule_runs: DataLoader[tuple[int, PageRequest, None], Page[orm.Run]] = self._pages(
             self._per_schedule(orm.Run), prime=self.run
@@ -105,6 +115,30 @@ class Loaders:
             session, workspace_id=self.workspace_id, agent_ids=agent_ids, page=page, query=query, tags=tags
         )
 
+    async def _agent_versions(self, keys: Sequence[tuple[int, int]]) -> list[orm.AgentVersion | None]:
+        agent_ids = sorted({agent for agent, _ in keys})
+        stmt = select(orm.AgentVersion).where(
+            orm.AgentVersion.agent_id.in_(agent_ids),
+            orm.AgentVersion.version.in_(sorted({version for _, version in keys})),
+            orm.AgentVersion.workspace_id == self.workspace_id,
+        )
+        found = {(row.agent_id, row.version): row for row in await self._select(stmt)}
+        return [found.get(key) for key in keys]
+
+    async def _versions_per_agent(
+        self, session: AsyncSession, agent_ids: list[int], page: PageRequest, _: None
+    ) -> dict[int, Page[orm.AgentVersion]]:
+        """Newest first, per agent."""
+        return await reads.fetch_pages_by_parent(
+            session,
+            orm.AgentVersion,
+            select(orm.AgentVersion).where(orm.AgentVersion.workspace_id == self.workspace_id),
+            parent_column=orm.AgentVersion.agent_id,
+            parent_ids=agent_ids,
+            id_column=orm.AgentVersion.id,
+            page=page,
+        )
+
     def _per_schedule(
         self, model: type[M]
     ) -> Callable[[AsyncSession, list[int], PageRequest, None], Awaitable[dict[int, Page[M]]]]:
@@ -129,7 +163,7 @@ class Loaders:
         self,
         fetch: Callable[[AsyncSession, list[int], PageRequest, F], Awaitable[dict[int, Page[M]]]],
         *,
-        prime: DataLoader[int, M | None],
+        prime: DataLoader[int, M | None] | None,
     ) -> DataLoader[tuple[int, PageRequest, F], Page[M]]:
         """Pages of a per-parent connection: one statement per distinct (page, filters)."""
 
@@ -143,6 +177,8 @@ class Loaders:
                     pages = await fetch(session, parents, page, filters)
                 for parent, result in pages.items():
                     found[(parent, page, filters)] = result
+                    if prime is None:
+                        continue
                     for row in result.rows:
                         prime.prime(row.id, row)  # type: ignore[attr-defined]
             return [found[key] for key in keys]

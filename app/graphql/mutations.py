@@ -19,6 +19,7 @@ from app.graphql.inputs import (
     CreateMcpServerInput,
     MemoryInput,
     MemoryPatch,
+    RunFilterInput,
     ScheduleInput,
     SchedulePatch,
     UpdateAgentInput,
@@ -31,7 +32,8 @@ from app.graphql.types.memories import Memory
 from app.graphql.types.runs import Run
 from app.graphql.types.schedules import Schedule
 from app.graphql.types.tokens import ApiToken, CreateApiTokenInput, CreatedApiToken
-from app.services import agents, approvals, auth, mcp_servers, memories, runs, schedules
+from app.graphql.types.workspace import Workspace
+from app.services import agents, approvals, auth, holds, mcp_servers, memories, runs, schedules
 from app.services.auth import Principal
 
 
@@ -60,6 +62,20 @@ class Mutation:
         )
         return Agent.from_row(row)
 
+    # -- the workspace-wide emergency stop (admin) ---------------------------------------------
+
+    @strawberry.mutation(
+        description="Holds every run of the workspace and skips its schedules until resumed."
+    )
+    async def pause_workspace(self, info: Info, reason: str) -> Workspace:
+        principal = await _caller(info, Role.ADMIN)
+        return Workspace.from_row(await holds.pause_workspace(info.context.runtime, principal, reason=reason))
+
+    @strawberry.mutation(description="Lifts pauseWorkspace: held runs go on where they stopped.")
+    async def resume_workspace(self, info: Info) -> Workspace:
+        principal = await _caller(info, Role.ADMIN)
+        return Workspace.from_row(await holds.resume_workspace(info.context.runtime, principal))
+
     # -- runs and approvals (operator) --------------------------------------------------------
 
     @strawberry.mutation
@@ -79,6 +95,19 @@ class Mutation:
         pk = from_global_id(id, "Run", field="id")
         row = await runs.cancel_run(info.context.runtime, principal, run_id=pk, reason=reason)
         return Run.from_row(row)
+
+    @strawberry.mutation(
+        description="Cancels, with their subtrees, the unfinished runs the filter selects (at most "
+        "1000 per call). An empty filter is refused unless all: true."
+    )
+    async def cancel_runs(
+        self, info: Info, filter: RunFilterInput, reason: str | None = None, all: bool = False
+    ) -> list[Run]:
+        principal = await _caller(info, Role.OPERATOR)
+        rows = await runs.cancel_runs(
+            info.context.runtime, principal, filter=filter.to_filter(), reason=reason, all=all
+        )
+        return [Run.from_row(r) for r in rows]
 
     @strawberry.mutation
     async def decide_approval(

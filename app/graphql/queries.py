@@ -4,12 +4,14 @@ the caller's workspace."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import TypeVar
 
 import strawberry
 
 from app.db import orm
-from app.domain.agents import AgentStatus
+from app.domain.actors import ActorKind
+from app.domain.agents import AgentStatus, Role
 from app.domain.errors import NotFound
 from app.domain.runs import ApprovalStatus, RunStatus
 from app.graphql.context import Info
@@ -17,22 +19,31 @@ from app.graphql.ids import from_global_id, parse_global_id
 from app.graphql.loaders import Loaders
 from app.graphql.types.agents import Agent, AgentConnection, agent_connection
 from app.graphql.types.approvals import Approval, ApprovalConnection, approval_connection
+from app.graphql.types.audit import AuditEvent, AuditEventConnection, audit_connection
 from app.graphql.types.mcp import McpServer, McpServerConnection, mcp_server_connection
 from app.graphql.types.memories import Memory, MemoryConnection, memory_connection
 from app.graphql.types.node import Node
 from app.graphql.types.runs import Run, RunConnection, RunStep, run_connection
 from app.graphql.types.schedules import Schedule
 from app.graphql.types.tokens import ApiTokenConnection, api_token_connection, api_token_node
+from app.graphql.types.versions import AgentVersion
 from app.graphql.types.workspace import Viewer, Workspace
+from app.services.auth import Principal
 
 R = TypeVar("R")
 
 
-async def _node_of(type_name: str, pk: int, loaders: Loaders) -> Node | None:
+async def _node_of(type_name: str, pk: int, loaders: Loaders, principal: Principal) -> Node | None:
     """Loaders are scoped to the caller's workspace, so another tenant's row loads as None."""
     match type_name:
         case "Agent":
             return _maybe(await loaders.agent.load(pk), Agent.from_row)
+        case "AuditEvent":
+            if not principal.role.allows(Role.OPERATOR):
+                return None  # the audit trail is for operators and admins
+            return _maybe(await loaders.audit_event.load(pk), AuditEvent.from_row)
+        case "AgentVersion":
+            return _maybe(await loaders.version_by_id.load(pk), AgentVersion.from_row)
         case "Run":
             return _maybe(await loaders.run.load(pk), Run.from_row)
         case "RunStep":
@@ -81,7 +92,7 @@ class Query:
                 return None
             row = await loaders.workspace.load(pk)
             return None if row is None else Workspace.from_row(row)
-        return await _node_of(type_name, pk, loaders)
+        return await _node_of(type_name, pk, loaders, principal)
 
     @strawberry.field
     async def agents(
@@ -149,6 +160,27 @@ class Query:
         await info.context.principal()
         pk = from_global_id(agent_id, "Agent", field="agentId")
         return await memory_connection(info, agent_id=pk, query=query, tags=tags, first=first, after=after)
+
+    @strawberry.field(description="The workspace's audit trail, newest first (operators and admins).")
+    async def audit_events(
+        self,
+        info: Info,
+        first: int | None = None,
+        after: str | None = None,
+        action: str | None = None,
+        object_id: strawberry.ID | None = None,
+        actor_kind: ActorKind | None = None,
+        since: datetime | None = None,
+    ) -> AuditEventConnection:
+        return await audit_connection(
+            info,
+            first=first,
+            after=after,
+            action=action,
+            object_id=object_id,
+            actor_kind=actor_kind,
+            since=since,
+        )
 
     @strawberry.field
     async def approvals(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -18,17 +19,23 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
+from app.domain.actors import Actor
+from app.domain.agent_versions import VERSIONED_FIELDS, changes_configuration, config_of
 from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
+from app.domain.audit import diff as audit_diff
 from app.domain.budgets import parse_budget
-from app.domain.errors import Conflict, ValidationFailed
+from app.domain.errors import Conflict, NotFound, ValidationFailed
 from app.domain.jsonvalue import depth_error
 from app.domain.mcp import PREFIX as MCP_PREFIX
 from app.domain.policy import tool_key, validate_policy
 from app.engine.providers import validate_model_config
 from app.engine.tools.registry import registered_tool_names
+from app.events.stops import publish_stop
+from app.services import audit
 from app.services.auth import Principal
 from app.services.reads import get_owned
 from app.services.runtime import Runtime
+from app.services.transitions import Released, release_held
 from app.services.transitions.usage import check_budget
 from app.services.validation import KEEP, Keep, check_int_range, check_string_list, check_text
 from app.settings import Settings
@@ -136,10 +143,17 @@ async def create_agent(rt: Runtime, principal: Principal, draft: AgentDraft) -> 
         updated_at=now,
     )
     _check_agent_budget(row, rt.settings)
+    row.version = 1
     async with rt.sessionmaker() as session, session.begin():
         await _ensure_name_free(session, workspace_id=principal.workspace_id, name=row.name, agent_id=None)
         session.add(row)
         await _flush_unique_name(session, row.name)
+        session.add(version_row(row, principal.actor, now))
+        await audit.append(
+            session, workspace_id=row.workspace_id, actor=principal.actor, action="agent.create",
+            object_type="Agent", object_id=row.id, summary=f"created agent {row.name!r} (version 1)",
+            diff=audit_diff({}, _audited(row)), at=now,
+        )  # fmt: skip
     return row
 
 
@@ -149,18 +163,87 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
     if patch.policy is not KEEP:
         changes["policy"] = await _check_policy(rt, patch.policy)
     async with rt.sessionmaker() as session, session.begin():
-        row = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
+        # Locked: the version number is read, bumped and written back (two updaters in a row
+        # number their versions one after the other).
+        row = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id, lock=True)
         if "name" in changes and changes["name"] != row.name:
             await _ensure_name_free(
                 session, workspace_id=principal.workspace_id, name=changes["name"], agent_id=row.id
             )
+        # Versioned before the row changes: compared with what the agent is now.
+        new_version = changes_configuration(config_of(_columns(row)), changes)
+        was = row.status
+        before = _audited(row)
         for attr, value in changes.items():
             setattr(row, attr, value)
         if "budget" in changes or "model" in changes:
             _check_agent_budget(row, rt.settings)
         if changes:
             row.updated_at = utcnow()
+        if new_version:
+            row.version += 1
         await _flush_unique_name(session, row.name)
+        if new_version:
+            session.add(version_row(row, principal.actor, row.updated_at))
+        released = Released()
+        if was != AgentStatus.ACTIVE and row.status == AgentStatus.ACTIVE:
+            released = await release_held(session, workspace_id=row.workspace_id, agent_id=row.id)
+        changed = audit_diff(before, _audited(row))
+        if changed:
+            # A status change alone is agent.status; anything else is agent.update.
+            action = "agent.status" if set(changed) == {"status"} else "agent.update"
+            summary = (
+                f"agent {row.name!r} {was} -> {row.status}" if action == "agent.status"
+                else f"updated agent {row.name!r}: {', '.join(changed)}"
+                + (f" (version {row.version})" if new_version else "")
+            )  # fmt: skip
+            await audit.append(
+                session, workspace_id=row.workspace_id, actor=principal.actor, action=action,
+                object_type="Agent", object_id=row.id, summary=summary, diff=changed,
+            )  # fmt: skip
+    # After commit (docs/concepts/holds.md): a paused or archived agent's running runs are
+    # told at once and stop at their next step boundary; a resumed one's held runs go on.
+    # A policy change reaches every live run with the agent on its chain (tightening is
+    # live); a pause reaches the agent's own runs.
+    if (was == AgentStatus.ACTIVE and row.status != AgentStatus.ACTIVE) or "policy" in changed:
+        await publish_stop(rt, agents=[row.id])
+    await released.enqueue(rt)
+    return row
+
+
+_AUDITED = ("name", "description", "status", *VERSIONED_FIELDS)
+
+
+def _audited(row: orm.Agent) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in _AUDITED}
+
+
+def _columns(row: orm.Agent) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in VERSIONED_FIELDS}
+
+
+def version_row(row: orm.Agent, actor: Actor, now: datetime) -> orm.AgentVersion:
+    """The agent's current configuration as its version ``row.version`` (the row has an id).
+    Whatever writes an agent row writes this with it: a run of an agent is pinned to one."""
+    return orm.AgentVersion(
+        workspace_id=row.workspace_id,
+        agent_id=row.id,
+        version=row.version,
+        config=config_of(_columns(row)),
+        created_by=actor.to_json(),
+        created_at=now,
+    )
+
+
+async def get_version(session: AsyncSession, *, agent_id: int, version: int) -> orm.AgentVersion:
+    """One version of an agent (the caller checked the agent is the workspace's)."""
+    row = await session.scalar(
+        select(orm.AgentVersion).where(
+            orm.AgentVersion.agent_id == agent_id, orm.AgentVersion.version == version
+        )
+    )
+    if row is None:
+        raise NotFound(f"agent {agent_id} has no version {version}", field="version")
     return row
 
 

@@ -8,6 +8,7 @@ from app.db.orm import Approval
 from app.domain.agents import Role
 from app.domain.errors import InvalidTransition, NotFound, ValidationFailed
 from app.domain.runs import TERMINAL_RUN, ApprovalStatus, RunStatus
+from app.services import audit
 from app.services.auth import Principal
 from app.services.runtime import Runtime
 from app.services.transitions import tree_tx
@@ -40,6 +41,13 @@ async def decide_approval(
             raise InvalidTransition(f"approval is already {approval.status}")
         if RunStatus(run.status) in TERMINAL_RUN:
             raise InvalidTransition(f"run is {run.status}; its approvals can no longer be decided")
-        await tx.decide_approval(run, approval, approve=approve, reason=reason, token_id=principal.token_id)
+        await tx.decide_approval(run, approval, approve=approve, reason=reason, actor=principal.actor)
         await tx.wake_if_unblocked(run)
+        verdict = "approved" if approve else "rejected"
+        await audit.append(
+            tx.session, workspace_id=principal.workspace_id, actor=principal.actor, action="approval.decide",
+            object_type="Approval", object_id=approval.id, summary=f"{verdict} {approval.tool} of run {run.id}",
+            diff={"status": {"before": "PENDING", "after": approval.status}, "reason": {"before": None, "after": reason}},
+            at=tx.now,
+        )  # fmt: skip
     return approval

@@ -28,7 +28,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db.orm import ApiToken, Workspace
+from app.domain.actors import SYSTEM, Actor, ActorKind
 from app.domain.agents import Role
+from app.domain.audit import diff as audit_diff
 from app.domain.errors import Conflict, Forbidden, NotFound, Unauthenticated, ValidationFailed
 from app.domain.tokens import (
     LAST_USED_RESOLUTION,
@@ -38,6 +40,7 @@ from app.domain.tokens import (
     token_state,
     use_worth_recording,
 )
+from app.services import audit
 from app.services.reads import Page, PageRequest, fetch_page
 from app.services.runtime import Runtime
 from app.services.token_cache import CachedToken, publish_revocation
@@ -58,6 +61,15 @@ class Principal:
     token_id: int
     # When the token stops working on its own; an open websocket closes then.
     expires_at: datetime | None = None
+    # Who the change is recorded as: the token, unless the caller is the CLI (token_id 0).
+    actor_kind: ActorKind = ActorKind.TOKEN
+    actor_name: str | None = None
+
+    @property
+    def actor(self) -> Actor:
+        if self.actor_kind is ActorKind.TOKEN:
+            return Actor(ActorKind.TOKEN, self.token_id, self.actor_name)
+        return Actor(self.actor_kind, None, self.actor_name)
 
     def require(self, needed: Role) -> None:
         if not self.role.allows(needed):
@@ -88,7 +100,9 @@ def parse_role(value: str) -> Role:
 # -- workspaces and issuing tokens -------------------------------------------------------------
 
 
-async def create_workspace(session: AsyncSession, *, name: str) -> tuple[Workspace, str]:
+async def create_workspace(
+    session: AsyncSession, *, name: str, actor: Actor = SYSTEM
+) -> tuple[Workspace, str]:
     """Create a workspace and its first admin token; returns the token in the clear, once."""
     if not WORKSPACE_NAME.match(name):
         raise ValidationFailed(
@@ -102,8 +116,9 @@ async def create_workspace(session: AsyncSession, *, name: str) -> tuple[Workspa
         await session.rollback()
         raise Conflict(f"a workspace named {name!r} already exists", field="name") from None
     issued = await _issue(
-        session, workspace_id=workspace.id, role=Role.ADMIN, name=INITIAL_TOKEN_NAME, expires_at=None
-    )
+        session, workspace_id=workspace.id, role=Role.ADMIN, name=INITIAL_TOKEN_NAME, expires_at=None,
+        actor=actor,
+    )  # fmt: skip
     await session.commit()
     return workspace, issued.secret
 
@@ -115,11 +130,13 @@ async def create_token(
     role: Role,
     name: str | None = None,
     expires_at: datetime | None = None,
+    actor: Actor = SYSTEM,
 ) -> str:
     """A new token for the named workspace (the command line); returns the secret, once."""
-    return (
-        await issue_token(session, workspace_name=workspace_name, role=role, name=name, expires_at=expires_at)
-    ).secret
+    issued = await issue_token(
+        session, workspace_name=workspace_name, role=role, name=name, expires_at=expires_at, actor=actor
+    )
+    return issued.secret
 
 
 async def issue_token(
@@ -129,9 +146,12 @@ async def issue_token(
     role: Role,
     name: str | None = None,
     expires_at: datetime | None = None,
+    actor: Actor = SYSTEM,
 ) -> IssuedToken:
     workspace = await _workspace_named(session, workspace_name)
-    issued = await _issue(session, workspace_id=workspace.id, role=role, name=name, expires_at=expires_at)
+    issued = await _issue(
+        session, workspace_id=workspace.id, role=role, name=name, expires_at=expires_at, actor=actor
+    )
     await session.commit()
     return issued
 
@@ -143,12 +163,19 @@ async def create_api_token(
     principal.require(Role.ADMIN)
     async with rt.sessionmaker() as session, session.begin():
         return await _issue(
-            session, workspace_id=principal.workspace_id, role=role, name=name, expires_at=expires_at
-        )
+            session, workspace_id=principal.workspace_id, role=role, name=name, expires_at=expires_at,
+            actor=principal.actor,
+        )  # fmt: skip
 
 
 async def _issue(
-    session: AsyncSession, *, workspace_id: int, role: Role, name: str | None, expires_at: datetime | None
+    session: AsyncSession,
+    *,
+    workspace_id: int,
+    role: Role,
+    name: str | None,
+    expires_at: datetime | None,
+    actor: Actor,
 ) -> IssuedToken:
     now = utcnow()
     expires_at = check_expiry(expires_at, now=now)
@@ -173,6 +200,16 @@ async def _issue(
     except IntegrityError:
         # Two creators passed the check at once; the unique index picked one.
         raise _name_taken(name) from None
+    # The secret is never recorded, not even its prefix.
+    shown = {
+        "name": name,
+        "role": role.value,
+        "expires_at": None if expires_at is None else expires_at.isoformat(),
+    }
+    await audit.append(
+        session, workspace_id=workspace_id, actor=actor, action="token.create", object_type="ApiToken",
+        object_id=row.id, summary=f"created {role.value} token {name!r}", diff=audit_diff({}, shown), at=now,
+    )  # fmt: skip
     return IssuedToken(secret=secret, row=row)
 
 
@@ -228,7 +265,7 @@ async def revoke_api_token(rt: Runtime, principal: Principal, *, token_id: int) 
     principal.require(Role.ADMIN)
     async with rt.sessionmaker() as session, session.begin():
         row = await get_token(session, principal, token_id=token_id)
-        _revoke(row)
+        await _revoke(session, row, principal.actor)
     await announce_revocation(rt, token_id)
     return row
 
@@ -241,7 +278,12 @@ async def announce_revocation(rt: Runtime, token_id: int) -> None:
 
 
 async def revoke_token(
-    session: AsyncSession, *, workspace_name: str, token_id: int | None = None, name: str | None = None
+    session: AsyncSession,
+    *,
+    workspace_name: str,
+    token_id: int | None = None,
+    name: str | None = None,
+    actor: Actor = SYSTEM,
 ) -> ApiToken:
     """Revoke by id or by name (the command line)."""
     if (token_id is None) == (name is None):
@@ -258,14 +300,19 @@ async def revoke_token(
     row = await session.scalar(stmt)
     if row is None:
         raise NotFound(f"{missing} in workspace {workspace_name!r}", field="id" if token_id else "name")
-    _revoke(row)
+    await _revoke(session, row, actor)
     await session.commit()
     return row
 
 
-def _revoke(row: ApiToken) -> None:
-    if row.revoked_at is None:
-        row.revoked_at = utcnow()
+async def _revoke(session: AsyncSession, row: ApiToken, actor: Actor) -> None:
+    if row.revoked_at is not None:
+        return  # revoked already: nothing changes, nothing to record
+    row.revoked_at = utcnow()
+    await audit.append(
+        session, workspace_id=row.workspace_id, actor=actor, action="token.revoke", object_type="ApiToken",
+        object_id=row.id, summary=f"revoked token {row.name!r}", at=row.revoked_at,
+    )  # fmt: skip
 
 
 # -- authentication --------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -24,8 +25,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import Role
+from app.domain.audit import diff as audit_diff
 from app.domain.credentials import check_credentials
 from app.domain.errors import Conflict, CredentialRejected, NotFound
+from app.services import audit
 from app.services.auth import Principal
 from app.services.reads import get_owned
 from app.services.runtime import Runtime
@@ -163,6 +166,7 @@ async def remember(
         )
         return Written(memory=memory, created=True)
     old_value = memory.value
+    before = facets(memory)
     memory.value = value
     if checked_tags is not None:
         memory.tags = checked_tags
@@ -175,6 +179,7 @@ async def remember(
         memory=memory,
         action=RevisionAction.UPDATE,
         old_value=old_value,
+        before=before,
         at=now,
         run_id=source_run_id,
         token_id=token_id,
@@ -240,6 +245,7 @@ async def create_memory(
             token_id=principal.token_id,
             at=now,
         )
+        await _audit(session, principal, row, "memory.create", {}, at=now)
     return row
 
 
@@ -266,6 +272,8 @@ async def update_memory(
             list(row.tags or []) if tags is None else tags,
         )
         old_value = row.value
+        before = _audited(row)
+        old_facets = facets(row)
         if key is not None and key != row.key:
             await _ensure_key_free(session, agent_id=row.agent_id, key=key, memory_id=row.id)
             row.key = key
@@ -284,9 +292,11 @@ async def update_memory(
             memory=row,
             action=RevisionAction.UPDATE,
             old_value=old_value,
+            before=old_facets,
             token_id=principal.token_id,
             at=now,
         )
+        await _audit(session, principal, row, "memory.update", before, at=now)
     return row
 
 
@@ -295,11 +305,51 @@ async def delete_memory(rt: Runtime, principal: Principal, *, memory_id: int) ->
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         row = await _lock_memory(session, workspace_id=principal.workspace_id, memory_id=memory_id)
+        before = _audited(row)
         await _delete(session, row, now=now, run_id=None, token_id=principal.token_id)
+        await audit.append(
+            session, workspace_id=principal.workspace_id, actor=principal.actor, action="memory.delete",
+            object_type="Memory", object_id=memory_id, summary=f"deleted memory {before['key']!r}",
+            diff=audit_diff(before, {}), at=now,
+        )  # fmt: skip
     return memory_id
 
 
+def _audited(row: orm.Memory) -> dict[str, Any]:
+    return {"agent_id": row.agent_id, "key": row.key, "value": row.value, "tags": list(row.tags or []),
+            "importance": row.importance}  # fmt: skip
+
+
+async def _audit(
+    session: AsyncSession,
+    principal: Principal,
+    row: orm.Memory,
+    action: str,
+    before: dict[str, Any],
+    *,
+    at: datetime,
+) -> None:
+    verb = "created" if action == "memory.create" else "updated"
+    await audit.append(
+        session, workspace_id=row.workspace_id, actor=principal.actor, action=action, object_type="Memory",
+        object_id=row.id, summary=f"{verb} memory {row.key!r}", diff=audit_diff(before, _audited(row)), at=at,
+    )  # fmt: skip
+
+
 # -- helpers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Facets:
+    """What a revision records of a memory besides its value."""
+
+    key: str
+    tags: tuple[str, ...]
+    importance: float
+
+
+def facets(memory: orm.Memory) -> Facets:
+    return Facets(memory.key, tuple(str(t) for t in memory.tags or ()), memory.importance)
 
 
 def record_revision(
@@ -310,11 +360,17 @@ def record_revision(
     old_value: str | None,
     at: datetime,
     new_value: str | Keep | None = KEEP,
+    before: Facets | None = None,
     token_id: int | None = None,
     run_id: int | None = None,
 ) -> orm.MemoryRevision:
     """Append one revision; ``new_value`` defaults to the memory's current value. Call it in
-    the transaction that changes the memory (after the memory has its id)."""
+    the transaction that changes the memory (after the memory has its id). ``before``: the
+    key, tags and importance before an update or delete; after it, they are the memory's
+    own (none for a delete)."""
+    deleted = action is RevisionAction.DELETE
+    if deleted:
+        before = facets(memory)
     revision = orm.MemoryRevision(
         workspace_id=memory.workspace_id,
         memory_id=memory.id,
@@ -325,6 +381,11 @@ def record_revision(
         token_id=token_id,
         old_value=old_value,
         new_value=memory.value if isinstance(new_value, Keep) else new_value,
+        old_key=None if before is None else before.key,
+        old_tags=None if before is None else list(before.tags),
+        new_tags=None if deleted else list(memory.tags or []),
+        old_importance=None if before is None else before.importance,
+        new_importance=None if deleted else memory.importance,
         at=at,
     )
     session.add(revision)

@@ -12,13 +12,18 @@ was read, and one deleted in between is dropped (re-checked inside the claim).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.orm import Agent, Memory, Run
+from app.db.orm import Agent, AgentVersion, Memory, Run, Workspace
+from app.domain.agent_versions import AgentConfig
+from app.domain.errors import EnverifError
+from app.domain.holds import hold_reason
 from app.domain.memory import MemoryCandidate, select_for_injection
+from app.domain.policy import PolicyLink, chain_agent_ids, parse_policy
 from app.domain.run_events import EventType
 from app.services.memory_search import record_use
 from app.services.runtime import Runtime
@@ -38,34 +43,113 @@ _CANDIDATE_COLUMNS = (Memory.id, Memory.key, Memory.value, Memory.importance, Me
 async def candidates(rt: Runtime, run_id: int) -> list[MemoryCandidate] | None:
     """The injection candidates for the run's first start; None when the run has started
     before (its memories were chosen then) or is gone."""
-    return (await read_for_claim(rt, run_id))[1]
+    return (await read_for_claim(rt, run_id)).candidates
 
 
-async def read_for_claim(rt: Runtime, run_id: int) -> tuple[Agent | None, list[MemoryCandidate] | None]:
-    """What a claim reads before it takes the tree's lock: the run's agent (None: the run is
-    gone), and the injection candidates (``candidates``)."""
+@dataclass(frozen=True, slots=True)
+class PreClaim:
+    """What a claim reads before it takes the tree's lock."""
+
+    # The run's agent as its pinned version configures it (None: the run is gone).
+    agent: AgentConfig | None
+    # The injection candidates (``candidates``), within the pinned version's memory budget.
+    candidates: list[MemoryCandidate] | None
+    # Why the run is held (``app.domain.holds``), as read now; None: it may go on.
+    held: str | None = None
+    # The current policy of every agent on the run's chain, root first (live tightening).
+    current_policies: list[PolicyLink] = field(default_factory=list)
+
+
+async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
     async with rt.read_sessionmaker() as session:
         found = (await session.execute(_FIRST_START, {"b_run": run_id})).first()
         if found is None:
-            return None, None
-        injected_ids, agent, has_memories = found
+            return PreClaim(None, None)
+        injected_ids, name, status, paused, policy, chain, version, has_memories = found
+        agent = pinned_config(version, name=name)
+        held = hold_reason(agent_name=name, agent_status=status, workspace_paused_reason=paused)
+        if chain_agent_ids(chain) == [agent.id]:
+            # A root run (or a child of its own agent): its agent's current policy was read
+            # with this statement; no second one.
+            policies = _links([(name, policy)])
+        else:
+            policies = await current_policies(session, chain)
         # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
         if injected_ids is not None:
-            return agent, None
+            return PreClaim(agent, None, held, policies)
         max_items, max_chars = agent.memory_max_items, agent.memory_max_chars
         # Most agents have no memories: one statement decides it (an index probe), not three.
-        if max_items <= 0 or max_chars <= 0 or not has_memories:
-            return agent, []
-        return agent, await _bounded_candidates(
+        if held is not None or max_items <= 0 or max_chars <= 0 or not has_memories:
+            return PreClaim(agent, [], held, policies)
+        found_candidates = await _bounded_candidates(
             session, agent_id=agent.id, max_items=max_items, max_chars=max_chars
         )
+        return PreClaim(agent, found_candidates, held, policies)
 
 
-# Built once (compiled once, cached): the run's first-start check, its agent (budget and
-# all: the claim uses it), and whether the agent has any memory at all.
+async def current_policies(session: AsyncSession, chain_snapshot: object) -> list[PolicyLink]:
+    """The policy each agent on a chain snapshot has now, root first (one statement)."""
+    ids = chain_agent_ids(chain_snapshot)
+    if not ids:
+        return []
+    rows = {
+        agent_id: (agent_name, policy)
+        for agent_id, agent_name, policy in await session.execute(
+            select(Agent.id, Agent.name, Agent.policy).where(Agent.id.in_(ids))
+        )
+    }
+    return _links([rows[i] for i in ids if i in rows])
+
+
+def _links(policies: list[tuple[str, Any]]) -> list[PolicyLink]:
+    """Stored policies were validated on the way in; one that no longer parses is left out
+    (the run's snapshot still counts for it) rather than failing every claim."""
+    links: list[PolicyLink] = []
+    for agent_name, policy in policies:
+        try:
+            links.append(PolicyLink(agent_name, parse_policy(policy)))
+        except EnverifError:
+            continue
+    return links
+
+
+def pinned_config(version: AgentVersion, *, name: str) -> AgentConfig:
+    return AgentConfig.of(
+        id=version.agent_id, workspace_id=version.workspace_id, name=name,
+        version=version.version, config=version.config,
+    )  # fmt: skip
+
+
+async def read_pinned(session: AsyncSession, run: Run) -> AgentConfig:
+    """The run's agent as its pinned version configures it (inside a claim, when the read
+    before it found no run)."""
+    found = (
+        await session.execute(
+            select(Agent.name, AgentVersion)
+            .join(AgentVersion, AgentVersion.agent_id == Agent.id)
+            .where(Agent.id == run.agent_id, AgentVersion.version == run.agent_version)
+        )
+    ).one()
+    return pinned_config(found[1], name=found[0])
+
+
+# Built once (compiled once, cached): the run's first-start check, what holds it, its
+# agent's pinned version (budget and all: the claim uses it), and whether the agent has any
+# memory at all.
 _FIRST_START = (
-    select(Run.injected_memory_ids, Agent, exists().where(Memory.agent_id == Run.agent_id))
+    select(
+        Run.injected_memory_ids,
+        Agent.name,
+        Agent.status,
+        Workspace.paused_reason,
+        Agent.policy,
+        Run.policy_chain,
+        AgentVersion,
+        exists().where(Memory.agent_id == Run.agent_id),
+    )
     .join(Agent, Agent.id == Run.agent_id)
+    .join(Workspace, Workspace.id == Run.workspace_id)
+    .join(AgentVersion, (AgentVersion.agent_id == Run.agent_id) & (AgentVersion.version == Run.agent_version))
     .where(Run.id == bindparam("b_run"))
 )
 
@@ -94,7 +178,7 @@ async def _bounded_candidates(
 
 
 async def inject(
-    tx: TreeTx, run: Run, agent: Agent, candidates: list[MemoryCandidate]
+    tx: TreeTx, run: Run, agent: AgentConfig, candidates: list[MemoryCandidate]
 ) -> list[dict[str, Any]]:
     """Inside the claim, on the run's first start: choose, record, mark used, log."""
     chosen = select_for_injection(
@@ -105,14 +189,36 @@ async def inject(
         alive = set(await tx.session.scalars(select(Memory.id).where(Memory.id.in_([m.id for m in chosen]))))
         chosen = [m for m in chosen if m.id in alive]
     run.injected_memory_ids = [m.id for m in chosen]
+    # Pinned as injected: a memory edited or deleted later changes neither a resumed run's
+    # context nor what the run shows it started with.
+    run.injected_memories = [
+        {
+            "id": m.id,
+            "key": m.key,
+            "value": m.value,
+            "tags": list(m.tags),
+            "importance": m.importance,
+            "updated_at": m.updated_at.isoformat(),
+        }
+        for m in chosen
+    ]
     if chosen:
         await record_use(tx.session, chosen, now=tx.now)
         tx.emit(run, EventType.MEMORY_INJECTED, payload={"keys": [m.key for m in chosen]})
-    return [{"key": m.key, "value": m.value, "tags": list(m.tags)} for m in chosen]
+    return context_memories(run.injected_memories)
 
 
-async def injected(session: AsyncSession, ids: list[int]) -> list[dict[str, Any]]:
-    """A resumed run's memories: the ones chosen at its first start that still exist."""
+def context_memories(pinned: list[Any]) -> list[dict[str, Any]]:
+    """The injected memories as the model's context shows them: ``[{key, value, tags}]``."""
+    return [{"key": m["key"], "value": m["value"], "tags": list(m.get("tags") or [])} for m in pinned]
+
+
+async def injected(session: AsyncSession, run: Run) -> list[dict[str, Any]]:
+    """A resumed run's memories: exactly as injected at its first start. Runs injected before
+    the values were pinned fall back to the ones chosen then that still exist."""
+    if run.injected_memories is not None:
+        return context_memories(run.injected_memories)
+    ids = run.injected_memory_ids or []
     if not ids:
         return []
     rows = {m.id: m for m in await session.scalars(select(Memory).where(Memory.id.in_(ids)))}

@@ -100,12 +100,17 @@ async def fetch_pages_by_parent(
 # -- single objects -------------------------------------------------------------------------
 
 
-async def get_owned(session: AsyncSession, model: type[Row], *, workspace_id: int, pk: int) -> Row:
-    """The row ``pk`` of ``model`` if it belongs to the workspace, else NOT_FOUND."""
+async def get_owned(
+    session: AsyncSession, model: type[Row], *, workspace_id: int, pk: int, lock: bool = False
+) -> Row:
+    """The row ``pk`` of ``model`` if it belongs to the workspace, else NOT_FOUND
+    (``lock``: FOR UPDATE, for a read-modify-write)."""
     stmt: Select[Row] = select(model).where(
         model.id == pk,  # type: ignore[attr-defined]
         model.workspace_id == workspace_id,  # type: ignore[attr-defined]
     )
+    if lock:
+        stmt = stmt.with_for_update()
     row = await session.scalar(stmt)
     if row is None:
         raise NotFound(f"no {_noun(model)} with this id")

@@ -4,29 +4,36 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.clock import now_sql
-from app.db.orm import Agent, Run, RunStep
+from app.db.orm import Agent, Run, RunStep, Workspace
+from app.domain.agent_versions import AgentConfig
 from app.domain.agents import AgentStatus, Role
 from app.domain.budgets import parse_budget, refusal_message, spent
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
+from app.domain.holds import hold_reason
 from app.domain.jsonvalue import depth_error
 from app.domain.memory import MemoryCandidate
 from app.domain.model_errors import ModelErrorCode
+from app.domain.policy import PolicyLink
 from app.domain.runs import CANCELLABLE_RUN, RunStatus, RunTrigger
-from app.services import memory_injection
+from app.events.stops import publish_stop
+from app.services import audit, memory_injection
 from app.services.auth import Principal
 from app.services.runtime import Runtime
-from app.services.transitions import NewRun, new_tree_tx, tree_tx
+from app.services.transitions import NewRun, TreeTx, new_tree_tx, tree_tx
 from app.services.transitions.usage import check_budget
 
 MAX_INPUT_BYTES = 256_000
+MAX_REASON_CHARS = 2_000
+# Runs one cancelRuns call cancels at most (each with its subtree); call again for more.
+MAX_BULK_CANCEL = 1_000
 
 
 async def start_run(
@@ -55,7 +62,14 @@ async def start_run(
             raise Conflict(f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId")
         check_budget(rt.settings, agent_name=agent.name, agent_budget=agent.budget or {}, model=agent.model,
                      tighter=tighter)  # fmt: skip
-        run = await tree.create_run(NewRun(agent=agent, trigger=trigger, input=input, budget=tighter))
+        run = await tree.create_run(
+            NewRun(agent=agent, trigger=trigger, input=input, budget=tighter, started_by=principal.actor)
+        )
+        await audit.append(
+            tree.session, workspace_id=principal.workspace_id, actor=principal.actor, action="run.start",
+            object_type="Run", object_id=run.id, at=await tree.clock(),
+            summary=f"started a run of agent {agent.name!r} (version {agent.version})",
+        )  # fmt: skip
     return run
 
 
@@ -68,20 +82,89 @@ async def get_run(session: AsyncSession, *, workspace_id: int, run_id: int) -> R
 
 async def cancel_run(rt: Runtime, principal: Principal, *, run_id: int, reason: str | None) -> Run:
     """Cancel the run and every non-terminal descendant. A RUNNING run is cancelled here and
-    now; its worker finds out at its next write (fencing) and writes nothing more."""
+    now; its worker is told at once (a stop notice), cuts off a call in flight and writes
+    nothing more (fencing)."""
     principal.require(Role.OPERATOR)
-    if reason is not None and len(reason) > 2_000:
-        raise ValidationFailed("reason is longer than 2000 characters", field="reason")
+    _check_reason(reason)
     async with rt.sessionmaker() as session:
         await get_run(session, workspace_id=principal.workspace_id, run_id=run_id)
     async with tree_tx(rt, run_id) as tx:
         run = await tx.run(run_id)
         if RunStatus(run.status) not in CANCELLABLE_RUN:
             raise InvalidTransition(f"run is already {run.status}")
-        # The chokepoint ends the whole subtree: children first, each handing its outcome to
-        # its parent's step without waking a parent that is being cancelled too.
-        await tx.set_run_status(run, RunStatus.CANCELLED, reason=reason or "cancelled by operator")
+        await _cancel(tx, run, principal, reason)
+    await publish_stop(rt, trees=[run.root_run_id or run.id])
     return run
+
+
+def _check_reason(reason: str | None) -> None:
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        raise ValidationFailed(f"reason is longer than {MAX_REASON_CHARS} characters", field="reason")
+
+
+async def _cancel(tx: TreeTx, run: Run, principal: Principal, reason: str | None) -> None:
+    # The chokepoint ends the whole subtree: children first, each handing its outcome to
+    # its parent's step without waking a parent that is being cancelled too.
+    run.cancelled_by = principal.actor.to_json()
+    why = reason or "cancelled by operator"
+    await tx.set_run_status(run, RunStatus.CANCELLED, reason=why)
+    await audit.append(
+        tx.session, workspace_id=run.workspace_id, actor=principal.actor, action="run.cancel",
+        object_type="Run", object_id=run.id, summary=f"cancelled run {run.id}: {why}", at=tx.now,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    agent_id: int | None = None
+    statuses: tuple[RunStatus, ...] = ()
+    roots_only: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return self.agent_id is None and not self.statuses and not self.roots_only
+
+
+async def cancel_runs(
+    rt: Runtime, principal: Principal, *, filter: RunFilter, reason: str | None, all: bool = False
+) -> list[Run]:
+    """Cancel, in bulk, every cancellable run the filter selects (and so their subtrees), up
+    to ``MAX_BULK_CANCEL`` per call. An empty filter would cancel everything: refused unless
+    ``all`` says so. One tree transaction per run, so one busy tree holds up no other."""
+    principal.require(Role.OPERATOR)
+    _check_reason(reason)
+    if filter.empty and not all:
+        raise ValidationFailed(
+            "an empty filter would cancel every run: pass all: true to mean it", field="filter"
+        )
+    bad = [s for s in filter.statuses if s not in CANCELLABLE_RUN]
+    if bad:
+        raise ValidationFailed(f"{bad[0].value} runs cannot be cancelled", field="filter.status")
+    statuses = filter.statuses or tuple(sorted(CANCELLABLE_RUN, key=lambda s: s.value))
+    stmt = select(Run.id).where(
+        Run.workspace_id == principal.workspace_id, Run.status.in_([s.value for s in statuses])
+    )
+    if filter.agent_id is not None:
+        stmt = stmt.where(Run.agent_id == filter.agent_id)
+    if filter.roots_only:
+        stmt = stmt.where(Run.parent_run_id.is_(None))
+    async with rt.read_sessionmaker() as session:
+        ids = list(await session.scalars(stmt.order_by(Run.id).limit(MAX_BULK_CANCEL)))
+    cancelled: list[Run] = []
+    trees: set[int] = set()
+    for run_id in ids:
+        async with tree_tx(rt, run_id) as tx:
+            run = await tx.run(run_id)
+            # Re-checked under the lock: it may have ended, or been cancelled with an
+            # ancestor earlier in this loop.
+            if RunStatus(run.status) not in CANCELLABLE_RUN:
+                continue
+            await _cancel(tx, run, principal, reason)
+        cancelled.append(run)
+        trees.add(run.root_run_id or run.id)
+    if trees:
+        await publish_stop(rt, trees=sorted(trees))
+    return cancelled
 
 
 @dataclass
@@ -91,9 +174,11 @@ class Claim:
 
     attempt: int
     run: Run
-    agent: Agent
+    agent: AgentConfig  # as the run's pinned version configures it, never the live agent
     memories: list[dict[str, Any]]  # injected at the first start: [{key, value, tags}]
     steps: list[RunStep]
+    # The chain's agents' policies as they are now (``policy.live_chain``).
+    current_policies: list[PolicyLink] = field(default_factory=list)
 
 
 async def claim(
@@ -113,13 +198,23 @@ async def claim(
     lock is never held over a scan of the agent's memories. The run's agent is read then
     too: one statement fewer while the tree waits (a run's agent never changes)."""
     lease_s = rt.settings.lease_s
-    agent, found = await memory_injection.read_for_claim(rt, run_id)
+    pre = await memory_injection.read_for_claim(rt, run_id)
+    agent = pre.agent
     if candidates is None:
-        candidates = found or []
+        candidates = pre.candidates or []
     async with tree_tx(rt, run_id, root_id=root_id) as tx:
         run = await tx.run(run_id)
         if run.status != RunStatus.QUEUED:
             return None
+        if pre.held is not None:
+            # Held (docs/concepts/holds.md): it stays QUEUED, with no job, until released.
+            # Read before the lock: a pause committed since reaches the run through the
+            # worker's stop notice, at its first step boundary.
+            if run.held_reason != pre.held:
+                run.held_reason = pre.held
+                run.updated_at = tx.now
+            return None
+        run.held_reason = None
         if run.abandoned_claims >= rt.settings.max_attempts:
             # Every worker that took it since it last made progress crashed or broke off:
             # stop trying rather than loop. Wake-ups (approvals, children) never count here.
@@ -142,24 +237,33 @@ async def claim(
         run.lease_expires_at = tx.now + timedelta(seconds=lease_s)
         await tx.set_run_status(run, RunStatus.RUNNING, reason=f"claimed by {owner}")
         if agent is None or agent.id != run.agent_id:  # the run was gone when read (so: never)
-            agent = await tx.session.get_one(Agent, run.agent_id)
+            agent = await memory_injection.read_pinned(tx.session, run)
         if first_start:
             memories = await memory_injection.inject(tx, run, agent, candidates)
             steps: list[RunStep] = []
         else:
-            memories = await memory_injection.injected(tx.session, run.injected_memory_ids or [])
+            memories = await memory_injection.injected(tx.session, run)
             steps = list(
                 await tx.session.scalars(
                     select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
                 )
             )
-        return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps)
+        return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps,
+                     current_policies=pre.current_policies)  # fmt: skip
     return None  # unreachable; keeps type checkers content about the context manager
 
 
-async def renew_lease(rt: Runtime, run_id: int, *, attempt: int) -> bool:
-    """Extend the lease, on the database's clock; False when the run is no longer ours
-    (stop working on it)."""
+@dataclass(frozen=True, slots=True)
+class LeaseCheck:
+    ours: bool  # False: stop working on it (cancelled, or taken over)
+    held: str | None = None  # why it must stop at its next step boundary (a pause)
+    # The chain's agents' policies as they are now (``policy.live_chain``); None: not read.
+    current_policies: list[PolicyLink] | None = None
+
+
+async def renew_lease(rt: Runtime, run_id: int, *, attempt: int, chain: object = None) -> LeaseCheck:
+    """Extend the lease, on the database's clock, and say whether the run is still ours and
+    whether a pause holds it."""
     async with rt.sessionmaker() as session:
         async with session.begin():
             expires = now_sql(session.get_bind().dialect.name, plus_s=rt.settings.lease_s)
@@ -168,7 +272,21 @@ async def renew_lease(rt: Runtime, run_id: int, *, attempt: int) -> bool:
                 .where(Run.id == run_id, Run.attempt == attempt, Run.status == RunStatus.RUNNING.value)
                 .values(lease_expires_at=expires)
             )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+            if not result.rowcount:  # type: ignore[attr-defined]
+                return LeaseCheck(ours=False)
+            found = (await session.execute(_HOLDS, {"b_run": run_id})).one()
+    name, status, paused = found
+    return LeaseCheck(
+        ours=True, held=hold_reason(agent_name=name, agent_status=status, workspace_paused_reason=paused)
+    )
+
+
+_HOLDS = (
+    select(Agent.name, Agent.status, Workspace.paused_reason)
+    .join(Run, Run.agent_id == Agent.id)
+    .join(Workspace, Workspace.id == Run.workspace_id)
+    .where(Run.id == bindparam("b_run"))
+)
 
 
 async def release(rt: Runtime, run_id: int, *, attempt: int, reason: str, abandoned: bool) -> None:

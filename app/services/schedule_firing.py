@@ -29,11 +29,13 @@ from sqlalchemy import select, true
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.db.clock import db_now
-from app.db.orm import Agent, Run, Schedule, ScheduleFiring
+from app.db.orm import Agent, Run, Schedule, ScheduleFiring, Workspace
+from app.domain.actors import Actor, ActorKind
 from app.domain.agents import OverlapPolicy
 from app.domain.runs import TERMINAL_RUN, RunTrigger
 from app.domain.schedules import FiringOutcome, due, skip_reason
 from app.outages import is_outage
+from app.services import audit
 from app.services.runtime import Runtime
 from app.services.transitions import NewRun, new_tree_tx
 
@@ -123,6 +125,9 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
             if when is None:
                 return None
             agent = await session.get_one(Agent, schedule.agent_id)
+            paused = await session.scalar(
+                select(Workspace.paused_reason).where(Workspace.id == schedule.workspace_id)
+            )
             unfinished = list(
                 await session.scalars(
                     select(Run.status)
@@ -136,6 +141,7 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
                 agent_status=agent.status,
                 overlap=OverlapPolicy(schedule.overlap_policy),
                 unfinished=unfinished,
+                workspace_paused_reason=paused,
             )
             run = None
             if reason is None:
@@ -162,6 +168,12 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
             )
             schedule.next_fire_at = when.next_at
             await session.flush()
+            what = f"started run {run.id}" if run is not None else f"skipped: {reason}"
+            await audit.append(
+                session, workspace_id=schedule.workspace_id, actor=Actor(ActorKind.SCHEDULE, schedule.id),
+                action="schedule.fire", object_type="Schedule", object_id=schedule.id, at=now,
+                summary=f"fire time {when.fire_at.isoformat()}: {what}",
+            )  # fmt: skip
     except IntegrityError:
         # The (schedule, fire time) pair was served already: only reachable if the row lock
         # above were bypassed, and then this is what keeps the fire time from firing twice.

@@ -12,12 +12,15 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import AgentStatus, OverlapPolicy, Role
+from app.domain.audit import diff as audit_diff
 from app.domain.errors import ValidationFailed
 from app.domain.schedules import next_fire_at
+from app.services import audit
 from app.services.auth import Principal
 from app.services.reads import get_owned
 from app.services.runtime import Runtime
@@ -114,6 +117,10 @@ async def create_schedule(
             updated_at=now,
         )
         session.add(row)
+        await session.flush()
+        await _audit(
+            session, principal, row, "schedule.create", {}, f"scheduled agent {agent.name!r}", at=now
+        )
     return row
 
 
@@ -128,6 +135,7 @@ async def update_schedule(
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.Schedule, workspace_id=principal.workspace_id, pk=schedule_id)
+        before = _audited(row)
         timing_changed = False
         if cron is not None and cron != row.cron:
             row.cron, timing_changed = cron, True
@@ -142,6 +150,7 @@ async def update_schedule(
         if timing_changed:
             row.next_fire_at = next_fire_at(row.cron, row.timezone, after=now) if row.enabled else None
         row.updated_at = now
+        await _audit(session, principal, row, "schedule.update", before, f"updated schedule {row.id}", at=now)
     return row
 
 
@@ -149,5 +158,26 @@ async def delete_schedule(rt: Runtime, principal: Principal, *, schedule_id: int
     principal.require(Role.OPERATOR)
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.Schedule, workspace_id=principal.workspace_id, pk=schedule_id)
+        before = _audited(row)
         await session.delete(row)
+        await audit.append(
+            session, workspace_id=principal.workspace_id, actor=principal.actor, action="schedule.delete",
+            object_type="Schedule", object_id=schedule_id, summary=f"deleted schedule {schedule_id}",
+            diff=audit_diff(before, {}),
+        )  # fmt: skip
     return schedule_id
+
+
+def _audited(row: orm.Schedule) -> dict[str, Any]:
+    return {"agent_id": row.agent_id, "cron": row.cron, "timezone": row.timezone, "input": row.input,
+            "enabled": row.enabled, "overlap_policy": row.overlap_policy}  # fmt: skip
+
+
+async def _audit(
+    session: AsyncSession, principal: Principal, row: orm.Schedule, action: str, before: dict[str, Any],
+    summary: str, *, at: datetime,
+) -> None:  # fmt: skip
+    await audit.append(
+        session, workspace_id=row.workspace_id, actor=principal.actor, action=action, object_type="Schedule",
+        object_id=row.id, summary=summary, diff=audit_diff(before, _audited(row)), at=at,
+    )  # fmt: skip

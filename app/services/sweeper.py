@@ -141,6 +141,8 @@ async def sweep(rt: Runtime) -> SweepReport:
                 select(Run.id, Run.wake_count, Run.root_run_id, Run.queued_at)
                 .where(
                     Run.status == RunStatus.QUEUED.value,
+                    # Held runs have no job until released (docs/concepts/holds.md).
+                    Run.held_reason.is_(None),
                     Run.queued_at < now - timedelta(seconds=QUEUED_GRACE_S),
                 )
                 .order_by(Run.queued_at)

@@ -114,13 +114,13 @@ async def test_a_renewer_stops_with_its_job_even_when_its_cancel_is_lost(
     registry = default_registry(settings)
     renewing = asyncio.Event()
 
-    async def renewal_that_loses_its_cancel(*_: Any, **__: Any) -> bool:
+    async def renewal_that_loses_its_cancel(*_: Any, **__: Any) -> runs.LeaseCheck:
         renewing.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
             raise RuntimeError("Can't reconnect until invalid transaction is rolled back") from None
-        return True
+        return runs.LeaseCheck(ours=True)
 
     monkeypatch.setattr(runs, "renew_lease", renewal_that_loses_its_cancel)
     try:

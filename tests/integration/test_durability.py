@@ -92,8 +92,8 @@ async def test_a_worker_whose_lease_was_taken_over_cannot_write(gql, workspace, 
         async with tree_tx(rt, run.id) as tx:
             stale = await tx.fenced_run(run.id, first)
             await tx.set_run_status(stale, RunStatus.SUCCEEDED, result="stale")
-    assert not await runs.renew_lease(rt, run.id, attempt=first)
-    assert await runs.renew_lease(rt, run.id, attempt=second)
+    assert not (await runs.renew_lease(rt, run.id, attempt=first)).ours
+    assert (await runs.renew_lease(rt, run.id, attempt=second)).ours
     async with sessionmaker() as session:
         row = await session.get_one(Run, run.id)
     assert row.status == RunStatus.RUNNING and row.attempt == 2 and row.lease_owner == "fresh"

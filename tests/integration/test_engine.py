@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import DataError
 
 from app.clock import utcnow
@@ -25,7 +25,7 @@ from tests.conftest import stop_worker
 from tests.support.graphql import CREATE_AGENT
 from tests.support.runs import CANCEL_RUN, DECIDE, scripted_agent, start_run, wait_run
 from tests.support.servers import sink_server
-from tests.support.trees import waiting_parent_with_child
+from tests.support.trees import overwrite_agent_config, waiting_parent_with_child
 from tests.support.workers import WORKER_LOGS, install_plugins, spawn_worker
 
 ALLOW_ALL = {"default": "ALLOW"}
@@ -157,10 +157,7 @@ async def test_a_provider_plugin_runs_in_the_worker_that_installed_it(
     assert "scripted, openai" in error["message"]
     # Written as an API process with the plugin installed would have written it.
     agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "not this"}])
-    async with sessionmaker() as session, session.begin():
-        await session.execute(
-            update(Agent).where(Agent.id == from_global_id(agent, "Agent")).values(model=echo)
-        )
+    await overwrite_agent_config(sessionmaker, from_global_id(agent, "Agent"), model=echo)
     worker = spawn_worker(settings, **env)
     processes.append(worker)
     run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent), timeout_s=60)
@@ -205,10 +202,7 @@ async def test_a_run_that_ends_ends_its_live_descendants(
     # Parked (not QUEUED): the sweeper would deliver a QUEUED orphan to the worker first.
     grandchild = await _live_child(sessionmaker, child, parent, agent_id, status="WAITING_CHILD")
     if end == "FAILED":  # an agent whose stored model config no longer validates
-        async with sessionmaker() as session, session.begin():
-            await session.execute(
-                update(Agent).where(Agent.id == agent_id).values(model={"provider": "gone"})
-            )
+        await overwrite_agent_config(sessionmaker, agent_id, model={"provider": "gone"})
     processes.append(spawn_worker(settings))
     run = await wait_run(gql, workspace.viewer, parent_gid, timeout_s=30)
     assert run["status"] == end
@@ -257,7 +251,7 @@ async def test_leases_use_the_database_clock_not_the_hosts(
     try:
         claim = await runs.claim(rt, from_global_id(run_gid, "Run"), owner="skewed")
         assert claim is not None
-        assert await runs.renew_lease(rt, claim.run.id, attempt=claim.attempt)
+        assert (await runs.renew_lease(rt, claim.run.id, attempt=claim.attempt)).ours
     finally:
         await rt.close()
     async with sessionmaker() as session:

@@ -30,6 +30,8 @@ class Objects:
     schedule: str
     workspace: str
     api_token: str
+    agent_version: str
+    audit_event: str
     secret: str  # a value that must never appear in another workspace's responses
 
 
@@ -51,8 +53,16 @@ async def _populate(gql: Any, ws: Any, sessionmaker: Any) -> Objects:
         {"n": f"{secret}-token"},
         token=ws.admin,
     )
+    ids = await gql.ok(
+        "query($a: ID!) { agent(id: $a) { versions(first: 1) { edges { node { id } } } }"
+        " auditEvents(first: 1) { edges { node { id } } } }",
+        {"a": agent["id"]},
+        token=ws.admin,
+    )
     return Objects(
         api_token=token["createApiToken"]["apiToken"]["id"],
+        agent_version=ids["agent"]["versions"]["edges"][0]["node"]["id"],
+        audit_event=ids["auditEvents"]["edges"][0]["node"]["id"],
         agent=agent["id"],
         run=gid("Run", run.id),
         step=gid("RunStep", step.id),

@@ -401,3 +401,21 @@ async def test_a_deleted_memory_id_is_never_given_to_another_memory(gql: Any, wo
     await gql.ok(DELETE_MEMORY, {"id": first["id"]}, token=workspace.operator)
     second = await create_memory(gql, workspace.operator, agent["id"], key="k1", value="v2")
     assert second["id"] != first["id"]
+
+
+async def test_revisions_record_key_tag_and_importance_changes(gql: Any, workspace: Any) -> None:
+    agent = await create_agent(gql, workspace.admin)
+    memory = await create_memory(
+        gql, workspace.operator, agent["id"], key="old", value="v", tags=["a"], importance=0.5
+    )
+    patch = {"key": "new", "tags": ["b", "c"], "importance": 0.9}
+    await gql.ok(UPDATE_MEMORY, {"id": memory["id"], "input": patch}, token=workspace.operator)
+    history = """query($id: ID!) { node(id: $id) { ... on Memory { revisions {
+        action key oldKey oldTags newTags oldImportance newImportance } } } }"""
+    revisions = (await gql.ok(history, {"id": memory["id"]}, token=workspace.viewer))["node"]["revisions"]
+    assert revisions == [
+        {"action": "CREATE", "key": "old", "oldKey": None, "oldTags": None, "newTags": ["a"],
+         "oldImportance": None, "newImportance": 0.5},
+        {"action": "UPDATE", "key": "new", "oldKey": "old", "oldTags": ["a"], "newTags": ["b", "c"],
+         "oldImportance": 0.5, "newImportance": 0.9},
+    ]  # fmt: skip

@@ -24,19 +24,18 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import update
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from app.db import orm
 from app.graphql.ids import from_global_id
 from app.settings import Settings
 from tests.conftest import stop_worker
 from tests.support.graphql import CREATE_AGENT
 from tests.support.runs import scripted_agent, start_run, wait_run
 from tests.support.servers import serve
+from tests.support.trees import overwrite_agent_config
 
 # Bound by the session settings (tests/conftest.py) to the model server's /bound prefix.
 KEY_ENV = "TEST_OPENAI_KEY_FOR_ENVERIF"
@@ -166,13 +165,10 @@ async def test_the_key_goes_to_its_bound_url_only(
             await scripted_agent(gql, workspace.admin, model=openai_model(bound_url), tools=[])
             for _ in range(2)
         ]
-        async with sessionmaker() as session, session.begin():
-            for agent, url in zip(bad, (unbound_url, other_port_url), strict=True):
-                await session.execute(
-                    update(orm.Agent)
-                    .where(orm.Agent.id == from_global_id(agent, "Agent"))
-                    .values(model=openai_model(url))
-                )
+        for agent, url in zip(bad, (unbound_url, other_port_url), strict=True):
+            await overwrite_agent_config(
+                sessionmaker, from_global_id(agent, "Agent"), model=openai_model(url)
+            )
         async with make_worker():
             ok = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, good))
             refused = [
@@ -220,12 +216,9 @@ async def test_a_stored_config_naming_another_variable_fails_the_run_without_sen
     url = model_server.mount(listener(seen))
     agent = await scripted_agent(gql, workspace.admin, model=openai_model(url), tools=[])
     # An old row, written before the allowlist existed (or by hand): the API would refuse it.
-    async with sessionmaker() as session, session.begin():
-        await session.execute(
-            update(orm.Agent)
-            .where(orm.Agent.id == from_global_id(agent, "Agent"))
-            .values(model=openai_model(url, "HOME_LIKE_SECRET_FOR_ENVERIF"))
-        )
+    await overwrite_agent_config(
+        sessionmaker, from_global_id(agent, "Agent"), model=openai_model(url, "HOME_LIKE_SECRET_FOR_ENVERIF")
+    )
     async with make_worker():
         run = await wait_run(gql, workspace.viewer, await start_run(gql, workspace.operator, agent))
     assert run["status"] == "FAILED", run

@@ -8,11 +8,13 @@ from sqlalchemy import select
 
 from app.clock import utcnow
 from app.db import orm
+from app.domain.actors import SYSTEM
 from app.domain.agents import AgentStatus
 from app.domain.run_events import EventType
 from app.domain.runs import RunStatus, RunTrigger
 from app.events.publish import EventMessage, publish_events
 from app.graphql.ids import to_global_id
+from app.services.agents import version_row
 from app.services.runtime import Runtime
 from app.services.transitions import NewRun, NewTree, TreeTx
 from tests.conftest import WorkspaceFixture
@@ -37,6 +39,7 @@ async def new_root_run(runtime: Runtime, workspace: WorkspaceFixture) -> orm.Run
             )
             session.add(agent)
             await session.flush()
+            session.add(version_row(agent, SYSTEM, agent.created_at))
             # The chokepoint's own path, without the job it would enqueue: these tests move
             # the run themselves.
             tree = NewTree(session)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.clock import utcnow
@@ -134,3 +135,20 @@ class Rows:
             step_row = await session.get_one(orm.RunStep, step.id)
             step_row.approval_id = row.id
         return row
+
+
+async def overwrite_agent_config(sessionmaker: Any, agent_id: int, **columns: Any) -> None:
+    """Rewrite an agent's stored configuration around the API (an old row, one written by a
+    process with other plugins or settings): the agent row and its current version alike, so
+    the runs pinned to that version run with it."""
+    async with sessionmaker() as session, session.begin():
+        agent = await session.get_one(Agent, agent_id)
+        version = await session.scalar(
+            select(orm.AgentVersion).where(
+                orm.AgentVersion.agent_id == agent_id, orm.AgentVersion.version == agent.version
+            )
+        )
+        assert version is not None
+        for name, value in columns.items():
+            setattr(agent, name, value)
+        version.config = {**version.config, **columns}

@@ -29,6 +29,7 @@ DEFERRED_CYCLES = {
             "app.graphql.types.memories",
             "app.graphql.types.runs",
             "app.graphql.types.schedules",
+            "app.graphql.types.versions",
         }
     ),
     # the per-request context names the websocket token checks it carries.

@@ -17,8 +17,10 @@ from app.domain.policy import (
     PolicyLink,
     RiskClass,
     Rule,
+    chain_agent_ids,
     decide_for_agent,
     effective_decision,
+    live_chain,
     parse_chain,
     parse_policy,
     strictest,
@@ -480,3 +482,61 @@ def test_a_rule_for_connector_tools_is_kept_before_its_server_exists(pattern: st
     validate_policy(raw, tool_names=TOOLS, open_prefixes=("mcp.",))
     with pytest.raises(ValidationFailed):
         validate_policy(raw, tool_names=TOOLS)
+
+
+# -- live tightening (policy.live_chain) ------------------------------------------------------
+
+_ALLOW_HOOKS = parse_policy({"rules": [{"tool": "webhook.*", "decision": "ALLOW"}]})
+_DENY_HOOKS = parse_policy({"rules": [{"tool": "webhook.*", "decision": "DENY"}]})
+_APPROVE_HOOKS = parse_policy({"rules": [{"tool": "webhook.*", "decision": "REQUIRE_APPROVAL"}]})
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "current", "decision", "named"),
+    [
+        # Tightened since the snapshot: the current policy decides, and says so.
+        ([("root", _ALLOW_HOOKS)], [("root", _DENY_HOOKS)], Decision.DENY, "agent 'root' current policy"),
+        ([("root", _ALLOW_HOOKS), ("kid", _ALLOW_HOOKS)], [("root", _ALLOW_HOOKS), ("kid", _APPROVE_HOOKS)],
+         Decision.REQUIRE_APPROVAL, "agent 'kid' current policy"),
+        # Loosened since the snapshot: nothing changes, the snapshot is named.
+        ([("root", _DENY_HOOKS)], [("root", _ALLOW_HOOKS)], Decision.DENY, "agent 'root' rule"),
+        ([("root", _APPROVE_HOOKS)], [("root", _ALLOW_HOOKS)], Decision.REQUIRE_APPROVAL, "agent 'root' rule"),
+        # Unchanged: a tie names the snapshot.
+        ([("root", _DENY_HOOKS)], [("root", _DENY_HOOKS)], Decision.DENY, "agent 'root' rule"),
+        # An agent gone since (no current policy): the snapshot alone.
+        ([("root", _ALLOW_HOOKS)], [], Decision.ALLOW, "agent 'root' rule"),
+    ],
+)  # fmt: skip
+def test_live_chain_tightens_and_never_loosens(
+    snapshot: list[tuple[str, Policy]], current: list[tuple[str, Policy]], decision: Decision, named: str
+) -> None:
+    chain = live_chain([PolicyLink(n, p) for n, p in snapshot], [PolicyLink(n, p) for n, p in current])
+    found = effective_decision(chain, "webhook.post", RiskClass.EXTERNAL_WRITE)
+    assert found.decision is decision and found.reason.startswith(named), found
+
+
+@given(
+    snapshot=st.lists(st.sampled_from([_ALLOW_HOOKS, _DENY_HOOKS, _APPROVE_HOOKS]), min_size=1, max_size=4),
+    current=st.lists(st.sampled_from([_ALLOW_HOOKS, _DENY_HOOKS, _APPROVE_HOOKS]), max_size=4),
+)
+def test_live_chain_is_never_looser_than_the_snapshot(snapshot: list[Policy], current: list[Policy]) -> None:
+    links = [PolicyLink(f"a{i}", p) for i, p in enumerate(snapshot)]
+    before = effective_decision(links, "webhook.post", RiskClass.EXTERNAL_WRITE).decision
+    after = effective_decision(
+        live_chain(links, [PolicyLink(f"a{i}", p) for i, p in enumerate(current)]),
+        "webhook.post",
+        RiskClass.EXTERNAL_WRITE,
+    ).decision
+    assert after.strictness >= before.strictness
+
+
+def test_chain_agent_ids_reads_the_snapshot_leniently() -> None:
+    snapshot = [
+        {"agent_id": 3, "agent_name": "a"},
+        {"agent_name": "b"},
+        {"agent_id": 3},
+        {"agent_id": 9},
+        "x",
+    ]
+    assert chain_agent_ids(snapshot) == [3, 9]
+    assert chain_agent_ids(None) == []

@@ -355,9 +355,18 @@ def test_valid_configs(config: dict[str, Any]) -> None:
         (cfg(*[{"final": 1}] * 1001), "at most 1000"),
         (cfg({"final": 1, "usage": 5}), "steps[0].usage must be an object"),
         (cfg({"final": 1, "usage": {"tokens": 5}}), "usage has unknown keys: tokens"),
-        (cfg({"final": 1, "usage": {"input_tokens": -1}}), "usage.input_tokens must be an integer between 0 and"),
-        (cfg({"final": 1, "usage": {"input_tokens": 1.5}}), "usage.input_tokens must be an integer between 0 and"),
-        (cfg({"final": 1, "usage": {"output_tokens": True}}), "usage.output_tokens must be an integer between 0 and"),
+        (
+            cfg({"final": 1, "usage": {"input_tokens": -1}}),
+            "usage.input_tokens must be an integer between 0 and",
+        ),
+        (
+            cfg({"final": 1, "usage": {"input_tokens": 1.5}}),
+            "usage.input_tokens must be an integer between 0 and",
+        ),
+        (
+            cfg({"final": 1, "usage": {"output_tokens": True}}),
+            "usage.output_tokens must be an integer between 0 and",
+        ),
     ],
 )
 def test_invalid_configs(config: Any, fragment: str) -> None:

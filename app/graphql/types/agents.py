@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from app.graphql.types.memories import MemoryConnection
     from app.graphql.types.runs import RunConnection
     from app.graphql.types.schedules import Schedule
+    from app.graphql.types.versions import AgentVersionConnection
 
 
 @strawberry.type(name="PolicyRule")
@@ -71,6 +72,7 @@ class Agent(Node):
     budget: JSON = strawberry.field(
         description="Budget limits (maxTokens, maxCostUsd, maxTurns, ...); unset keys take the deployment's defaults."
     )
+    version: int = strawberry.field(description="The current version: what a run started now is pinned to.")
     created_at: datetime
     updated_at: datetime
     row: strawberry.Private[orm.Agent]
@@ -88,6 +90,7 @@ class Agent(Node):
             policy=Policy.from_json(row.policy),
             memory_budget=MemoryBudget(max_items=row.memory_max_items, max_chars=row.memory_max_chars),
             budget=JSON(row.budget or {}),
+            version=row.version,
             created_at=row.created_at,
             updated_at=row.updated_at,
             row=row,
@@ -131,6 +134,17 @@ class Agent(Node):
         page = await (await info.context.loaders()).agent_runs.load((self.row.id, request, statuses))
         edges, page_info = build_edges(page, request, Run.from_row)
         return RunConnection(edges=edges, page_info=page_info)
+
+    @strawberry.field(description="Every configuration the agent has had, newest first.")
+    async def versions(
+        self, info: Info, first: int | None = None, after: str | None = None
+    ) -> Annotated[AgentVersionConnection, strawberry.lazy("app.graphql.types.versions")]:
+        from app.graphql.types.versions import AgentVersion, AgentVersionConnection  # circular
+
+        request = page_request(first, after, info.context.settings)
+        page = await (await info.context.loaders()).agent_version_pages.load((self.row.id, request, None))
+        edges, page_info = build_edges(page, request, AgentVersion.from_row)
+        return AgentVersionConnection(edges=edges, page_info=page_info)
 
     @strawberry.field
     async def schedules(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Annotated
 
 import strawberry
 from strawberry.scalars import JSON
@@ -15,6 +16,9 @@ from app.graphql.ids import to_global_id
 from app.graphql.types.node import Connection, Node, build_edges, page_request
 from app.graphql.types.runs import Run, RunStep
 from app.services import reads
+
+if TYPE_CHECKING:
+    from app.graphql.types.versions import Actor
 
 
 @strawberry.type(name="Approval")
@@ -40,6 +44,19 @@ class Approval(Node):
             decided_at=row.decided_at,
             row=row,
         )
+
+    @strawberry.field(
+        description="Who decided it: a token or the CLI; null while pending or when its run ended."
+    )
+    async def decided_by(
+        self, info: Info
+    ) -> Annotated[Actor, strawberry.lazy("app.graphql.types.versions")] | None:
+        from app.graphql.types.versions import Actor  # circular: versions import agents
+
+        raw = self.row.decided_by
+        if raw is None and self.row.decided_by_token_id is not None:  # decided before actors were kept
+            raw = {"kind": "TOKEN", "id": self.row.decided_by_token_id}
+        return await Actor.of(info, raw)
 
     @strawberry.field
     async def run(self, info: Info) -> Run:

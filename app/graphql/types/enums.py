@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import strawberry
 
+from app.domain.actors import ActorKind
 from app.domain.agents import AgentStatus, OverlapPolicy
 from app.domain.mcp import Transport
 from app.domain.policy import Decision, RiskClass
@@ -15,6 +16,7 @@ from app.domain.runs import ApprovalStatus, RunStatus, RunTrigger, StepStatus
 from app.domain.schedules import FiringOutcome
 from app.services.memories import RevisionAction
 
+strawberry.enum(ActorKind, name="ActorKind", description="Who did something: docs/concepts/audit.md.")
 strawberry.enum(AgentStatus, name="AgentStatus")
 strawberry.enum(OverlapPolicy, name="OverlapPolicy")
 strawberry.enum(Decision, name="PolicyDecision")
@@ -26,6 +28,7 @@ strawberry.enum(FiringOutcome, name="ScheduleFiringOutcome", description="What a
 strawberry.enum(RevisionAction, name="MemoryRevisionAction", description="What a memory revision did.")
 
 __all__ = [
+    "ActorKind",
     "AgentStatus",
     "ApprovalStatus",
     "Decision",

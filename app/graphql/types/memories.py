@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import strawberry
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -35,6 +36,11 @@ class MemoryRevision:
     key: str = strawberry.field(description="The memory's key after this change.")
     old_value: str | None
     new_value: str | None
+    old_key: str | None = strawberry.field(description="The key before this change; null for a create.")
+    old_tags: list[str] | None = strawberry.field(description="The tags before; null for a create.")
+    new_tags: list[str] | None = strawberry.field(description="The tags after; null for a delete.")
+    old_importance: float | None
+    new_importance: float | None
     by_operator: bool = strawberry.field(description="True when an API token (not a run) made the change.")
     api_token_id: strawberry.ID | None = strawberry.field(
         description="The ApiToken (global id) that made the change; null when a run made it."
@@ -49,6 +55,11 @@ class MemoryRevision:
             key=row.key,
             old_value=row.old_value,
             new_value=row.new_value,
+            old_key=row.old_key,
+            old_tags=None if row.old_tags is None else [str(t) for t in row.old_tags],
+            new_tags=None if row.new_tags is None else [str(t) for t in row.new_tags],
+            old_importance=row.old_importance,
+            new_importance=row.new_importance,
             by_operator=row.token_id is not None,
             api_token_id=None
             if row.token_id is None
@@ -87,6 +98,25 @@ class Memory(Node):
             last_used_at=row.last_used_at,
             row=row,
         )
+
+    @classmethod
+    def as_injected(cls, pinned: dict[str, Any], live: orm.Memory | None, *, agent_id: int) -> Memory:
+        """A memory as a run had it injected (key, value, tags, importance then), whatever
+        it became since; the live row (None: deleted since) gives only its timestamps."""
+        updated_at = datetime.fromisoformat(pinned["updated_at"])
+        row = orm.Memory(
+            id=int(pinned["id"]),
+            agent_id=agent_id,
+            key=pinned["key"],
+            value=pinned["value"],
+            tags=list(pinned.get("tags") or []),
+            importance=float(pinned.get("importance") or 0.0),
+            source_run_id=None if live is None else live.source_run_id,
+            created_at=updated_at if live is None else live.created_at,
+            updated_at=updated_at,
+            last_used_at=None if live is None else live.last_used_at,
+        )
+        return cls.from_row(row)
 
     @strawberry.field
     async def agent(self, info: Info) -> Agent:

@@ -33,8 +33,11 @@ if TYPE_CHECKING:
     from app.graphql.types.approvals import Approval
     from app.graphql.types.memories import Memory
     from app.graphql.types.schedules import Schedule
+    from app.graphql.types.versions import Actor, AgentVersion
 
 LazyApproval = Annotated["Approval", strawberry.lazy("app.graphql.types.approvals")]
+LazyAgentVersion = Annotated["AgentVersion", strawberry.lazy("app.graphql.types.versions")]
+LazyActor = Annotated["Actor", strawberry.lazy("app.graphql.types.versions")]
 
 
 @strawberry.type(name="RunStep", description="One tool call of a run (or its final answer).")
@@ -127,6 +130,9 @@ class Run(Node):
         description="Why a FAILED run failed, when it has a code: BUDGET_EXCEEDED."
     )
     cancel_reason: str | None
+    held_reason: str | None = strawberry.field(
+        description="Why a QUEUED run is not going on: its agent is paused or archived, or its workspace paused."
+    )
     depth: int = strawberry.field(description="0 for a root run, parent's depth + 1 for a child.")
     policy_chain: JSON = strawberry.field(
         description="The policies this run runs under, root agent first, as snapshotted at its creation."
@@ -150,6 +156,7 @@ class Run(Node):
             error=row.error,
             error_code=row.error_code,
             cancel_reason=row.cancel_reason,
+            held_reason=row.held_reason,
             depth=row.depth,
             policy_chain=JSON(row.policy_chain or []),
             turns=row.turns,
@@ -196,6 +203,29 @@ class Run(Node):
         if row is None:
             raise NotFound("this run's agent is gone")
         return Agent.from_row(row)
+
+    @strawberry.field(description="The agent version this run executes with, pinned when it was created.")
+    async def agent_version(self, info: Info) -> LazyAgentVersion:
+        from app.graphql.types.versions import AgentVersion  # circular: versions import agents
+
+        row = await (await info.context.loaders()).agent_version.load(
+            (self.row.agent_id, self.row.agent_version)
+        )
+        if row is None:
+            raise NotFound("this run's agent version is gone")
+        return AgentVersion.from_row(row)
+
+    @strawberry.field(description="Who started it: a token, the CLI, its schedule or its parent run.")
+    async def started_by(self, info: Info) -> LazyActor | None:
+        from app.graphql.types.versions import Actor  # circular
+
+        return await Actor.of(info, self.row.started_by)
+
+    @strawberry.field(description="Who cancelled it; null unless an operator (or the CLI) did.")
+    async def cancelled_by(self, info: Info) -> LazyActor | None:
+        from app.graphql.types.versions import Actor  # circular
+
+        return await Actor.of(info, self.row.cancelled_by)
 
     @strawberry.field
     async def parent(self, info: Info) -> Run | None:
@@ -246,10 +276,17 @@ class Run(Node):
     ) -> list[Annotated[Memory, strawberry.lazy("app.graphql.types.memories")]]:
         from app.graphql.types.memories import Memory  # circular: Memory.sourceRun
 
+        pinned = self.row.injected_memories
         ids = [int(i) for i in self.row.injected_memory_ids or []]
         rows = await (await info.context.loaders()).memory.load_many(ids)
-        # A memory deleted since the run started is simply no longer listed.
-        return [Memory.from_row(r) for r in rows if r is not None]
+        if pinned is None:
+            # Injected before the values were pinned: the memories as they are now, and a
+            # memory deleted since is simply no longer listed.
+            return [Memory.from_row(r) for r in rows if r is not None]
+        return [
+            Memory.as_injected(m, live, agent_id=self.row.agent_id)
+            for m, live in zip(pinned, rows, strict=False)
+        ]
 
     @strawberry.field(description="Approvals waiting for an operator anywhere in this run's subtree.")
     async def pending_approvals(self, info: Info) -> list[LazyApproval]:

@@ -17,11 +17,19 @@ class Workspace(Node):
     id: strawberry.ID
     name: str
     created_at: datetime
+    paused_at: datetime | None = strawberry.field(
+        description="Set while the workspace is paused (pauseWorkspace): no run of it goes on."
+    )
+    paused_reason: str | None
 
     @classmethod
     def from_row(cls, row: orm.Workspace) -> Workspace:
         return cls(
-            id=strawberry.ID(to_global_id("Workspace", row.id)), name=row.name, created_at=row.created_at
+            id=strawberry.ID(to_global_id("Workspace", row.id)),
+            name=row.name,
+            created_at=row.created_at,
+            paused_at=row.paused_at,
+            paused_reason=row.paused_reason,
         )
 
 

@@ -7,8 +7,8 @@ Both write the row that ``NewRun`` describes with one INSERT (``insert_run``), o
 database's clock (the tree transaction's ``now``), and announce it the same way
 (``run_created``): a ``RUN_CREATED`` event on the tree's log and a wake-up enqueued after
 commit. What a run carries from its creation on (its agent, trigger, input, policy chain
-snapshot, its place in a tree) is decided by ``NewRun`` alone, so a new fact about every
-run (a pinned agent version, who started it, its effective budget) is one field there and
+snapshot, its pinned agent version, who started it, its place in a tree) is decided by ``NewRun`` alone, so a new fact about every
+run (its effective budget, say) is one field there and
 one column in ``columns``.
 
 A child can only be created while its parent is RUNNING under the delegating worker's fence:
@@ -28,6 +28,7 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Agent, Run
+from app.domain.actors import Actor, ActorKind
 from app.domain.budgets import CALLER, limits_json, own_limits
 from app.domain.run_events import EventType
 from app.domain.runs import RunStatus, RunTrigger
@@ -52,11 +53,21 @@ class NewRun:
     # What the caller tightens the agent's budget with (startRun(budget:), a schedule's).
     budget: Mapping[str, float] | None = None
     budget_by: str = CALLER
+    # Who started it (a token, the CLI); a child is started by its parent run, a schedule's
+    # run by its schedule, whatever is given here.
+    started_by: Actor | None = None
 
     @classmethod
     def child(cls, parent: Run, *, agent: Agent, task: str, input: Any, parent_step_id: int) -> NewRun:
         return cls(agent=agent, trigger=RunTrigger.DELEGATION, input=input, parent=parent,
                    parent_step_id=parent_step_id, task=task)  # fmt: skip
+
+    def starter(self) -> Actor | None:
+        if self.parent is not None:
+            return Actor(ActorKind.RUN, self.parent.id)
+        if self.schedule_id is not None:
+            return Actor(ActorKind.SCHEDULE, self.schedule_id)
+        return self.started_by
 
     @property
     def depth(self) -> int:
@@ -92,6 +103,9 @@ class NewRun:
         return {
             "workspace_id": self.agent.workspace_id,
             "agent_id": self.agent.id,
+            # Pinned: the version current now is the one every turn of the run uses.
+            "agent_version": self.agent.version,
+            "started_by": None if (starter := self.starter()) is None else starter.to_json(),
             "status": RunStatus.QUEUED.value,
             "trigger": self.trigger.value,
             "input": self.input,

@@ -14,6 +14,7 @@ from sqlalchemy import bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Approval, Run, RunStep
+from app.domain.actors import Actor, ActorKind
 from app.domain.model_errors import ModelErrorCode, error_code, model_error
 from app.domain.run_events import EventType
 from app.domain.runs import (
@@ -235,7 +236,7 @@ class StepWrites:
         return approval
 
     async def decide_approval(
-        self, run: Run, approval: Approval, *, approve: bool, reason: str | None, token_id: int | None
+        self, run: Run, approval: Approval, *, approve: bool, reason: str | None, actor: Actor
     ) -> None:
         """Approve: the step goes back to PENDING for the next worker to execute. Reject: the
         step is REJECTED and the model sees the rejection as the call's result."""
@@ -243,7 +244,8 @@ class StepWrites:
         approval.status = (ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED).value
         approval.reason = reason
         approval.decided_at = self.now
-        approval.decided_by_token_id = token_id
+        approval.decided_by_token_id = actor.id if actor.kind is ActorKind.TOKEN else None
+        approval.decided_by = actor.to_json()
         self.emit(run, EventType.APPROVAL_DECIDED, step_id=step.id,
                   payload={"approvalId": approval.id, "status": approval.status, "reason": reason})  # fmt: skip
         if approve:
@@ -259,9 +261,16 @@ class StepWrites:
             if StepStatus(step.status) in TERMINAL_STEP:
                 continue
             message = f"run {to.value.lower()}: {why or ''}".strip().rstrip(":")
-            await self.finish_step(
-                run, step, StepStatus.CANCELLED, result=model_error(ModelErrorCode.RUN_ENDED, message)
-            )
+            result: dict[str, Any] = model_error(ModelErrorCode.RUN_ENDED, message)
+            # RUNNING: its worker was executing the call when the run ended. The worker is
+            # told at once and cuts the call off, but it may have gone out already: say so,
+            # rather than let the step read as never sent (docs/graphql/errors.md).
+            # A step waiting for its child started that child, which ends with the run.
+            if step.status == StepStatus.RUNNING:
+                result["sent"] = "unknown"
+            elif step.status != StepStatus.WAITING_CHILD:
+                result["sent"] = False
+            await self.finish_step(run, step, StepStatus.CANCELLED, result=result)
         approvals = await self.session.scalars(
             select(Approval)
             .where(Approval.run_id == run.id, Approval.status == ApprovalStatus.PENDING.value)

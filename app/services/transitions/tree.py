@@ -224,6 +224,14 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
         run.abandoned_claims += 1
         await self.set_run_status(run, RunStatus.QUEUED, reason=reason)
 
+    async def hold(self, run: Run, *, reason: str) -> None:
+        """RUNNING -> QUEUED, held (docs/concepts/holds.md): like any hand-back, except that
+        no job is enqueued. A held run gets one when it is released (``release_held``)."""
+        wakeups = len(self.wakeups)
+        await self.set_run_status(run, RunStatus.QUEUED, reason=f"held: {reason}")
+        del self.wakeups[wakeups:]
+        run.held_reason = reason
+
     def reissue_job(self, run: Run) -> None:
         """A fresh wake-up (job id) for a QUEUED run whose job is stuck; no state change."""
         run.wake_count += 1

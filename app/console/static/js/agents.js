@@ -16,12 +16,18 @@ query Agents($after: String) {
 const AGENT = `
 query Agent($id: ID!) {
   agent(id: $id) {
-    id name description instructions status model tools createdAt updatedAt
+    id name description instructions status model tools createdAt updatedAt version
     policy { default rules { tool decision } }
     memoryBudget { maxItems maxChars }
     schedules { id cron timezone enabled overlapPolicy nextFireAt lastFiredAt input }
     runs(first: 10) { edges { node { id status trigger depth createdAt startedAt finishedAt } } }
   }
+}`;
+
+// Operators and admins only (the audit trail): asked for separately, so a viewer's page loads.
+const AUDIT = `
+query AgentAudit($id: ID!) {
+  auditEvents(first: 10, objectId: $id) { edges { node { seq at action summary actor { kind name } } } }
 }`;
 
 const START = 'mutation Start($agentId: ID!, $input: JSON) { startRun(agentId: $agentId, input: $input) { id } }';
@@ -52,6 +58,7 @@ export async function agentPage(main, agentId) {
       ['Tools', agent.tools.length ? agent.tools.map((t) => h('code', {}, t, ' ')) : 'none'],
       ['Policy', policyView(agent.policy)],
       ['Memory budget', `${agent.memoryBudget.maxItems} items, ${agent.memoryBudget.maxChars} characters per run`],
+      ['Version', `${agent.version} (new runs are pinned to it)`],
       ['Created', when(agent.createdAt)],
       ['Updated', when(agent.updatedAt)],
     ]),
@@ -73,6 +80,16 @@ export async function agentPage(main, agentId) {
       : h('p', {}, 'No runs yet.'),
     memory);
   await memorySection(memory, agent);
+  if (session.canOperate) main.append(await changesSection(agent));
+}
+
+async function changesSection(agent) {
+  const { auditEvents } = await gql(AUDIT, { id: agent.id });
+  return h('section', { 'aria-labelledby': 'changes-h', id: 'changes' },
+    h('h2', { id: 'changes-h' }, 'Recent changes'),
+    auditEvents.edges.length ? h('ul', {}, auditEvents.edges.map(({ node: e }) => h('li', {},
+      when(e.at), ' ', h('code', {}, e.action), ` by ${e.actor ? `${e.actor.kind}${e.actor.name ? ` ${e.actor.name}` : ''}` : 'unknown'}: ${e.summary}`)))
+      : h('p', {}, 'No changes recorded.'));
 }
 
 function policyView(policy) {

@@ -15,9 +15,10 @@ const TREE = `query Tree($id: ID!) { run(id: $id) { id root { ${RUN_FIELDS} desc
 const RUN = `
 query Run($id: ID!) {
   run(id: $id) {
-    id status trigger depth input result error cancelReason policyChain turns
+    id status trigger depth input result error cancelReason heldReason policyChain turns
     createdAt startedAt finishedAt
     agent { id name }
+    agentVersion { version }
     path { id agent { name } }
     children { id status agent { name } }
     delegation { task }
@@ -140,6 +141,8 @@ function renderRun(box, run, changed) {
     facts([
       ['Agent', agentLink(run.agent)],
       ['Status', status(run.status)],
+      ['Agent version', `${run.agentVersion.version} (pinned when the run was created)`],
+      ['Held', run.heldReason ?? '—'],
       ['Trigger', run.trigger],
       ['Depth', String(run.depth)],
       ['Parent', run.path.length > 1 ? runLink(run.path[run.path.length - 2], `${run.path[run.path.length - 2].agent.name} (parent)`) : 'none: this is the root'],
