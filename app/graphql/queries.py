@@ -55,12 +55,18 @@ class Query:
         principal = await info.context.principal()
         return Viewer(workspace_id=principal.workspace_id, role=principal.role.value)
 
-    @strawberry.field(description="Any object by its global id; null when it does not exist for you.")
+    @strawberry.field(
+        description=(
+            "Any object by its global id. Null with no error when there is none for you: an "
+            "unknown, another workspace's or a malformed id alike (a cache may ask for anything "
+            "it holds). `agent(id:)`, `run(id:)` and `agentByName` answer null with NOT_FOUND."
+        )
+    )
     async def node(self, info: Info, id: strawberry.ID) -> Node | None:
         principal = await info.context.principal()
         parsed = parse_global_id(id)
         if parsed is None:
-            raise NotFound("no object with this id", field="id")
+            return None
         type_name, pk = parsed
         loaders = await info.context.loaders()
         if type_name == "ApiToken":

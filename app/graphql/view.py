@@ -4,9 +4,10 @@ What it adds to strawberry's view (https://graphql.github.io/graphql-over-http/)
 
 * Content negotiation. ``Accept: application/graphql-response+json`` gets that media type,
   and a *request error* (the document does not parse or validate, a variable does not
-  coerce: nothing was executed) is a 400 without a ``data`` entry. ``application/json``
-  (also for ``*/*`` or no Accept header) keeps the legacy behaviour: 200 with
-  ``"data": null``. An Accept header naming nothing we serve gets 406.
+  coerce, several operations and no ``operationName``: nothing was executed) is a 400.
+  ``application/json`` (also for ``*/*`` or no Accept header) answers it with 200, as the
+  spec asks of that media type. Under both, a request error has no ``data`` entry at all
+  (not even null). An Accept header naming nothing we serve gets 406.
 * Every refusal of the HTTP layer is GraphQL-shaped, never a bare text or a 500:
   ``{"errors": [{"message": ..., "extensions": {"code": "VALIDATION_FAILED"}}]}``. That
   covers bodies that are not a JSON object (``"hello"``, ``null``, a batch ``[...]``), are
@@ -275,7 +276,6 @@ class GraphQLView(GraphQL[Context, None]):
         response = await super().process_result(request, result)
         if nothing_executed(result):
             setattr(request.state, _REQUEST_ERROR, True)
-            if getattr(request.state, _MEDIA_TYPE, JSON) == GRAPHQL_RESPONSE:
-                # The spec: a request error has no data entry at all (not even null).
-                response.pop("data", None)
+            # The spec: a request error has no data entry at all (not even null).
+            response.pop("data", None)
         return response

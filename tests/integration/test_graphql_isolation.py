@@ -197,11 +197,13 @@ async def test_malformed_ids_are_not_found(gql: Any, workspace: Any, bad_id: str
     for query in [
         "query($id: ID!) { agent(id: $id) { id } }",
         "query($id: ID!) { run(id: $id) { id } }",
-        "query($id: ID!) { node(id: $id) { id } }",
         "mutation($id: ID!) { deleteMemory(id: $id) }",
     ]:
         error = await gql.error(query, {"id": bad_id}, token=workspace.admin)
         assert error["extensions"]["code"] == "NOT_FOUND", (query, error)
+    # node(id:) answers every id it cannot serve with null and no error (docs/graphql/guide.md).
+    body = await gql.raw("query($id: ID!) { node(id: $id) { id } }", {"id": bad_id}, token=workspace.admin)
+    assert body == {"data": {"node": None}}
 
 
 async def test_an_id_of_the_wrong_type_is_not_found(gql: Any, workspace: Any, sessionmaker: Any) -> None:
