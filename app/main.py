@@ -46,7 +46,8 @@ def create_app(settings: Settings) -> Starlette:
     graphql = GraphQLView(
         build_schema(settings.max_query_depth, production=settings.is_production),
         graphql_ide="graphiql" if with_graphiql else None,
-        allow_queries_via_get=False,
+        # Queries only: strawberry refuses mutations over GET (docs/graphql/frontends.md).
+        allow_queries_via_get=True,
         # Only graphql-transport-ws: the legacy graphql-ws protocol had auth-bypass advisories.
         subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL],
         # Browsers apply no CORS to websocket handshakes: strawberry refuses those from

@@ -7,6 +7,9 @@ handshakes (browsers send ``Origin`` there too, and CORS does not apply to them)
 
 from __future__ import annotations
 
+import hashlib
+import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,7 +20,8 @@ from websockets.exceptions import InvalidStatus
 
 from app.main import create_app
 from app.settings import Settings, load_settings
-from tests.support.graphql import create_agent, gid
+from tests.support.graphql import create_agent, gid, unique
+from tests.support.runs import scripted_agent, start_run, wait_run
 from tests.support.servers import serve
 from tests.support.ws import PROTOCOL, GraphQLWS, ws_url
 
@@ -194,3 +198,246 @@ async def test_node_is_null_without_error_where_run_and_agent_are_not_found(
             )
             assert body["data"] == {field: None}, (label, field)
             assert [e["extensions"]["code"] for e in body["errors"]] == ["NOT_FOUND"], (label, field)
+
+
+# -- every id inside JSON is the global id ---------------------------------------------------
+
+IDS_TREE = """
+query($id: ID!) {
+  run(id: $id) {
+    id result policyChain
+    steps { tool result childRun { id } }
+    children { id policyChain delegation { parentStep { id } } }
+    agent { id }
+  }
+}
+"""
+
+
+async def test_ids_inside_json_values_are_global_ids(app: Any, gql: Any, workspace: Any, worker: Any) -> None:
+    leaf_name = unique("leaf")
+    leaf = await scripted_agent(gql, workspace.admin, name=leaf_name, steps=[{"final": "leaf done"}])
+    root = await scripted_agent(
+        gql,
+        workspace.admin,
+        tools=["agents.*"],
+        steps=[
+            {"call": "agents.delegate", "args": {"agent": leaf_name, "task": "t"}},
+            {"final": {"childRun": "{{ results[0].runId }}"}},
+        ],
+    )
+    run_id = await start_run(gql, workspace.operator, root)
+    assert (await wait_run(gql, workspace.viewer, run_id, timeout_s=30))["status"] == "SUCCEEDED"
+    run = (await gql.ok(IDS_TREE, {"id": run_id}, token=workspace.viewer))["run"]
+    [child] = run["children"]
+    [step, _final] = run["steps"]
+    # The delegate call's outcome, as the model read it and as the step shows it.
+    assert step["result"]["runId"] == step["childRun"]["id"] == child["id"]
+    assert run["result"] == {"childRun": child["id"]}
+    [link] = run["policyChain"]
+    assert link["agentId"] == root and set(link) == {"agentId", "agentName", "policy"}
+    assert [link["agentId"] for link in child["policyChain"]] == [root, leaf]
+    assert child["policyChain"][1]["agentName"] == leaf_name
+
+    # Event payloads, replayed from the log over the websocket.
+    async with serve(app) as base_url:
+        client = await GraphQLWS.open(ws_url(base_url), workspace.viewer)
+        try:
+            await client.subscribe("1", run_id, after_seq=0)
+            stream = await client.events(
+                "1",
+                until=lambda e: (
+                    e["type"] == "RUN_STATUS_CHANGED" and e["runId"] == run_id and e["status"] == "SUCCEEDED"
+                ),
+            )
+        finally:
+            await client.close()
+    created = {e["runId"]: e["payload"] for e in stream.events if e["type"] == "RUN_CREATED"}
+    assert created[run_id]["agentId"] == root
+    assert created[child["id"]]["agentId"] == leaf
+    assert created[child["id"]]["parentStepId"] == child["delegation"]["parentStep"]["id"]
+    child_ids = [e["payload"]["childRunId"] for e in stream.events if "childRunId" in (e["payload"] or {})]
+    assert child_ids == [child["id"]]
+    for event in stream.events:
+        for key in ("agentId", "runId", "childRunId", "parentStepId", "approvalId"):
+            assert not isinstance((event["payload"] or {}).get(key), int), event
+
+
+# -- ids for normalised caches, enums ---------------------------------------------------------
+
+# Object types without an id, each with the reason a cache need not normalise it.
+WITHOUT_ID = {
+    "Query": "a root type",
+    "Mutation": "a root type",
+    "Subscription": "a root type",
+    "PageInfo": "belongs to the one connection that holds it",
+    "Viewer": "the caller: one per token, a singleton for a cache",
+    "CreatedApiToken": "a mutation's one-time answer (the token itself is shown once)",
+}
+
+TYPES = """{ __schema { types { name kind fields { name type { kind name ofType { kind name } } } } } }"""
+
+
+async def test_every_object_a_client_can_fetch_twice_has_an_id(gql: Any, workspace: Any) -> None:
+    types = (await gql.ok(TYPES, token=workspace.viewer))["__schema"]["types"]
+    missing = []
+    for t in types:
+        name = t["name"]
+        if t["kind"] != "OBJECT" or name.startswith("__") or name.endswith(("Connection", "Edge")):
+            continue
+        fields = {f["name"]: f["type"] for f in t["fields"]}
+        if name in WITHOUT_ID:
+            assert "id" not in fields, f"{name} has an id now: drop it from WITHOUT_ID"
+            continue
+        if fields.get("id") != {"kind": "NON_NULL", "name": None, "ofType": {"kind": "SCALAR", "name": "ID"}}:
+            missing.append(name)
+    assert not missing, f"object types without an id: {missing}"
+    event = next(t for t in types if t["name"] == "RunEvent")
+    [kind] = [f["type"]["ofType"] for f in event["fields"] if f["name"] == "type"]
+    assert kind == {"kind": "ENUM", "name": "RunEventType"}
+
+
+CACHE_IDS = """
+query($id: ID!) {
+  run(id: $id) {
+    id
+    agent { id policy { id rules { id tool } } memoryBudget { id } }
+    children { id delegation { id task } }
+  }
+}
+"""
+
+
+async def test_ids_of_embedded_objects_are_stable_and_unique(
+    app: Any, gql: Any, workspace: Any, worker: Any
+) -> None:
+    leaf_name = unique("leaf")
+    await scripted_agent(gql, workspace.admin, name=leaf_name, steps=[{"final": "ok"}])
+    root = await scripted_agent(
+        gql,
+        workspace.admin,
+        tools=["agents.*"],
+        policy={"rules": [{"tool": "agents.*", "decision": "ALLOW"}, {"tool": "http.*", "decision": "DENY"}]},
+        steps=[{"call": "agents.delegate", "args": {"agent": leaf_name, "task": "t"}}, {"final": "done"}],
+    )
+    run_id = await start_run(gql, workspace.operator, root)
+    assert (await wait_run(gql, workspace.viewer, run_id, timeout_s=30))["status"] == "SUCCEEDED"
+    first = (await gql.ok(CACHE_IDS, {"id": run_id}, token=workspace.viewer))["run"]
+    again = (await gql.ok(CACHE_IDS, {"id": run_id}, token=workspace.viewer))["run"]
+    assert first == again  # the same object answers with the same id every time
+    agent = first["agent"]
+    [child] = first["children"]
+    ids = [
+        first["id"],
+        agent["id"],
+        agent["policy"]["id"],
+        agent["memoryBudget"]["id"],
+        *(rule["id"] for rule in agent["policy"]["rules"]),
+        child["id"],
+        child["delegation"]["id"],
+    ]
+    assert len(set(ids)) == len(ids) == 8, ids
+    # Not nodes: node(id:) answers them with null, like any id it cannot serve.
+    body = await gql.raw(
+        "query($id: ID!) { node(id: $id) { id } }", {"id": agent["policy"]["id"]}, token=workspace.viewer
+    )
+    assert body == {"data": {"node": None}}
+    async with serve(app) as base_url:
+        client = await GraphQLWS.open(ws_url(base_url), workspace.viewer)
+        try:
+            query = "subscription($root: ID!, $after: Int) { runTree(rootRunId: $root, afterSeq: $after) { id seq type } }"
+            await client.subscribe("1", run_id, after_seq=0, query=query)
+            stream = await client.events("1", count=4)
+        finally:
+            await client.close()
+    assert len({e["id"] for e in stream.events}) == 4
+    assert all(
+        e["type"] in {"RUN_CREATED", "RUN_STATUS_CHANGED", "STEP_STARTED", "STEP_FINISHED"}
+        for e in stream.events
+    )
+
+
+# -- GET and automatic persisted queries -----------------------------------------------------
+
+ROLE_QUERY = "query Role { viewer { role } }"
+
+
+def apq(query: str) -> dict[str, Any]:
+    return {"persistedQuery": {"version": 1, "sha256Hash": hashlib.sha256(query.encode()).hexdigest()}}
+
+
+async def test_queries_over_get_are_served_and_marked_private(
+    client: httpx.AsyncClient, workspace: Any
+) -> None:
+    headers = {"Authorization": f"Bearer {workspace.viewer}"}
+    response = await client.get(
+        "/graphql", params={"query": ROLE_QUERY, "operationName": "Role"}, headers=headers
+    )
+    assert response.status_code == 200
+    assert response.json() == {"data": {"viewer": {"role": "viewer"}}}
+    assert response.headers["cache-control"] == "private, no-cache"
+    assert response.headers["vary"] == "Authorization, Accept"
+    variables = json.dumps({"first": 1})
+    response = await client.get(
+        "/graphql",
+        params={
+            "query": "query($first: Int) { agents(first: $first) { edges { cursor } } }",
+            "variables": variables,
+        },
+        headers=headers,
+    )
+    assert response.json() == {"data": {"agents": {"edges": []}}}
+
+
+async def test_automatic_persisted_queries_over_post_and_get(
+    client: httpx.AsyncClient, workspace: Any
+) -> None:
+    headers = {"Authorization": f"Bearer {workspace.viewer}"}
+    query = f"query Apq {{ viewer {{ role }} }} # {uuid.uuid4().hex}"  # a text no earlier test sent
+    # The hash alone, unknown yet: the client is told to send the document.
+    response = await client.post("/graphql", json={"extensions": apq(query)}, headers=headers)
+    assert response.status_code == 200
+    assert response.json() == {
+        "errors": [{"message": "PersistedQueryNotFound", "extensions": {"code": "PERSISTED_QUERY_NOT_FOUND"}}]
+    }
+    # Hash and document: stored and run.
+    response = await client.post("/graphql", json={"query": query, "extensions": apq(query)}, headers=headers)
+    assert response.json() == {"data": {"viewer": {"role": "viewer"}}}
+    # From now on the hash alone runs it, over POST and over GET.
+    response = await client.post("/graphql", json={"extensions": apq(query)}, headers=headers)
+    assert response.json() == {"data": {"viewer": {"role": "viewer"}}}
+    response = await client.get("/graphql", params={"extensions": json.dumps(apq(query))}, headers=headers)
+    assert response.json() == {"data": {"viewer": {"role": "viewer"}}}
+    # A hash that is not the document's is refused, and stores nothing.
+    other = "query Other { viewer { workspace { name } } }"
+    response = await client.post(
+        "/graphql", json={"query": other, "extensions": apq(query + " ")}, headers=headers
+    )
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["extensions"]["code"] == "VALIDATION_FAILED"
+    response = await client.post("/graphql", json={"extensions": apq(query + " ")}, headers=headers)
+    assert response.json()["errors"][0]["extensions"]["code"] == "PERSISTED_QUERY_NOT_FOUND"
+    response = await client.post(
+        "/graphql",
+        json={"extensions": {"persistedQuery": {"version": 2, "sha256Hash": "x"}}},
+        headers=headers,
+    )
+    assert response.status_code == 400
+
+
+async def test_a_persisted_mutation_is_still_refused_over_get(
+    client: httpx.AsyncClient, gql: Any, workspace: Any
+) -> None:
+    mutation = (
+        'mutation { createAgent(input: {name: "'
+        + unique("apq")
+        + '", model: {provider: "scripted"}}) { id } }'
+    )
+    headers = {"Authorization": f"Bearer {workspace.admin}"}
+    response = await client.get(
+        "/graphql", params={"query": mutation, "extensions": json.dumps(apq(mutation))}, headers=headers
+    )
+    assert response.status_code == 400
+    assert "data" not in response.json()
+    data = await gql.ok("{ agents(first: 100) { edges { node { id } } } }", token=workspace.admin)
+    assert data["agents"]["edges"] == []

@@ -10,6 +10,7 @@ from strawberry.scalars import JSON
 
 from app.db import orm
 from app.domain.agents import AgentStatus
+from app.domain.global_ids import object_id
 from app.domain.policy import Decision
 from app.domain.runs import RunStatus
 from app.graphql.context import Info
@@ -26,33 +27,48 @@ if TYPE_CHECKING:
 
 @strawberry.type(name="PolicyRule")
 class PolicyRule:
+    id: strawberry.ID = strawberry.field(description="The rule's id: its agent's policy and its place in it.")
     tool: str = strawberry.field(description="Glob over tool names, e.g. 'webhook.*'.")
     decision: Decision
 
 
 @strawberry.type(name="Policy")
 class Policy:
+    id: strawberry.ID = strawberry.field(description="The policy's id (one per agent; not a node).")
     default: Decision | None
     rules: list[PolicyRule]
 
     @classmethod
-    def from_json(cls, raw: Any) -> Policy:
+    def from_json(cls, raw: Any, agent_id: int) -> Policy:
         # Stored policies were validated on the way in; read leniently all the same, so one
         # odd row can never make an agent unreadable.
         raw = raw if isinstance(raw, dict) else {}
-        rules = [
-            PolicyRule(tool=r["tool"], decision=Decision(r["decision"]))
+        valid = [
+            r
             for r in raw.get("rules") or []
             if isinstance(r, dict)
             and isinstance(r.get("tool"), str)
             and r.get("decision") in Decision.__members__
         ]
+        rules = [
+            PolicyRule(
+                id=strawberry.ID(object_id("PolicyRule", agent_id, index)),
+                tool=r["tool"],
+                decision=Decision(r["decision"]),
+            )
+            for index, r in enumerate(valid)
+        ]
         default = raw.get("default")
-        return cls(default=Decision(default) if default in Decision.__members__ else None, rules=rules)
+        return cls(
+            id=strawberry.ID(object_id("Policy", agent_id)),
+            default=Decision(default) if default in Decision.__members__ else None,
+            rules=rules,
+        )
 
 
 @strawberry.type(name="MemoryBudget", description="How much memory is injected at the start of a run.")
 class MemoryBudget:
+    id: strawberry.ID = strawberry.field(description="The budget's id (one per agent; not a node).")
     max_items: int
     max_chars: int
 
@@ -82,8 +98,12 @@ class Agent(Node):
             status=AgentStatus(row.status),
             model=JSON(row.model),
             tools=[str(t) for t in row.tools or []],
-            policy=Policy.from_json(row.policy),
-            memory_budget=MemoryBudget(max_items=row.memory_max_items, max_chars=row.memory_max_chars),
+            policy=Policy.from_json(row.policy, row.id),
+            memory_budget=MemoryBudget(
+                id=strawberry.ID(object_id("MemoryBudget", row.id)),
+                max_items=row.memory_max_items,
+                max_chars=row.memory_max_chars,
+            ),
             created_at=row.created_at,
             updated_at=row.updated_at,
             row=row,

@@ -10,6 +10,7 @@ import strawberry
 
 from app.domain.agents import AgentStatus, OverlapPolicy
 from app.domain.policy import Decision
+from app.domain.run_events import EventType
 from app.domain.runs import ApprovalStatus, RunStatus, RunTrigger, StepStatus
 from app.domain.schedules import FiringOutcome
 from app.services.memories import RevisionAction
@@ -18,6 +19,7 @@ strawberry.enum(AgentStatus, name="AgentStatus")
 strawberry.enum(OverlapPolicy, name="OverlapPolicy")
 strawberry.enum(Decision, name="PolicyDecision")
 strawberry.enum(RunStatus, name="RunStatus")
+strawberry.enum(EventType, name="RunEventType", description="What a run event records.")
 strawberry.enum(RunTrigger, name="RunTrigger")
 strawberry.enum(StepStatus, name="StepStatus")
 strawberry.enum(ApprovalStatus, name="ApprovalStatus")
@@ -28,6 +30,7 @@ __all__ = [
     "AgentStatus",
     "ApprovalStatus",
     "Decision",
+    "EventType",
     "FiringOutcome",
     "OverlapPolicy",
     "RevisionAction",
