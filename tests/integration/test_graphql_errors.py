@@ -144,13 +144,16 @@ async def test_aliases_are_limited(gql: Any, workspace: Any) -> None:
     assert "aliases" in body["errors"][0]["message"]
 
 
-async def test_queries_over_get_are_refused(client: httpx.AsyncClient, workspace: Any) -> None:
+async def test_queries_over_get_are_served(client: httpx.AsyncClient, workspace: Any) -> None:
+    # Mutations over GET stay refused (test_http_edge.py); queries are served, for clients'
+    # useGETForQueries (docs/graphql/frontends.md).
     response = await client.get(
         "/graphql",
         params={"query": "{ viewer { role } }"},
         headers={"Authorization": f"Bearer {workspace.viewer}"},
     )
-    assert response.status_code != 200
+    assert response.status_code == 200
+    assert response.json() == {"data": {"viewer": {"role": "viewer"}}}
 
 
 async def test_graphiql_only_when_asked_for(client: httpx.AsyncClient, settings: Any) -> None:

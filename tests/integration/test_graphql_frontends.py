@@ -441,3 +441,39 @@ async def test_a_persisted_mutation_is_still_refused_over_get(
     assert "data" not in response.json()
     data = await gql.ok("{ agents(first: 100) { edges { node { id } } } }", token=workspace.admin)
     assert data["agents"]["edges"] == []
+
+
+# -- lookups ---------------------------------------------------------------------------------
+
+
+async def test_agent_by_name_is_exact_and_nodes_answer_in_order(gql: Any, make_workspace: Any) -> None:
+    mine, theirs = await make_workspace(), await make_workspace()
+    agent = await create_agent(gql, mine.admin, name=unique("Scout"))
+    foreign = await create_agent(gql, theirs.admin)
+    data = await gql.ok(
+        "query($n: String!) { agentByName(name: $n) { id } }", {"n": agent["name"]}, token=mine.viewer
+    )
+    assert data == {"agentByName": {"id": agent["id"]}}
+    for name in (agent["name"].lower(), agent["name"] + " ", foreign["name"]):
+        body = await gql.raw(
+            "query($n: String!) { agentByName(name: $n) { id } }", {"n": name}, token=mine.viewer
+        )
+        assert body["data"] == {"agentByName": None}, name
+        assert [e["extensions"]["code"] for e in body["errors"]] == ["NOT_FOUND"], name
+    ids = [
+        foreign["id"],
+        agent["id"],
+        "nope",
+        mine_ws := (await gql.ok("{ viewer { workspace { id } } }", token=mine.viewer))["viewer"][
+            "workspace"
+        ]["id"],
+    ]
+    data = await gql.ok(
+        "query($ids: [ID!]!) { nodes(ids: $ids) { __typename id } }", {"ids": ids}, token=mine.viewer
+    )
+    assert data["nodes"] == [
+        None,
+        {"__typename": "Agent", "id": agent["id"]},
+        None,
+        {"__typename": "Workspace", "id": mine_ws},
+    ]
