@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
@@ -47,10 +48,14 @@ def create_app(settings: Settings) -> Starlette:
     graphql = GraphQLView(
         build_schema(settings.max_query_depth, production=settings.is_production),
         graphql_ide="graphiql" if with_graphiql else None,
-        allow_queries_via_get=False,
+        # Queries only: strawberry refuses mutations over GET (docs/graphql/frontends.md).
+        allow_queries_via_get=True,
         # Only graphql-transport-ws: the legacy graphql-ws protocol had auth-bypass advisories.
         subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL],
         connection_init_wait_timeout=timedelta(seconds=settings.ws_connection_init_timeout_s),
+        # Browsers apply no CORS to websocket handshakes: strawberry refuses those from
+        # cross-origin pages unless their origin is one of these.
+        allowed_origins=settings.cors_origins or (),
     )
     # The cap is ENVERIF_MAX_SUBSCRIPTIONS_PER_CONNECTION, enforced with an error code by our
     # handler (app.graphql.ws_auth); strawberry's own check would answer without one.
@@ -69,10 +74,42 @@ def create_app(settings: Settings) -> Starlette:
         from app.dev.routes import routes as dev_routes
 
         routes.extend(dev_routes)
+    middleware = [Middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)]
+    if settings.cors_origins:
+        # Outermost, so that refusals further in (413, 400) carry the CORS headers too and a
+        # browser shows the real error rather than "blocked by CORS policy".
+        middleware.insert(0, cors_middleware(settings.cors_origins))
     return Starlette(
         routes=routes,
-        middleware=[Middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)],
+        middleware=middleware,
         lifespan=_lifespan(settings),
+    )
+
+
+# Headers a frontend's GraphQL client sends besides the ones CORS always allows (Accept,
+# Content-Type): the bearer token, and Apollo Client's own.
+CORS_REQUEST_HEADERS = (
+    "authorization",
+    "apollographql-client-name",
+    "apollographql-client-version",
+    "apollo-require-preflight",
+    "x-apollo-operation-name",
+)
+# How long a browser may reuse a preflight's answer (Chrome caps it at 7200).
+CORS_MAX_AGE_S = 600
+
+
+def cors_middleware(origins: tuple[str, ...]) -> Middleware:
+    """CORS for browser apps on other origins (docs/graphql/frontends.md#cors). The API takes
+    bearer tokens, never cookies: credentials stay disallowed, so a page can only act with a
+    token it was given."""
+    return Middleware(
+        CORSMiddleware,
+        allow_origins=list(origins),
+        allow_methods=["GET", "POST"],
+        allow_headers=list(CORS_REQUEST_HEADERS),
+        allow_credentials=False,
+        max_age=CORS_MAX_AGE_S,
     )
 
 

@@ -54,6 +54,11 @@ class Settings(BaseSettings):
     env: Literal["development", "production"] = "development"
     dev_mode: bool = False
     graphiql: bool = False
+    # Browser origins (scheme://host[:port]) whose pages may call /graphql: CORS preflights
+    # are answered for them and their websocket handshakes accepted. None by default (only
+    # same-origin pages, like the console); "*" allows any. Bearer tokens only, never cookies,
+    # so credentials are not allowed cross-origin (docs/graphql/frontends.md).
+    cors_origins: Annotated[tuple[str, ...] | None, NoDecode] = None
     # Request bodies larger than this are refused with 413 before they are read.
     max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=1_073_741_824)
     # Largest GraphQL response over HTTP (bytes of its JSON); a larger one is refused with
@@ -195,6 +200,20 @@ class Settings(BaseSettings):
                 f"use one of {', '.join(SUPPORTED_REDIS_SCHEMES)}"
             )
         return value
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(origin.strip() for origin in value.split(",") if origin.strip()) or None
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_origins(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if not value:
+            return None
+        return tuple(_normal_origin(origin) for origin in value)
 
     @field_validator("provider_key_envs", "mcp_secret_envs", "mcp_stdio_commands", mode="before")
     @classmethod
@@ -352,6 +371,27 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.effective_database_url.startswith("sqlite")
+
+
+_ORIGIN = re.compile(
+    r"^(?P<scheme>[Hh][Tt][Tt][Pp][Ss]?)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(?P<port>[0-9]{1,5}))?$"
+)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _normal_origin(origin: str) -> str:
+    """An origin as browsers send it in ``Origin``: lower case, no default port, no path."""
+    if origin == "*":
+        return origin
+    match = _ORIGIN.match(origin.strip())
+    if match is None or (match["port"] and not 0 < int(match["port"]) < 65536):
+        raise ValueError(
+            f"ENVERIF_CORS_ORIGINS: {origin!r} is not an origin; expected '*' or scheme://host[:port] "
+            "without a path, like http://localhost:5173"
+        )
+    scheme, host = match["scheme"].lower(), match["host"].lower()
+    port = int(match["port"]) if match["port"] else None
+    return f"{scheme}://{host}" if port in (None, _DEFAULT_PORTS[scheme]) else f"{scheme}://{host}:{port}"
 
 
 def _check_key_env(name: str, setting: str) -> None:

@@ -3,6 +3,9 @@
 * ``MaxQueryLength`` refuses a document longer than a character cap before it is parsed.
   The token limit alone does not bound size: a single string literal is one token, and a
   megabyte of it would otherwise be parsed, validated and handed to a resolver.
+* ``OneOperationOrName`` refuses a document of several operations sent without an
+  ``operationName``, as the GraphQL spec's GetOperation does (strawberry would run the
+  first one).
 * ``RequestErrors`` gives graphql-core's own request errors (syntax, validation, limits,
   variable coercion) the code ``VALIDATION_FAILED`` so every error a client sees carries an
   ``extensions.code``; in production it also removes graphql-core's "Did you mean ...?"
@@ -16,6 +19,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from graphql import ExecutionResult as GraphQLExecutionResult
+from graphql import OperationDefinitionNode
 from graphql.error import GraphQLError
 from strawberry.extensions import SchemaExtension
 from strawberry.types.execution import ExecutionResult
@@ -41,6 +45,28 @@ class MaxQueryLength(SchemaExtension):
                 f"The document is longer than {self.max_chars} characters.",
                 extensions={"code": REQUEST_ERROR_CODE},
             )
+        yield
+
+
+class OneOperationOrName(SchemaExtension):
+    """Placed before the document cache: its "valid" must not be recorded for a request
+    refused here (the same text with an operationName is fine)."""
+
+    def on_validate(self) -> Iterator[None]:
+        ec = self.execution_context
+        document = ec.graphql_document
+        # ``operation_name`` falls back to the first operation's name: ask what the client sent.
+        sent_name = ec._provided_operation_name
+        if sent_name is None and document is not None and not ec.pre_execution_errors:
+            operations = sum(isinstance(d, OperationDefinitionNode) for d in document.definitions)
+            if operations > 1:
+                # Set before validation runs, so strawberry skips it and answers this error.
+                ec.pre_execution_errors = [
+                    GraphQLError(
+                        f"The document has {operations} operations: say which to run with operationName",
+                        extensions={"code": REQUEST_ERROR_CODE, "field": "operationName"},
+                    )
+                ]
         yield
 
 

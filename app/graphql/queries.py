@@ -28,6 +28,7 @@ from app.graphql.types.schedules import Schedule
 from app.graphql.types.tokens import ApiTokenConnection, api_token_connection, api_token_node
 from app.graphql.types.versions import AgentVersion
 from app.graphql.types.workspace import Viewer, Workspace
+from app.services import reads
 from app.services.auth import Principal
 
 R = TypeVar("R")
@@ -57,6 +58,32 @@ async def _node_of(type_name: str, pk: int, loaders: Loaders, principal: Princip
     return None
 
 
+async def _node(info: Info, id: str) -> Node | None:
+    principal = await info.context.principal()
+    parsed = parse_global_id(id)
+    if parsed is None:
+        return None
+    type_name, pk = parsed
+    loaders = await info.context.loaders()
+    if type_name == "ApiToken":
+        try:
+            return await api_token_node(info, pk)
+        except NotFound:
+            return None
+    if type_name == "McpServer":
+        async with info.context.session() as session:
+            server = await session.get(orm.McpServer, pk)
+        if server is None or server.workspace_id != principal.workspace_id:
+            return None  # another workspace's server does not exist for you
+        return McpServer.from_row(server)
+    if type_name == "Workspace":
+        if pk != principal.workspace_id:
+            return None
+        row = await loaders.workspace.load(pk)
+        return None if row is None else Workspace.from_row(row)
+    return await _node_of(type_name, pk, loaders, principal)
+
+
 def _maybe(row: R | None, convert: Callable[[R], Node]) -> Node | None:
     return None if row is None else convert(row)
 
@@ -68,31 +95,15 @@ class Query:
         principal = await info.context.principal()
         return Viewer(workspace_id=principal.workspace_id, role=principal.role.value)
 
-    @strawberry.field(description="Any object by its global id; null when it does not exist for you.")
+    @strawberry.field(
+        description=(
+            "Any object by its global id. Null with no error when there is none for you: an "
+            "unknown, another workspace's or a malformed id alike (a cache may ask for anything "
+            "it holds). `agent(id:)`, `run(id:)` and `agentByName` answer null with NOT_FOUND."
+        )
+    )
     async def node(self, info: Info, id: strawberry.ID) -> Node | None:
-        principal = await info.context.principal()
-        parsed = parse_global_id(id)
-        if parsed is None:
-            raise NotFound("no object with this id", field="id")
-        type_name, pk = parsed
-        loaders = await info.context.loaders()
-        if type_name == "ApiToken":
-            try:
-                return await api_token_node(info, pk)
-            except NotFound:
-                return None
-        if type_name == "McpServer":
-            async with info.context.session() as session:
-                server = await session.get(orm.McpServer, pk)
-            if server is None or server.workspace_id != principal.workspace_id:
-                return None  # another workspace's server does not exist for you
-            return McpServer.from_row(server)
-        if type_name == "Workspace":
-            if pk != principal.workspace_id:
-                return None
-            row = await loaders.workspace.load(pk)
-            return None if row is None else Workspace.from_row(row)
-        return await _node_of(type_name, pk, loaders, principal)
+        return await _node(info, id)
 
     @strawberry.field
     async def agents(
@@ -111,6 +122,26 @@ class Query:
         if row is None:
             raise NotFound("no agent with this id", field="id")
         return Agent.from_row(row)
+
+    @strawberry.field(description="The agent called exactly `name`; null with NOT_FOUND when there is none.")
+    async def agent_by_name(self, info: Info, name: str) -> Agent | None:
+        principal = await info.context.principal()
+        async with info.context.session() as session:
+            row = await reads.find_agent_by_name(session, workspace_id=principal.workspace_id, name=name)
+        if row is None:
+            raise NotFound("no agent with this name", field="name")
+        return Agent.from_row(row)
+
+    @strawberry.field(
+        description=(
+            "Objects by their global ids, in the order asked; null, with no error, for each id "
+            "`node(id:)` would answer null for."
+        )
+    )
+    async def nodes(self, info: Info, ids: list[strawberry.ID]) -> list[Node | None]:
+        # One after another: the request's one database session takes one query at a time.
+        # The list is capped (ENVERIF_MAX_LIST_ARG_ITEMS) before any of this runs.
+        return [await _node(info, id) for id in ids]
 
     @strawberry.field
     async def run(self, info: Info, id: strawberry.ID) -> Run | None:

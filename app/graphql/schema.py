@@ -27,7 +27,7 @@ from app.graphql.context import FreshLoadersPerOperation
 from app.graphql.cost import QueryCostLimiter
 from app.graphql.documents import DocumentCache
 from app.graphql.errors import EnverifSchema, ErrorPresenter
-from app.graphql.hardening import MaxQueryLength, RequestErrors
+from app.graphql.hardening import MaxQueryLength, OneOperationOrName, RequestErrors
 from app.graphql.limits import ArgumentLimiter
 from app.graphql.mutations import Mutation
 from app.graphql.queries import Query
@@ -69,6 +69,7 @@ def build_schema(
         lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
         # Before the cache: an over-long document is refused before it is looked up.
         lambda: MaxQueryLength(max_chars=MAX_QUERY_CHARS),
+        OneOperationOrName,
         documents.extension,
         # After the cache (it skips what the cache knows to be valid), before graphql-core's
         # validation (linear, but ~15 ms for an 800-byte fragment bomb): a bomb never gets there.

@@ -4,15 +4,19 @@ What it adds to strawberry's view (https://graphql.github.io/graphql-over-http/)
 
 * Content negotiation. ``Accept: application/graphql-response+json`` gets that media type,
   and a *request error* (the document does not parse or validate, a variable does not
-  coerce: nothing was executed) is a 400 without a ``data`` entry. ``application/json``
-  (also for ``*/*`` or no Accept header) keeps the legacy behaviour: 200 with
-  ``"data": null``. An Accept header naming nothing we serve gets 406.
+  coerce, several operations and no ``operationName``: nothing was executed) is a 400.
+  ``application/json`` (also for ``*/*`` or no Accept header) answers it with 200, as the
+  spec asks of that media type. Under both, a request error has no ``data`` entry at all
+  (not even null). An Accept header naming nothing we serve gets 406.
 * Every refusal of the HTTP layer is GraphQL-shaped, never a bare text or a 500:
   ``{"errors": [{"message": ..., "extensions": {"code": "VALIDATION_FAILED"}}]}``. That
   covers bodies that are not a JSON object (``"hello"``, ``null``, a batch ``[...]``), are
   not UTF-8, nest deeper than the parser's recursion allows, contain ``NaN`` or an
   unpaired surrogate escape (``"\\ud800"``).
-* No batching and no queries over GET (mutations over GET are refused by strawberry).
+* Queries over GET (``?query=…&variables=…``), never mutations; their answers carry
+  ``Vary: Authorization, Accept`` and ``Cache-Control: private, no-cache``, since every
+  answer is one token's view. No batching.
+* Automatic persisted queries (``app.graphql.persisted``), over POST and GET.
 
 Request bodies are size-capped before they reach this view (``app.http_limits``), and so
 are responses: one over ``ENVERIF_MAX_RESPONSE_BYTES`` is replaced by a ``VALIDATION_FAILED``
@@ -35,6 +39,7 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError, MissingQueryError
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
+from strawberry.http.base import BaseRequestProtocol
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
@@ -43,6 +48,7 @@ from strawberry.types.unset import UNSET, UnsetType
 from app.domain.errors import EnverifError, ValidationFailed
 from app.graphql import graphiql_page
 from app.graphql.context import Context
+from app.graphql.persisted import NOT_FOUND_BODY, PersistedQueries, PersistedQueryNotFound, requested_hash
 from app.graphql.shared_execution import encode_next
 from app.graphql.ws_auth import TokenCheckingHandler
 from app.outages import is_outage
@@ -158,9 +164,32 @@ class GraphQLView(GraphQL[Context, None]):
             json.dumps(body, separators=(",", ":")), status_code=response.status_code, media_type=JSON
         )
 
+    persisted_queries: PersistedQueries
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.persisted_queries = PersistedQueries()
+
+    async def parse_http_body(
+        self, request: AsyncHTTPRequestAdapter
+    ) -> GraphQLRequestData | list[GraphQLRequestData]:
+        data = await super().parse_http_body(request)
+        if isinstance(data, GraphQLRequestData):
+            try:
+                sha256 = requested_hash(data.extensions)
+                if sha256 is not None:
+                    data.query = self.persisted_queries.resolve(sha256, data.query)
+            except ValidationFailed as exc:
+                raise HTTPException(400, exc.message) from None
+        return data
+
     def encode_json(self, data: object) -> str | bytes:
         # A live event shared by many subscriptions is serialized once (app.graphql.shared_execution).
         return encode_next(data) or super().encode_json(data)
+
+    def should_render_graphql_ide(self, request: BaseRequestProtocol) -> bool:
+        # A persisted query over GET has no ``query`` either: it is a request, not a page view.
+        return super().should_render_graphql_ide(request) and request.query_params.get("extensions") is None
 
     @property
     def graphql_ide_html(self) -> str:
@@ -209,6 +238,12 @@ class GraphQLView(GraphQL[Context, None]):
         else:
             try:
                 response = await self.run(request)
+            except PersistedQueryNotFound:
+                # 200, as Apollo's link expects: the client retries with the document.
+                response = Response(
+                    json.dumps(NOT_FOUND_BODY, separators=(",", ":")),
+                    media_type=f"{media_type or JSON}; charset=utf-8",
+                )
             except HTTPException as exc:
                 response = error_response(exc.status_code, exc.reason, media_type=media_type or JSON)
             else:
@@ -227,6 +262,11 @@ class GraphQLView(GraphQL[Context, None]):
             return
         media_type = getattr(request.state, _MEDIA_TYPE)
         response.headers["content-type"] = f"{media_type}; charset=utf-8"
+        if request.method == "GET":
+            # Cacheable by the browser that asked, revalidated each time; never shared:
+            # the answer is the token's view of its workspace.
+            response.headers["cache-control"] = "private, no-cache"
+            response.headers["vary"] = "Authorization, Accept"
         if media_type == GRAPHQL_RESPONSE and getattr(request.state, _REQUEST_ERROR):
             response.status_code = 400
 
@@ -299,7 +339,6 @@ class GraphQLView(GraphQL[Context, None]):
         response = await super().process_result(request, result)
         if nothing_executed(result):
             setattr(request.state, _REQUEST_ERROR, True)
-            if getattr(request.state, _MEDIA_TYPE, JSON) == GRAPHQL_RESPONSE:
-                # The spec: a request error has no data entry at all (not even null).
-                response.pop("data", None)
+            # The spec: a request error has no data entry at all (not even null).
+            response.pop("data", None)
         return response

@@ -117,6 +117,13 @@ async def get_owned(
     return row
 
 
+async def find_agent_by_name(session: AsyncSession, *, workspace_id: int, name: str) -> orm.Agent | None:
+    """The workspace's agent called exactly ``name``. Compared again here: MariaDB's default
+    collation ignores case and trailing spaces, and a lookup by name must not."""
+    stmt = select(orm.Agent).where(orm.Agent.workspace_id == workspace_id, orm.Agent.name == name)
+    return next((row for row in await session.scalars(stmt) if row.name == name), None)
+
+
 def _noun(model: type[orm.Base]) -> str:
     return {orm.Run: "run", orm.RunStep: "run step", orm.MemoryRevision: "memory revision"}.get(
         model, model.__name__.lower()

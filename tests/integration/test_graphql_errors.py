@@ -133,24 +133,27 @@ async def test_syntax_and_validation_errors_come_from_graphql_core(gql: Any, wor
 async def test_query_depth_is_limited(gql: Any, workspace: Any) -> None:
     deep = "children { " * 12 + "id" + " }" * 12
     body = await gql.raw(f'{{ run(id: "x") {{ {deep} }} }}', token=workspace.viewer)
-    assert body["data"] is None
+    assert "data" not in body  # a request error
     assert "exceeds maximum operation depth" in body["errors"][0]["message"]
 
 
 async def test_aliases_are_limited(gql: Any, workspace: Any) -> None:
     many = " ".join(f"a{i}: viewer {{ role }}" for i in range(60))
     body = await gql.raw(f"{{ {many} }}", token=workspace.viewer)
-    assert body["data"] is None
+    assert "data" not in body  # a request error
     assert "aliases" in body["errors"][0]["message"]
 
 
-async def test_queries_over_get_are_refused(client: httpx.AsyncClient, workspace: Any) -> None:
+async def test_queries_over_get_are_served(client: httpx.AsyncClient, workspace: Any) -> None:
+    # Mutations over GET stay refused (test_http_edge.py); queries are served, for clients'
+    # useGETForQueries (docs/graphql/frontends.md).
     response = await client.get(
         "/graphql",
         params={"query": "{ viewer { role } }"},
         headers={"Authorization": f"Bearer {workspace.viewer}"},
     )
-    assert response.status_code != 200
+    assert response.status_code == 200
+    assert response.json() == {"data": {"viewer": {"role": "viewer"}}}
 
 
 async def test_graphiql_only_when_asked_for(client: httpx.AsyncClient, settings: Any) -> None:

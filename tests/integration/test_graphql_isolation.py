@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from app.clock import utcnow
+from app.db.orm import McpServer
 from tests.support.graphql import create_agent, create_memory, gid, pk
 from tests.support.trees import Rows
 
@@ -32,6 +34,7 @@ class Objects:
     api_token: str
     agent_version: str
     audit_event: str
+    mcp_server: str
     secret: str  # a value that must never appear in another workspace's responses
 
 
@@ -59,7 +62,15 @@ async def _populate(gql: Any, ws: Any, sessionmaker: Any) -> Objects:
         {"a": agent["id"]},
         token=ws.admin,
     )
+    async with sessionmaker() as session, session.begin():
+        # As a sync leaves it; createMcpServer itself needs a live MCP server (test_mcp).
+        server = McpServer(
+            workspace_id=ws.id, name="crm", transport="STREAMABLE_HTTP", url="http://127.0.0.1:9/mcp",
+            command=None, enabled=True, headers={}, tool_risk={}, created_at=utcnow(), updated_at=utcnow(),
+        )  # fmt: skip
+        session.add(server)
     return Objects(
+        mcp_server=gid("McpServer", server.id),
         api_token=token["createApiToken"]["apiToken"]["id"],
         agent_version=ids["agent"]["versions"]["edges"][0]["node"]["id"],
         audit_event=ids["auditEvents"]["edges"][0]["node"]["id"],
@@ -207,11 +218,13 @@ async def test_malformed_ids_are_not_found(gql: Any, workspace: Any, bad_id: str
     for query in [
         "query($id: ID!) { agent(id: $id) { id } }",
         "query($id: ID!) { run(id: $id) { id } }",
-        "query($id: ID!) { node(id: $id) { id } }",
         "mutation($id: ID!) { deleteMemory(id: $id) }",
     ]:
         error = await gql.error(query, {"id": bad_id}, token=workspace.admin)
         assert error["extensions"]["code"] == "NOT_FOUND", (query, error)
+    # node(id:) answers every id it cannot serve with null and no error (docs/graphql/guide.md).
+    body = await gql.raw("query($id: ID!) { node(id: $id) { id } }", {"id": bad_id}, token=workspace.admin)
+    assert body == {"data": {"node": None}}
 
 
 async def test_an_id_of_the_wrong_type_is_not_found(gql: Any, workspace: Any, sessionmaker: Any) -> None:

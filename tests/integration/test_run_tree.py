@@ -26,9 +26,15 @@ async def test_cancelling_a_parent_cancels_its_descendants(gql, workspace, sessi
     assert child_run["status"] == "CANCELLED"
     async with sessionmaker() as session:
         step = await session.get_one(RunStep, step_id)
-    # The child ended first, so its outcome reached the parent's step; the parent stayed cancelled.
+    # The child ended first, so its outcome (the child as its global id) reached the parent's step;
+    # the parent stayed cancelled.
     assert step.status == "SUCCEEDED"
-    assert step.result == {"status": "CANCELLED", "result": None, "error": None, "runId": child}
+    assert step.result == {
+        "status": "CANCELLED",
+        "result": None,
+        "error": None,
+        "runId": to_global_id("Run", child),
+    }
 
 
 async def test_a_cancelled_child_wakes_its_parent_with_the_outcome(
@@ -51,4 +57,9 @@ async def test_a_cancelled_child_wakes_its_parent_with_the_outcome(
         await rt.close()
     done = await wait_run(gql, workspace.viewer, to_global_id("Run", parent))
     assert done["status"] == "SUCCEEDED"
-    assert done["result"] == {"status": "CANCELLED", "result": None, "error": None, "runId": child}
+    assert done["result"] == {
+        "status": "CANCELLED",
+        "result": None,
+        "error": None,
+        "runId": to_global_id("Run", child),
+    }

@@ -31,6 +31,7 @@ DESCRIBED_IN_WORDS = {
     "ENVERIF_DATABASE_URL": "SQLite in `ENVERIF_HOME`",
     "ENVERIF_REDIS_URL": "embedded Redis in `ENVERIF_HOME`",
     "ENVERIF_PROVIDER_KEY_ENVS": "unset (deprecated)",
+    "ENVERIF_CORS_ORIGINS": "none",
 }
 
 # Fields that are deliberately not in the table, with the reason. None today: every field

@@ -10,6 +10,7 @@ from strawberry.scalars import JSON
 
 from app.db import orm
 from app.domain.agents import AgentStatus
+from app.domain.global_ids import object_id
 from app.domain.policy import Decision
 from app.domain.runs import RunStatus
 from app.graphql.context import Info
@@ -27,33 +28,50 @@ if TYPE_CHECKING:
 
 @strawberry.type(name="PolicyRule")
 class PolicyRule:
+    id: strawberry.ID = strawberry.field(description="The rule's id: its agent's policy and its place in it.")
     tool: str = strawberry.field(description="Glob over tool names, e.g. 'webhook.*'.")
     decision: Decision
 
 
 @strawberry.type(name="Policy")
 class Policy:
+    id: strawberry.ID = strawberry.field(description="The policy's id (one per agent; not a node).")
     default: Decision | None
     rules: list[PolicyRule]
 
     @classmethod
-    def from_json(cls, raw: Any) -> Policy:
-        # Stored policies were validated on the way in; read leniently all the same, so one
-        # odd row can never make an agent unreadable.
+    def from_json(cls, raw: Any, *owner: int) -> Policy:
+        """``owner``: the agent's id, and the version's number for a version's policy (so
+        an old version's policy and rules never share an id with the agent's current ones).
+        Stored policies were validated on the way in; read leniently all the same, so one
+        odd row can never make an agent unreadable."""
         raw = raw if isinstance(raw, dict) else {}
-        rules = [
-            PolicyRule(tool=r["tool"], decision=Decision(r["decision"]))
+        valid = [
+            r
             for r in raw.get("rules") or []
             if isinstance(r, dict)
             and isinstance(r.get("tool"), str)
             and r.get("decision") in Decision.__members__
         ]
+        rules = [
+            PolicyRule(
+                id=strawberry.ID(object_id("PolicyRule", *owner, index)),
+                tool=r["tool"],
+                decision=Decision(r["decision"]),
+            )
+            for index, r in enumerate(valid)
+        ]
         default = raw.get("default")
-        return cls(default=Decision(default) if default in Decision.__members__ else None, rules=rules)
+        return cls(
+            id=strawberry.ID(object_id("Policy", *owner)),
+            default=Decision(default) if default in Decision.__members__ else None,
+            rules=rules,
+        )
 
 
 @strawberry.type(name="MemoryBudget", description="How much memory is injected at the start of a run.")
 class MemoryBudget:
+    id: strawberry.ID = strawberry.field(description="The budget's id (one per agent; not a node).")
     max_items: int
     max_chars: int
 
@@ -87,8 +105,12 @@ class Agent(Node):
             status=AgentStatus(row.status),
             model=JSON(row.model),
             tools=[str(t) for t in row.tools or []],
-            policy=Policy.from_json(row.policy),
-            memory_budget=MemoryBudget(max_items=row.memory_max_items, max_chars=row.memory_max_chars),
+            policy=Policy.from_json(row.policy, row.id),
+            memory_budget=MemoryBudget(
+                id=strawberry.ID(object_id("MemoryBudget", row.id)),
+                max_items=row.memory_max_items,
+                max_chars=row.memory_max_chars,
+            ),
             budget=JSON(row.budget or {}),
             version=row.version,
             created_at=row.created_at,

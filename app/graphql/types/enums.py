@@ -12,6 +12,7 @@ from app.domain.actors import ActorKind
 from app.domain.agents import AgentStatus, OverlapPolicy
 from app.domain.mcp import Transport
 from app.domain.policy import Decision, RiskClass
+from app.domain.run_events import EventType
 from app.domain.runs import ApprovalStatus, RunStatus, RunTrigger, StepStatus
 from app.domain.schedules import FiringOutcome
 from app.services.memories import RevisionAction
@@ -21,6 +22,7 @@ strawberry.enum(AgentStatus, name="AgentStatus")
 strawberry.enum(OverlapPolicy, name="OverlapPolicy")
 strawberry.enum(Decision, name="PolicyDecision")
 strawberry.enum(RunStatus, name="RunStatus")
+strawberry.enum(EventType, name="RunEventType", description="What a run event records.")
 strawberry.enum(RunTrigger, name="RunTrigger")
 strawberry.enum(StepStatus, name="StepStatus")
 strawberry.enum(ApprovalStatus, name="ApprovalStatus")
@@ -32,6 +34,7 @@ __all__ = [
     "AgentStatus",
     "ApprovalStatus",
     "Decision",
+    "EventType",
     "FiringOutcome",
     "OverlapPolicy",
     "RevisionAction",

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.clock import utcnow
 from app.db import orm
 from app.domain.errors import NotFound
+from app.domain.global_ids import object_id
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.agents import Agent
@@ -32,6 +33,7 @@ async def _source_run(info: Info, run_id: int | None) -> Run | None:
     name="MemoryRevision", description="One change to a memory; kept after the memory is deleted."
 )
 class MemoryRevision:
+    id: strawberry.ID = strawberry.field(description="The revision's id (not a node).")
     action: RevisionAction
     key: str = strawberry.field(description="The memory's key after this change.")
     old_value: str | None
@@ -51,6 +53,7 @@ class MemoryRevision:
     @classmethod
     def from_row(cls, row: orm.MemoryRevision) -> MemoryRevision:
         return cls(
+            id=strawberry.ID(object_id("MemoryRevision", row.id)),
             action=RevisionAction(row.action),
             key=row.key,
             old_value=row.old_value,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import strawberry
 from strawberry.scalars import JSON
 
+from app.domain.global_ids import object_id, public_payload
 from app.domain.policy import Decision
 from app.domain.run_events import EventType
 from app.domain.runs import RunStatus, StepStatus
@@ -31,12 +32,11 @@ _STEP_EVENTS = frozenset({EventType.STEP_STARTED.value, EventType.STEP_FINISHED.
 
 @strawberry.type(name="RunEvent", description="One entry of a run tree's append-only event log.")
 class RunEvent:
+    id: strawberry.ID = strawberry.field(description="The event's id: its tree and seq (not a node).")
     seq: int = strawberry.field(
         description="Position in the tree's log: gap-free and increasing per root run."
     )
-    type: str = strawberry.field(
-        description="RUN_CREATED, RUN_STATUS_CHANGED, STEP_STARTED, STEP_FINISHED, ..."
-    )
+    type: EventType = strawberry.field(description="What happened.")
     run_id: strawberry.ID
     root_run_id: strawberry.ID
     parent_run_id: strawberry.ID | None
@@ -65,8 +65,9 @@ class RunEvent:
     def from_message(cls, message: EventMessage, labels: EventLabels | None = None) -> RunEvent:
         step = None if labels is None else labels.step
         return cls(
+            id=strawberry.ID(object_id("RunEvent", message.root_run_id, message.seq)),
             seq=message.seq,
-            type=message.type,
+            type=EventType(message.type),
             run_id=strawberry.ID(to_global_id("Run", message.run_id)),
             root_run_id=strawberry.ID(to_global_id("Run", message.root_run_id)),
             parent_run_id=_optional_id("Run", message.parent_run_id),
@@ -74,7 +75,7 @@ class RunEvent:
             step_id=_optional_id("RunStep", message.step_id),
             step_status=_enum_or_none(StepStatus, message.status) if message.type in _STEP_EVENTS else None,
             at=message.at,
-            payload=message.payload,
+            payload=public_payload(message.payload),
             agent_name=None if labels is None else labels.agent_name,
             step_tool=None if step is None else step.tool,
             step_decision=None if step is None else _enum_or_none(Decision, step.decision),

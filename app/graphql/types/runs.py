@@ -18,6 +18,7 @@ from app.clock import utcnow
 from app.db import orm
 from app.domain.budgets import effective
 from app.domain.errors import NotFound
+from app.domain.global_ids import object_id, public_policy_chain, public_step_result
 from app.domain.policy import Decision
 from app.domain.runs import RunStatus, RunTrigger, StepStatus
 from app.graphql.context import Info
@@ -70,7 +71,7 @@ class RunStep(Node):
             status=StepStatus(row.status),
             decision=None if row.decision is None else Decision(row.decision),
             decision_reason=row.decision_reason,
-            result=row.result,
+            result=public_step_result(row.result, row.child_run_id),
             error=row.error,
             error_code=row.error_code,
             started_at=row.started_at,
@@ -107,6 +108,7 @@ class RunStep(Node):
 
 @strawberry.type(name="Delegation", description="Why a child run exists: its parent's agents.delegate call.")
 class Delegation:
+    id: strawberry.ID = strawberry.field(description="The delegation's id (one per child run; not a node).")
     task: str
     parent_step_id: strawberry.Private[int | None]
 
@@ -135,7 +137,10 @@ class Run(Node):
     )
     depth: int = strawberry.field(description="0 for a root run, parent's depth + 1 for a child.")
     policy_chain: JSON = strawberry.field(
-        description="The policies this run runs under, root agent first, as snapshotted at its creation."
+        description=(
+            "The policies this run runs under, root agent first, as snapshotted at its creation: "
+            "`[{agentId, agentName, policy}]`, `agentId` a global id."
+        )
     )
     turns: int
     created_at: datetime
@@ -158,7 +163,7 @@ class Run(Node):
             cancel_reason=row.cancel_reason,
             held_reason=row.held_reason,
             depth=row.depth,
-            policy_chain=JSON(row.policy_chain or []),
+            policy_chain=JSON(public_policy_chain(row.policy_chain or [])),
             turns=row.turns,
             created_at=row.created_at,
             updated_at=row.updated_at,
@@ -268,7 +273,11 @@ class Run(Node):
     def delegation(self) -> Delegation | None:
         if self.row.parent_run_id is None and self.row.delegation_task is None:
             return None
-        return Delegation(task=self.row.delegation_task or "", parent_step_id=self.row.parent_step_id)
+        return Delegation(
+            id=strawberry.ID(object_id("Delegation", self.row.id)),
+            task=self.row.delegation_task or "",
+            parent_step_id=self.row.parent_step_id,
+        )
 
     @strawberry.field(description="The memories put into this run's context when it started.")
     async def injected_memories(

@@ -11,6 +11,7 @@ from strawberry.scalars import JSON
 from app.db import orm
 from app.domain.agents import OverlapPolicy
 from app.domain.errors import NotFound
+from app.domain.global_ids import object_id
 from app.domain.schedules import FiringOutcome
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
@@ -94,6 +95,7 @@ class Schedule(Node):
 
 @strawberry.type(name="ScheduleFiring", description="One fire time of a schedule, as a tick served it.")
 class ScheduleFiring:
+    id: strawberry.ID = strawberry.field(description="The firing's id (not a node).")
     fire_at: datetime
     missed: int = strawberry.field(
         description="Earlier fire times coalesced into this one (workers were down or late)."
@@ -106,6 +108,7 @@ class ScheduleFiring:
     @classmethod
     def from_row(cls, row: orm.ScheduleFiring) -> ScheduleFiring:
         return cls(
+            id=strawberry.ID(object_id("ScheduleFiring", row.id)),
             fire_at=row.fire_at,
             missed=row.missed,
             outcome=FiringOutcome(row.outcome),

@@ -13,6 +13,7 @@ from app.db import orm
 from app.domain import actors
 from app.domain.actors import ActorKind
 from app.domain.agent_versions import AgentConfig
+from app.domain.global_ids import object_id
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
@@ -83,8 +84,12 @@ class AgentVersion(Node):
             instructions=config.instructions,
             model=JSON(config.model),
             tools=config.tools,
-            policy=Policy.from_json(config.policy),
-            memory_budget=MemoryBudget(max_items=config.memory_max_items, max_chars=config.memory_max_chars),
+            policy=Policy.from_json(config.policy, row.agent_id, row.version),
+            memory_budget=MemoryBudget(
+                id=strawberry.ID(object_id("MemoryBudget", row.agent_id, row.version)),
+                max_items=config.memory_max_items,
+                max_chars=config.memory_max_chars,
+            ),
             budget=config.config.get("budget"),
             input_schema=config.config.get("input_schema"),
             row=row,

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.clock import db_now, now_sql
 from app.db.orm import Agent, Run, RunEvent, RunStep
 from app.domain.errors import NotFound
+from app.domain.global_ids import to_global_id
 from app.domain.run_events import EventType
 from app.domain.runs import (
     CANCELLABLE_RUN,
@@ -257,7 +258,9 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
         step = next((s for s in steps if s.id == child.parent_step_id), None)
         if step is None or StepStatus(step.status) is not StepStatus.WAITING_CHILD:
             return  # the parent already moved on
-        outcome = {"status": child.status, "result": child.result, "error": child.error, "runId": child.id}
+        # The model and clients both read this outcome: the child as its global id.
+        run_id = to_global_id("Run", child.id)
+        outcome = {"status": child.status, "result": child.result, "error": child.error, "runId": run_id}
         if child.error_code is not None:
             outcome["errorCode"] = child.error_code
         await self.finish_step(parent, step, StepStatus.SUCCEEDED, result=outcome)

@@ -181,7 +181,7 @@ function renderRun(box, run, changed) {
 function policyLink(link) {
   const policy = link.policy ?? {};
   const rules = policy.rules ?? [];
-  return h('li', {}, h('strong', {}, link.agent_name ?? `agent ${link.agent_id}`),
+  return h('li', {}, h('strong', {}, link.agentName ?? `agent ${link.agentId}`),
     `: default ${policy.default ?? 'by risk class'}; `,
     rules.length ? ['rules ', rules.map((r, i) => [i ? ', ' : '', h('code', {}, r.tool), ` → ${r.decision}`])] : 'no rules');
 }
