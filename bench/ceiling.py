@@ -95,14 +95,11 @@ class RawRuns:
         await self.redis.aclose()
 
     async def publish(self, events: list[dict[str, Any]]) -> None:
-        messages = [json.dumps({**e, "at": e["at"].isoformat()}, separators=(",", ":")) for e in events]
-        if len(messages) == 1:
-            await self.redis.publish(self.channel, messages[0])
-            return
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for message in messages:
-                pipe.publish(self.channel, message)
-            await pipe.execute()
+        # One message per transaction, as the server sends them (docs/architecture.md).
+        encoded = [json.dumps({**e, "at": e["at"].isoformat()}, separators=(",", ":")) for e in events]
+        await self.redis.publish(
+            self.channel, encoded[0] if len(encoded) == 1 else "[" + ",".join(encoded) + "]"
+        )
 
     async def run(self, run_id: int) -> None:
         async with self.pool.acquire() as conn:

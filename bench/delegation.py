@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.db.orm import Agent
 from app.domain.agents import Role
+from app.events.publish import raw_events
 from app.keys import events_channel
 from app.services import auth, runs
 from app.services.runtime import open_runtime
@@ -72,13 +73,13 @@ async def until_succeeded(rt: Any, principal: Any, agent_ids: list[int], watch_i
             msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
             if not msg:
                 continue
-            event = json.loads(msg["data"])
-            if (
-                event.get("run_id") in ids
-                and event.get("type") == "RUN_STATUS_CHANGED"
-                and event.get("status") == "SUCCEEDED"
-            ):
-                done.add(event["run_id"])
+            for event in raw_events(msg["data"]):
+                if (
+                    event.get("run_id") in ids
+                    and event.get("type") == "RUN_STATUS_CHANGED"
+                    and event.get("status") == "SUCCEEDED"
+                ):
+                    done.add(event["run_id"])
     finally:
         await pubsub.aclose()
     return time.perf_counter() - started

@@ -56,6 +56,7 @@ from app.db.orm import Agent
 from app.domain.actors import SYSTEM
 from app.domain.agents import Role
 from app.domain.runs import RunTrigger
+from app.events.publish import raw_events
 from app.keys import events_channel
 from app.services import auth, runs
 from app.services.agents import version_row
@@ -169,9 +170,9 @@ async def wait_statuses(rt: Any, run_ids: set[int], timeout_s: float) -> dict[in
                 # time out on a starved machine); the database has the truth.
                 await _succeeded_in_db(rt, run_ids - done.keys(), done)
                 continue
-            event = json.loads(msg["data"])
-            if event.get("run_id") in run_ids and _finished(event):
-                done[event["run_id"]] = time.perf_counter()
+            for event in raw_events(msg["data"]):
+                if event.get("run_id") in run_ids and _finished(event):
+                    done[event["run_id"]] = time.perf_counter()
     finally:
         await pubsub.aclose()
     return done
@@ -328,9 +329,9 @@ async def end_to_end(
             while (len(done) < n) and time.monotonic() < deadline:
                 msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 if msg:
-                    event = json.loads(msg["data"])
-                    if _finished(event):
-                        done[event["run_id"]] = time.perf_counter()
+                    for event in raw_events(msg["data"]):
+                        if _finished(event):
+                            done[event["run_id"]] = time.perf_counter()
                 else:
                     await _succeeded_in_db(rt, ids - done.keys(), done)
             await asyncio.gather(*starters)
@@ -501,7 +502,7 @@ async def latency(rt: Any, principal: Any, agent_id: int, n: int) -> dict[str, A
         while time.perf_counter() < deadline:
             # None also comes back for the (ignored) subscribe confirmation: keep reading.
             msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            if msg and _finished(json.loads(msg["data"])) and json.loads(msg["data"])["run_id"] == run.id:
+            if msg and any(_finished(e) and e["run_id"] == run.id for e in raw_events(msg["data"])):
                 latencies.append((time.perf_counter() - t0) * 1000)
                 break
         else:

@@ -21,6 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.clock import utcnow
 from app.db.orm import Agent, Memory, Schedule, Workspace
+from app.domain.actors import SYSTEM
+from app.domain.agent_versions import VERSIONED_FIELDS, changes_configuration
 from app.domain.agents import (
     DEFAULT_MEMORY_MAX_CHARS,
     DEFAULT_MEMORY_MAX_ITEMS,
@@ -32,6 +34,7 @@ from app.domain.errors import Conflict
 from app.domain.policy import validate_policy
 from app.domain.schedules import next_fire_at
 from app.services import auth, memories
+from app.services.agents import version_row
 
 DEMO_WORKSPACE = "demo"
 DEV_TOKEN_NAME = "enverif dev"
@@ -166,10 +169,16 @@ async def _upsert_agent(session: AsyncSession, *, workspace_id: int, spec: DemoA
     agent = await _agent_named(session, workspace_id=workspace_id, name=spec.name)
     now = utcnow()
     if agent is None:
-        session.add(
-            Agent(workspace_id=workspace_id, name=spec.name, created_at=now, updated_at=now, **wanted)
+        agent = Agent(
+            workspace_id=workspace_id, name=spec.name, created_at=now, updated_at=now, version=1, **wanted
         )
+        session.add(agent)
+        await session.flush()
+        # Like every agent write, with its version: the demo's runs are pinned to one
+        # (docs/concepts/versions.md).
+        session.add(version_row(agent, SYSTEM, now))
         return
+    current = {key: getattr(agent, key) for key in VERSIONED_FIELDS}
     changed = False
     for key, value in wanted.items():
         if getattr(agent, key) != value:
@@ -177,6 +186,9 @@ async def _upsert_agent(session: AsyncSession, *, workspace_id: int, spec: DemoA
             changed = True
     if changed:
         agent.updated_at = now
+        if changes_configuration(current, wanted):
+            agent.version += 1
+            session.add(version_row(agent, SYSTEM, now))
 
 
 async def _agent_named(session: AsyncSession, *, workspace_id: int, name: str) -> Agent | None:

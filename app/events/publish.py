@@ -98,6 +98,13 @@ def decode_message(raw: str | bytes) -> EventMessage:
     return messages[0]
 
 
+def raw_events(raw: str | bytes) -> list[dict[str, Any]]:
+    """The events of one published message as plain JSON objects (one, or a transaction's
+    array), for tools that read the channel without the hub (benchmarks, tests)."""
+    data = json.loads(raw)
+    return [item for item in (data if isinstance(data, list) else [data]) if isinstance(item, dict)]
+
+
 def decode_messages(raw: str | bytes) -> list[EventMessage]:
     """Parse a published message: one event (an object) or a transaction's events (an array
     of them, in seq order). Raises ``ValueError`` for anything malformed."""

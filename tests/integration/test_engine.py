@@ -231,7 +231,12 @@ async def test_cancelling_a_tree_never_shows_the_parent_resuming(gql, workspace,
     statuses = [(e.run_id, e.status) for e in events if e.type == "RUN_STATUS_CHANGED"]
     assert statuses == [(child, "CANCELLED"), (parent, "CANCELLED")]
     # The child's outcome still reached the parent's step.
-    assert step.result == {"status": "CANCELLED", "result": None, "error": None, "runId": child}
+    assert step.result == {
+        "status": "CANCELLED",
+        "result": None,
+        "error": None,
+        "runId": to_global_id("Run", child),
+    }
     assert [e.seq for e in events] == list(range(events[0].seq, events[0].seq + len(events)))
 
 

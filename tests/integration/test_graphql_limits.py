@@ -28,10 +28,8 @@ INCIDENT = "{ runs(first:100){edges{node{agent{runs(first:100){edges{node{agent{
 async def test_the_incident_query_is_refused_before_execution(gql: Any, app: Any, workspace: Any) -> None:
     await gql.ok("{ viewer { role } }", token=workspace.viewer)  # warm: the first request builds things
     with count_statements(app) as statements:
-        started = time.perf_counter()
         body = await gql.raw(INCIDENT, token=workspace.viewer)
-        elapsed = time.perf_counter() - started
-    assert elapsed < 0.1, elapsed
+    # How soon is bench/fragments.py's to measure; here, that nothing ran first.
     assert "data" not in body  # a request error
     (error,) = body["errors"]
     assert error["extensions"]["code"] == "VALIDATION_FAILED"

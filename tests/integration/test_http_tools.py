@@ -539,7 +539,7 @@ def registry() -> Iterator[ToolRegistry]:
         (["memory.*", "echo.*"], ["echo.say", "memory.forget"]),
         (["memory.*", "memory.forget"], ["memory.forget"]),  # offered once
         (["plugin.not.installed", "http.*"], []),
-        (["ECHO.*"], []),
+        (["ECHO.*"], ["echo.say"]),  # compared case-folded, as policy rules are
     ],
 )
 def test_specs_match_patterns(registry: ToolRegistry, patterns: list[str], names: list[str]) -> None:

@@ -5,7 +5,6 @@ finished, and nothing is left holding the database."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from sqlalchemy import update
 
 from app.db.orm import Run
 from app.db.session import create_engine
+from app.events.publish import raw_events
 from app.keys import events_channel, run_job_prefix
 from tests.conftest import stop_worker
 from tests.integration.test_faults import ALLOW_WEBHOOK
@@ -53,9 +53,9 @@ async def test_sigterm_right_after_runs_finish_logs_no_error(gql, workspace, set
         while ids:
             assert time.monotonic() < deadline, f"{len(ids)} runs did not succeed"
             msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            event = json.loads(msg["data"]) if msg else {}
-            if event.get("type") == "RUN_STATUS_CHANGED" and event.get("status") == "SUCCEEDED":
-                ids.discard(event["run_id"])
+            for event in raw_events(msg["data"]) if msg else []:
+                if event.get("type") == "RUN_STATUS_CHANGED" and event.get("status") == "SUCCEEDED":
+                    ids.discard(event["run_id"])
         for p in workers:
             p.send_signal(signal.SIGTERM)
         codes = [await asyncio.to_thread(p.wait, 30) for p in workers]

@@ -219,7 +219,10 @@ async def check_tree_invariants(sessionmaker: Any, workspace_id: int, sink: Sink
     for step in (s for s in steps if s.tool == "agents.delegate"):
         assert step.child_run_id is not None and step.status == "SUCCEEDED", (step.id, step.status)
         child = runs[step.child_run_id]
-        expected = {"status": child.status, "result": child.result, "error": child.error, "runId": child.id}
+        expected = {
+            "status": child.status, "result": child.result, "error": child.error,
+            "runId": to_global_id("Run", child.id),
+        }  # fmt: skip
         assert step.result == expected, (step.id, step.result, expected)
 
     by_root: dict[int, list[int]] = defaultdict(list)
