@@ -29,10 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 from app.db.orm import Agent
+from app.domain.actors import SYSTEM
 from app.domain.agents import Role
 from app.events.publish import raw_events
 from app.keys import events_channel
 from app.services import auth, runs
+from app.services.agents import version_row
 from app.services.runtime import open_runtime
 from app.settings import Settings
 from bench.support import create_database
@@ -49,6 +51,7 @@ async def make_agent(rt: Any, workspace_id: int, name: str, steps: list[dict[str
                       updated_at=utcnow())  # fmt: skip
         session.add(agent)
         await session.flush()
+        session.add(version_row(agent, SYSTEM, agent.created_at))  # a run is pinned to one
         return agent.id
 
 
