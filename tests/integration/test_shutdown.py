@@ -81,9 +81,14 @@ async def test_a_stopped_worker_waits_for_arqs_bookkeeping_before_closing(
 
     finish_job = Worker.finish_job
     entered, ended = asyncio.Event(), asyncio.Event()
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "done"}])
+    # Started before the worker, so its job id is known: the shared queue can hold other
+    # tests' stale jobs (the cron job's, or a run's another test left), which must not count.
+    run_id = await start_run(gql, workspace.operator, agent)
+    ours = f"{run_job_prefix(settings.redis_prefix)}{pk(run_id)}:"
 
     async def slow_finish_job(self: Worker, job_id: str, *args: Any, **kwargs: Any) -> None:
-        if not job_id.startswith(run_job_prefix(settings.redis_prefix)):  # the schedules' cron job
+        if not job_id.startswith(ours):
             return await finish_job(self, job_id, *args, **kwargs)
         entered.set()
         await asyncio.sleep(0.5)
@@ -91,9 +96,7 @@ async def test_a_stopped_worker_waits_for_arqs_bookkeeping_before_closing(
         ended.set()
 
     monkeypatch.setattr(Worker, "finish_job", slow_finish_job)
-    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "done"}])
     worker = asyncio.create_task(run_worker(settings))
-    run_id = await start_run(gql, workspace.operator, agent)
     await asyncio.wait_for(entered.wait(), 30)
     worker.cancel()  # what run_stack does on SIGTERM
     await asyncio.gather(worker, return_exceptions=True)
