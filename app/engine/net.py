@@ -26,8 +26,10 @@ Errors::
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
+import ssl
 from collections.abc import Iterable
 from typing import Any
 
@@ -212,6 +214,14 @@ class _CookielessClient2(_Cookieless, httpx2.AsyncClient):
     _no_cookies = _NoCookies2()
 
 
+@functools.cache
+def _ssl_context(http: Any) -> ssl.SSLContext:
+    """One verifying TLS context per process for each httpx, shared by every client: loading
+    the CA bundle costs about 50 ms of CPU, which each new client paid twice."""
+    context: ssl.SSLContext = http.create_ssl_context(trust_env=False)
+    return context
+
+
 def _guarded_transport(
     settings: Settings,
     *,
@@ -228,10 +238,11 @@ def _guarded_transport(
     would vet the proxy, not the target) and would leak traffic through it. httpx has no public
     hook for the network backend, so the pool it built is swapped for one that uses ours (both
     httpx versions are pinned; tests cover the refusal end to end)."""
-    transport = http.AsyncHTTPTransport(trust_env=False)
+    ssl_context = _ssl_context(http)
+    transport = http.AsyncHTTPTransport(verify=ssl_context, trust_env=False)
     if not settings.http_allow_private_networks:
         transport._pool = core.AsyncConnectionPool(
-            ssl_context=http.create_ssl_context(trust_env=False),
+            ssl_context=ssl_context,
             max_connections=max_connections,
             max_keepalive_connections=max(1, max_connections // 2),
             keepalive_expiry=5.0,
