@@ -1,4 +1,18 @@
-"""Request body size limit: an ASGI middleware in front of every HTTP route.
+"""Slow and large requests: what a client may hold of the API before it is cut off.
+
+Headers (``header_timeout_protocol``, uvicorn's HTTP protocol with a deadline): a request's
+headers must arrive whole within ``ENVERIF_REQUEST_HEADER_TIMEOUT_S`` of the connection
+opening or of the previous response ending; otherwise the connection is closed (with 408
+when part of a request came). uvicorn has no such deadline: its keep-alive timer stops at
+the first byte, so a client sending one header byte every few seconds held a connection
+(and a file descriptor) for as long as it liked: 300 of them were held for 20 s.
+
+Bodies (``BodySizeLimit``): the whole body must be read within
+``ENVERIF_REQUEST_BODY_TIMEOUT_S`` of the first read; the read that passes the deadline
+fails, the client gets 408 and the connection is closed. A per-read timeout would not do:
+a byte every second never trips it.
+
+Request body size limit: an ASGI middleware in front of every HTTP route.
 
 A body larger than ``settings.max_body_bytes`` is refused with 413 *before it is read*:
 
@@ -16,12 +30,16 @@ big) before the app parses it. uvicorn has already buffered such a message (up t
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.domain.errors import ValidationFailed
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 CODE: Final = ValidationFailed.code
 WS_MESSAGE_TOO_BIG: Final = 1009
@@ -31,10 +49,15 @@ class BodyTooLarge(Exception):
     """Raised from ``receive`` when a streamed body crosses the limit."""
 
 
+class BodyTooSlow(Exception):
+    """Raised from ``receive`` when the body has not arrived by its deadline."""
+
+
 class BodySizeLimit:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, body_timeout_s: float | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
@@ -54,11 +77,26 @@ class BodySizeLimit:
 
         received = 0
         response_started = False
+        deadline: float | None = None
+        body_done = False
+        loop = asyncio.get_running_loop()
 
         async def counting_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, deadline, body_done
+            if self.body_timeout_s is None or body_done:
+                # Once the body is in, a read waits for the client to leave (Starlette's
+                # disconnect watch during a streamed response): no deadline for that.
+                message = await receive()
+            else:
+                if deadline is None:
+                    deadline = loop.time() + self.body_timeout_s
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        message = await receive()
+                except TimeoutError:
+                    raise BodyTooSlow from None
             if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
                 received += len(message.get("body", b""))
                 if received > self.max_body_bytes:
                     raise BodyTooLarge
@@ -76,6 +114,10 @@ class BodySizeLimit:
             if response_started:  # an app that answers before reading the body; nothing to fix
                 raise
             await _refuse(send, 413, self._message())
+        except BodyTooSlow:
+            if response_started:
+                raise
+            await _refuse(send, 408, f"The request body did not arrive within {self.body_timeout_s:g} s")
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         closed = False
@@ -131,3 +173,83 @@ async def _refuse(send: Send, status: int, message: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+# -- request headers ---------------------------------------------------------------------------
+
+REQUEST_TIMEOUT: Final = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 36\r\nconnection: close\r\n\r\nThe request headers did not arrive.\n"
+)
+
+
+def header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (httptools when installed, as uvicorn's ``auto``; else h11)
+    with the header deadline of the module docstring. Pass it as ``uvicorn.Config(http=...)``."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+    except ImportError:  # pragma: no cover - httptools is a dependency
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base  # type: ignore[assignment]
+
+    class HeaderTimeoutProtocol(base):
+        """The deadline runs while no request is between its headers and its response: from
+        the connection opening, and again from each response's end. A new request cycle
+        (uvicorn makes one when the headers are complete) or a websocket upgrade stops it."""
+
+        _header_timer: asyncio.TimerHandle | None = None
+        _waiting_cycle: Any = None
+        _partial = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_header_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_header_timer()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            self._partial = True
+            super().data_received(data)
+            if self._header_timer is not None and (
+                self.cycle is not self._waiting_cycle or self.transport.get_protocol() is not self
+            ):
+                self._disarm_header_timer()  # the headers are in (or the socket is a websocket now)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if (
+                not self.transport.is_closing()
+                and self.transport.get_protocol() is self
+                and (self.cycle is None or self.cycle.response_complete)  # nothing pipelined
+            ):
+                self._arm_header_timer()
+
+        def _arm_header_timer(self) -> None:
+            self._disarm_header_timer()
+            self._waiting_cycle = self.cycle
+            self._partial = False
+            self._header_timer = self.loop.call_later(timeout_s, self._headers_too_slow)
+
+        def _disarm_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if self.transport.is_closing() or self.transport.get_protocol() is not self:
+                return
+            if self._partial:
+                self.transport.write(REQUEST_TIMEOUT)
+            self.transport.close()
+
+    return HeaderTimeoutProtocol
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """The options of ``uvicorn.Config`` that carry these limits (``enverif serve``/``dev``)."""
+    return {
+        "http": header_timeout_protocol(settings.request_header_timeout_s),
+        "limit_concurrency": settings.max_connections,
+    }

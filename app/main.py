@@ -30,7 +30,7 @@ from app.events.subscriber import RedisSubscriber
 from app.graphql import graphiql_page
 from app.graphql.schema import build_schema
 from app.graphql.view import GraphQLView
-from app.graphql.ws_auth import TokenChecks
+from app.graphql.ws_auth import SocketCounts, TokenChecks
 from app.http_limits import BodySizeLimit
 from app.services import health
 from app.services.runtime import open_runtime
@@ -74,7 +74,13 @@ def create_app(settings: Settings) -> Starlette:
         from app.dev.routes import routes as dev_routes
 
         routes.extend(dev_routes)
-    middleware = [Middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)]
+    middleware = [
+        Middleware(
+            BodySizeLimit,
+            max_body_bytes=settings.max_body_bytes,
+            body_timeout_s=settings.request_body_timeout_s,
+        )
+    ]
     if settings.cors_origins:
         # Outermost, so that refusals further in (413, 400) carry the CORS headers too and a
         # browser shows the real error rather than "blocked by CORS policy".
@@ -132,6 +138,7 @@ def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAs
                 app.state.event_hub = hub
                 app.state.output_hub = output_hub
                 app.state.token_checks = TokenChecks()
+                app.state.socket_counts = SocketCounts()
                 yield
             finally:
                 await subscriber.stop()

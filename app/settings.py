@@ -61,6 +61,14 @@ class Settings(BaseSettings):
     cors_origins: Annotated[tuple[str, ...] | None, NoDecode] = None
     # Request bodies larger than this are refused with 413 before they are read.
     max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=1_073_741_824)
+    # Slow clients (app/http_limits.py): a request's headers must arrive whole within this
+    # long of the connection opening (or of the previous response), its body within the
+    # second figure of the first read; else 408 and the connection is closed.
+    request_header_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    request_body_timeout_s: float = Field(default=30.0, gt=0, le=3_600)
+    # Connections one API process holds at once (HTTP and websockets); beyond it uvicorn
+    # answers 503 (its limit_concurrency).
+    max_connections: int = Field(default=4_096, ge=16, le=1_000_000)
     # Largest GraphQL response over HTTP (bytes of its JSON); a larger one is refused with
     # VALIDATION_FAILED, not truncated. Query cost bounds rows, not their size.
     max_response_bytes: int = Field(default=16_777_216, ge=65_536, le=1_073_741_824)
@@ -96,6 +104,11 @@ class Settings(BaseSettings):
     # A websocket that sends no connection_init within this long is closed (4408): an idle
     # socket costs a connection and a task until then (strawberry's default is a minute).
     ws_connection_init_timeout_s: float = Field(default=10.0, gt=0, le=60.0)
+    # Websockets one API process keeps open per token (one more is acknowledged and closed
+    # with 1013), and per client address while not yet signed in (from the handshake to the
+    # connection_init's answer; one more is closed with 1013 at once).
+    ws_max_sockets_per_token: int = Field(default=32, ge=1, le=100_000)
+    ws_max_pending_sockets_per_address: int = Field(default=32, ge=1, le=100_000)
     # Live events one runTree subscription may have waiting to be sent; a subscriber that
     # falls this far behind has its websocket closed (code 1013) instead of growing memory.
     subscription_queue_max: int = Field(default=1_000, ge=10, le=1_000_000)

@@ -338,7 +338,10 @@ async def main() -> None:
             return relay_seq_n, at
 
         env = {**os.environ, "ENVERIF_DATABASE_URL": url, "ENVERIF_REDIS_URL": args.redis_url,
-               "ENVERIF_REDIS_PREFIX": prefix, "ENVERIF_LOG_LEVEL": "warning"}  # fmt: skip
+               "ENVERIF_REDIS_PREFIX": prefix, "ENVERIF_LOG_LEVEL": "warning",
+               # One token's --fanout subscribers from one address: over the default socket caps.
+               "ENVERIF_WS_MAX_SOCKETS_PER_TOKEN": str(args.fanout + 10),
+               "ENVERIF_WS_MAX_PENDING_SOCKETS_PER_ADDRESS": str(args.fanout + 10)}  # fmt: skip
         api, base = await asyncio.to_thread(
             start_server, _api_command(args.profile), env, Path(f"/tmp/{prefix}-api.log"),
             r"Enverif API at (http://\S+)/graphql",

@@ -21,6 +21,12 @@ one request at a time, alternating:
 Printed per scenario: p50/p95 of each, the ratio of its p50 to idle's, the bombs answered
 per second and how many were refused with ``VALIDATION_FAILED`` (all of them must be).
 Target: under bombs, both p50s within 2x idle's.
+
+Latencies on a shared machine move with its load (another process's CPU delays every
+request alike), so the bench also prints **cpu_ms_per_request**: the API process's own CPU
+time (user + system, from /proc) per request, for bombs (plain and aliased), ``{ __typename }``
+and ``/healthz``, sent one at a time. A bomb that costs the server less than an ordinary
+small request cannot slow the others more than those would.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import signal
 import statistics
 import sys
@@ -100,6 +107,30 @@ async def _measure(client: httpx.AsyncClient, token: str, n: int) -> dict[str, l
     return found
 
 
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+async def _cpu_per_request(client: httpx.AsyncClient, pid: int, n: int, levels: int) -> dict[str, float]:
+    """The API process's CPU milliseconds per request of each kind, one request at a time."""
+    kinds: dict[str, Any] = {
+        "bomb": lambda i: client.post("/graphql", json={"query": doubling(levels, aliased=False) + f"\n# c{i}"}),
+        "bomb_aliased": lambda i: client.post("/graphql", json={"query": doubling(levels, aliased=True) + f"\n# c{i}"}),
+        "small": lambda i: client.post("/graphql", json={"query": SMALL + f"\n# c{i}"}),
+        "healthz": lambda i: client.get("/healthz"),
+    }  # fmt: skip
+    found: dict[str, float] = {}
+    for name, send in kinds.items():
+        for i in range(20):  # warm-up
+            await send(-i)
+        before = _cpu_s(pid)
+        for i in range(n):
+            await send(i)
+        found[name] = round((_cpu_s(pid) - before) / n * 1000, 2)
+    return found
+
+
 def _summary(ms: list[float]) -> dict[str, float]:
     return {"p50_ms": round(statistics.median(ms), 2), "p95_ms": round(statistics.quantiles(ms, n=20)[-1], 2)}
 
@@ -113,6 +144,10 @@ async def run(args: argparse.Namespace, settings: Settings, token: str) -> dict[
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=args.seconds_cap) as client:
             await _wait_ready(client, "/graphql")
             await _measure(client, token, 20)  # warm-up
+            report["cpu_ms_per_request"] = await _cpu_per_request(
+                client, server.pid, args.requests, args.levels
+            )
+            print(f"cpu_ms_per_request: {report['cpu_ms_per_request']}", flush=True)
             idle = await _measure(client, token, args.requests)
             report["idle"] = {name: _summary(ms) for name, ms in idle.items()}
             print(f"idle: {report['idle']}", flush=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 import uvicorn
 
+from app import http_limits
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ async def run_stack(
                 lifespan="on",
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                 ws_per_message_deflate=settings.ws_per_message_deflate,
+                **http_limits.uvicorn_options(settings),
             )
         )
     stop = asyncio.Event()

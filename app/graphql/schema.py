@@ -31,7 +31,7 @@ from app.graphql.hardening import MaxQueryLength, OneOperationOrName, RequestErr
 from app.graphql.limits import ArgumentLimiter
 from app.graphql.mutations import Mutation
 from app.graphql.queries import Query
-from app.graphql.shape import DocumentShapeLimiter, ShapeLimits
+from app.graphql.shape import DocumentPrescan, DocumentShapeLimiter, ShapeLimits
 from app.graphql.shared_execution import SharedEventExecutor
 from app.graphql.subscriptions import Subscription
 from app.graphql.types.agents import Agent
@@ -71,6 +71,8 @@ def build_schema(
         lambda: MaxQueryLength(max_chars=MAX_QUERY_CHARS),
         OneOperationOrName,
         documents.extension,
+        # After the cache, before parsing: a fragment bomb is refused from its text alone.
+        lambda: DocumentPrescan(limits=shape_limits),
         # After the cache (it skips what the cache knows to be valid), before graphql-core's
         # validation (linear, but ~15 ms for an 800-byte fragment bomb): a bomb never gets there.
         lambda: DocumentShapeLimiter(limits=shape_limits),

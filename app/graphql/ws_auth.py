@@ -24,6 +24,15 @@ Two more limits live here because only the connection can enforce them:
   ``CLOSE_TOO_SLOW`` and the hub's reason: its sends are what blocks, and they block for
   every operation on the socket alike.
 
+And two caps per API process, so that neither a stolen token nor an address without one can
+hold the process's sockets (``SocketCounts``; docs/operating/security.md):
+
+* at most ``ENVERIF_WS_MAX_PENDING_SOCKETS_PER_ADDRESS`` sockets per client address that
+  have not signed in yet (from the handshake until connection_init is answered); one more
+  is closed at once with ``CLOSE_OVER_CAP``;
+* at most ``ENVERIF_WS_MAX_SOCKETS_PER_TOKEN`` signed-in sockets per token; one more is
+  acknowledged and then closed with ``CLOSE_OVER_CAP``, before it can run anything.
+
 And every error sent carries an ``extensions.code``, as over HTTP: strawberry's handler sends
 graphql-core's own errors (validation, variable coercion) without one, so a request error
 gets ``VALIDATION_FAILED`` and any other uncoded error ``INTERNAL`` (docs/graphql/errors.md).
@@ -35,6 +44,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from typing import Any
 
 from graphql import GraphQLError
@@ -61,6 +71,9 @@ CLOSE_TOKEN_REFUSED = 4403
 # The websocket's "Try Again Later": clients such as graphql-ws retry it (the 44xx codes of
 # graphql-transport-ws are fatal to them), and the reason says to resume with afterSeq.
 CLOSE_TOO_SLOW = 1013
+# A socket over one of the caps: "Try Again Later", which graphql-ws clients retry with
+# backoff (the cap is about sockets open now, not about the client).
+CLOSE_OVER_CAP = 1013
 # Asyncio may wake a timer a hair early; sleeping this much longer means the check at
 # expiresAt finds the token expired instead of spinning through a few zero-length sleeps.
 EXPIRY_SLACK_S = 0.01
@@ -93,6 +106,27 @@ class TokenChecks:
         return await asyncio.shield(entry[1])
 
 
+class SocketCounts:
+    """The websockets one API process holds: signed in, per token; not yet, per address."""
+
+    def __init__(self) -> None:
+        self.by_token: Counter[int] = Counter()
+        self.pending_by_address: Counter[str] = Counter()
+
+    @staticmethod
+    def take(counter: Counter[Any], key: Any, cap: int) -> bool:
+        if counter[key] >= cap:
+            return False
+        counter[key] += 1
+        return True
+
+    @staticmethod
+    def give_back(counter: Counter[Any], key: Any) -> None:
+        counter[key] -= 1
+        if counter[key] <= 0:
+            del counter[key]
+
+
 def with_error_codes(message: Any) -> Any:
     """``message`` with a code on each of its errors (an ``error`` message, or a ``next``
     whose payload has errors); other messages are returned as they are."""
@@ -112,6 +146,23 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
 
     _watcher: asyncio.Task[None] | None = None
     _closer: asyncio.Task[None] | None = None
+    _pending_address: str | None = None  # holds a pending slot for this address
+    _token_slot: int | None = None  # holds a slot for this token id
+
+    async def handle(self) -> None:
+        counts = self._counts()
+        if counts is not None:
+            client = self.context.request.client
+            address = client.host if client is not None else ""
+            cap = self.context.settings.ws_max_pending_sockets_per_address
+            if not counts.take(counts.pending_by_address, address, cap):
+                with contextlib.suppress(Exception):
+                    await self.websocket.close(
+                        code=CLOSE_OVER_CAP, reason=f"over {cap} sockets from this address not signed in"
+                    )
+                return
+            self._pending_address = address
+        await super().handle()  # ends with shutdown(), which gives the slots back
 
     async def send_message(self, message: Any) -> None:
         await super().send_message(with_error_codes(message))
@@ -119,8 +170,32 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         self.context.close_websocket = self._close_soon
         await super().handle_connection_init(message)
+        self._give_back_pending()
+        principal = self.context.signed_in
+        counts = self._counts()
+        if (
+            self.connection_acknowledged
+            and principal is not None
+            and counts is not None
+            and self._token_slot is None
+        ):
+            cap = self.context.settings.ws_max_sockets_per_token
+            if not counts.take(counts.by_token, principal.token_id, cap):
+                await self._close_for(f"this token already holds {cap} sockets", code=CLOSE_OVER_CAP)
+                return
+            self._token_slot = principal.token_id
         if self.connection_acknowledged and self._watcher is None:
             self._watcher = asyncio.create_task(self._watch_token(), name="enverif-ws-token-watch")
+
+    def _counts(self) -> SocketCounts | None:
+        counts: SocketCounts | None = getattr(self.context.request.app.state, "socket_counts", None)
+        return counts
+
+    def _give_back_pending(self) -> None:
+        counts = self._counts()
+        if self._pending_address is not None and counts is not None:
+            counts.give_back(counts.pending_by_address, self._pending_address)
+        self._pending_address = None
 
     async def handle_subscribe(self, message: SubscribeMessage) -> None:
         if self.connection_acknowledged:
@@ -151,6 +226,11 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
             self._closer = asyncio.create_task(self._close_for(reason, code=code), name="enverif-ws-close")
 
     async def shutdown(self) -> None:
+        self._give_back_pending()
+        counts = self._counts()
+        if self._token_slot is not None and counts is not None:
+            counts.give_back(counts.by_token, self._token_slot)
+        self._token_slot = None
         watcher, self._watcher = self._watcher, None
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()

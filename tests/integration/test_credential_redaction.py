@@ -175,3 +175,32 @@ async def test_operators_refused_writes_do_not_echo_the_secret(
         assert "GitHub Token" in error["message"]
         _assert_nowhere({"error": json.dumps(error)}, token, body, body[:12])
     _assert_nowhere(await _rows_of(sessionmaker, workspace.id), token, body)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "tags", "rule"),
+    [
+        ("router", "use admin/hunter2", [], "Login Pair"),
+        ("switch", "log in with jane / Tulip42!", [], "Login Pair"),
+        ("router", "password123", [], "Common Password"),
+        ("router admin", "tulip", ["password"], "Credential-Named Key"),
+        ("office", "door code 4821", [], "Access Code"),
+    ],
+)
+async def test_login_pairs_common_passwords_and_codes_are_refused_over_graphql(
+    gql: Any, workspace: Any, sessionmaker: Any, key: str, value: str, tags: list[str], rule: str
+) -> None:
+    agent_id = await create_agent(gql, workspace.admin, tools=["memory.*"])
+    error = await gql.error(
+        CREATE_MEMORY,
+        {"agentId": agent_id, "input": {"key": key, "value": value, "tags": tags}},
+        token=workspace.operator,
+    )
+    assert error["extensions"]["code"] == "CREDENTIAL_REJECTED" and rule in error["message"], error
+    _assert_nowhere({"error": json.dumps(error)}, value)
+    _assert_nowhere(await _rows_of(sessionmaker, workspace.id), value)
+    # Their ordinary neighbours are stored.
+    for i, fine in enumerate(
+        ("use TCP/IP on port 8080", "error code 4040", "open admin/settings", "Summer2026")
+    ):
+        await create_memory(gql, workspace.operator, agent_id, key=f"{key} note {i}", value=fine)

@@ -98,7 +98,11 @@ async def test_sockets_that_never_send_connection_init_are_closed_on_time(settin
     each is closed with 4408 once ENVERIF_WS_CONNECTION_INIT_TIMEOUT_S has passed."""
     from app.main import create_app
 
-    app = create_app(settings.model_copy(update={"ws_connection_init_timeout_s": 1.0}))
+    app = create_app(
+        settings.model_copy(
+            update={"ws_connection_init_timeout_s": 1.0, "ws_max_pending_sockets_per_address": 100}
+        )
+    )
     async with serve(app, lifespan="on") as base_url:
         url = base_url.replace("http://", "ws://") + "/graphql"
         started = time.monotonic()

@@ -438,6 +438,42 @@ def _login_slash(rng: Rng) -> str:
     )
 
 
+ACCOUNTS = ["admin", "root", "administrator", "pi", "postgres", "guest", "ubuntu", "operator"]
+
+
+def _pair_password(rng: Rng) -> str:
+    # A password as a login pair holds it: no separator of the pair inside.
+    return _password(rng).translate(str.maketrans("/:", "#!"))
+
+
+def _login_pair(rng: Rng) -> str:
+    account, password = rng.choice(ACCOUNTS), _pair_password(rng)
+    return rng.choice(
+        [
+            f"use {account}/{password}",
+            f"log in with {_word(rng)} / {password}",
+            f"{account} / {password} on the {rng.choice(['switch', 'router', 'nas', 'printer'])}",
+            f"WiFi: {_word(rng).title()}-Guest / {password}",
+            f"default creds {account}/{rng.choice(['admin', 'toor', 'changeme', account])}",
+            f"login {_word(rng)}:{password}",
+            f"sign in as {account}/{password}",
+        ]
+    )
+
+
+def _access_code(rng: Rng) -> str:
+    digits = str(rng.randint(1000, 99_999_999))[: rng.randint(4, 8)]
+    return rng.choice(
+        [
+            f"door code {digits}",
+            f"alarm code: {digits}",
+            f"the gate code is {digits}",
+            f"keypad code {digits}",
+            f"PUK {rng.randint(10**7, 10**8 - 1)}",
+        ]
+    )
+
+
 def _userinfo(rng: Rng) -> str:
     return f"{_word(rng)}:{_password(rng).replace('@', '#').replace(':', '!')}@{rng.choice(['127.0.0.1', 'localhost:5432', _domain(rng)])}"
 
@@ -527,6 +563,8 @@ _SECRET_TEXT: dict[str, Callable[[Rng], str]] = {
     "login-slash": _login_slash,
     "userinfo-no-scheme": _userinfo,
     "session-bare": _session,
+    "login-pair": _login_pair,
+    "access-code": _access_code,
     "totp": _totp,
     "bip39": _bip39,
     "recovery-codes": _recovery,
@@ -608,6 +646,30 @@ def _split(rng: Rng) -> Sample:
     return Sample("split", f"the {thing} password", f"is {_password(rng)}", [])
 
 
+def _common_password(rng: Rng) -> Sample:
+    """A well-known password as the whole value, under any key."""
+    stem = rng.choice(["password", "P@ssw0rd", "Passw0rd", "qwerty", "letmein", "Welcome", "iloveyou", "changeme",
+                       "trustno", "abc"])  # fmt: skip
+    tail = rng.choice(
+        [str(rng.randint(1, 9)), str(rng.randint(100, 999)), f"{rng.randint(1, 99)}!", "!", "2026"]
+    )
+    if stem == "abc":
+        tail = str(rng.randint(100, 999))
+    elif tail == "!" and stem.isalpha():
+        tail = "1!"
+    return Sample("common-password", _key(rng, _word(rng), rng.choice(["login", "note", "admin"])), stem + tail,
+                  rng.sample(["crm", "ops", "setup", "vendor"], rng.randint(0, 2)))  # fmt: skip
+
+
+def _named_tag(rng: Rng) -> Sample:
+    """The key says where, a tag says what: key ``router admin``, tag ``password``."""
+    thing = rng.choice(["router", "vpn", "nas", "printer", "wifi", "switch"])
+    value = rng.choice([lambda: _password(rng), lambda: _word(rng), lambda: f"{_word(rng)}-{_word(rng)}"])()
+    tags = [rng.choice(["password", "wifi-password", "Passwort", "pin", "credentials", "api_key"])]
+    return Sample("credential-named-tag", f"{thing} {rng.choice(['admin', 'login', 'access'])}", value,
+                  tags + rng.sample(["ops", "setup"], rng.randint(0, 1)))  # fmt: skip
+
+
 SECRET_FAMILIES: dict[str, Callable[[Rng], Sample]] = {
     **{family: _from_text(family) for family in _SECRET_TEXT},
     "vendor": _vendor_sample,
@@ -615,6 +677,8 @@ SECRET_FAMILIES: dict[str, Callable[[Rng], Sample]] = {
     "encoded": _encoded_sample,
     "credential-named-key": _named_key,
     "split": _split,
+    "common-password": _common_password,
+    "credential-named-tag": _named_tag,
 }
 
 
@@ -977,6 +1041,61 @@ BENIGN_FAMILIES: dict[str, Callable[[Rng], Sample]] = {
         "long-note", _key(rng, "summary", _word(rng)), _long_note(rng)[:16_000], ["summary"]
     ),
 }
+
+
+def _slash_pair(rng: Rng) -> Sample:
+    """``/`` and ``:`` between two words, as notes use them: no login pair."""
+    account = rng.choice(ACCOUNTS)
+    value = rng.choice(
+        [
+            f"use TCP/IP on port {rng.randint(1024, 65535)}",
+            f"read/write access for the {_word(rng)} team",
+            f"open {account}/settings to change the {_word(rng)} plan",
+            f"the endpoint is {account}/v{rng.randint(1, 4)}",
+            "wifi bands 2.4GHz / 5GHz",
+            f"{rng.randint(1, 19)}/{rng.randint(20, 40)} qualified",
+            "supports user/password login and SSO",
+            f"chown {account}:{account} /srv/{_word(rng)}",
+            f"the user/group is {account}/staff",
+            f"input/output of the {_word(rng)} job, login {rng.randint(1, 12):02d}:{rng.randint(0, 59):02d}",
+        ]
+    )
+    return Sample("slash-pair", _key(rng, "runbook", _word(rng)), value, ["ops"])
+
+
+def _numbered_code(rng: Rng) -> Sample:
+    value = rng.choice(
+        [
+            f"error code {rng.randint(1000, 9999)}",
+            f"zip code {rng.randint(10000, 99999)}",
+            f"status code {rng.choice([200, 404, 503])}, retry after {rng.randint(1, 60)} s",
+            f"postal code {rng.randint(1000, 99999)}",
+            f"promo code {_word(rng).upper()}{rng.randint(10, 50)} for the {_word(rng)} launch",
+            f"the pin count is {rng.randint(1, 99)}",
+        ]
+    )
+    return Sample("numbered-code", _key(rng, "note", _word(rng)), value, ["support"])
+
+
+def _label(rng: Rng) -> Sample:
+    """A whole value that is a label, even where a password list would have the word."""
+    value = rng.choice(
+        [
+            f"Summer{rng.randint(2019, 2027)}",
+            f"master{rng.randint(1, 9)}",
+            f"march-{rng.randint(2019, 2027)}",
+            f"admin-{rng.randint(1, 9)}",
+            "Hello!",
+            "passport",
+            "password policy",
+            f"{_word(rng)}{rng.randint(1, 99)}",
+        ]
+    )
+    return Sample("label", rng.choice(["campaign", "host", "label", "codename", "stage"]), value,
+                  rng.sample(["campaign", "ops", "release"], rng.randint(0, 2)))  # fmt: skip
+
+
+BENIGN_FAMILIES.update({"slash-pair": _slash_pair, "numbered-code": _numbered_code, "label": _label})
 
 
 def benign_samples(seed: int = 4321, per_family: int = 14) -> list[Sample]:

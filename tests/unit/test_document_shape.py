@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.graphql.schema import MAX_ALIASES, MAX_FIELDS, build_schema
-from app.graphql.shape import Shape, operation_shapes
+from app.graphql.shape import Shape, operation_shapes, prescan
 from tests.support.graphql import doubling
 
 
@@ -112,6 +112,73 @@ def test_memoised_shape_equals_the_naive_expansion(document: str) -> None:
     fragments = {d.name.value: d for d in parsed.definitions if hasattr(d, "type_condition")}
     operation = parsed.definitions[0]
     assert operation_shapes(parsed)["anonymous"] == _naive(operation.selection_set, fragments)  # type: ignore[attr-defined]
+
+
+def _counted(document: str) -> tuple[int, int]:
+    shapes = operation_shapes(parse(document)).values()
+    return sum(s.aliases for s in shapes), sum(s.fields for s in shapes)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_documents(), st.sampled_from(["", "query Q($n: Int = 1, $f: In = {a: [1, {b: \"}\"}]}) @x(y: 2) "]),
+       st.sampled_from(["", "# a comment { with: braces }\n", ",,\n\t"]))  # fmt: skip
+def test_the_prescan_counts_what_the_parsed_document_holds(document: str, header: str, noise: str) -> None:
+    document = header + noise.join(document.split(" ", 3)) if header else noise + document
+    found = prescan(document)
+    assert found is not None and (found.aliases, found.fields) == _counted(document)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        "{ a: viewer { r: role } b: viewer { role } }",
+        "query A { viewer { role } } query B { a: viewer { role } } { __typename }",
+        "{ __schema { types { name } } }",
+        '{ runs(filter: {text: """a } b \\""" c"""}) @include(if: true) { edges { node { id } } } }',
+        "{ viewer { ... on Viewer { role } ... @skip(if: false) { role } } }",
+        "{ viewer { ...Missing } }",
+        doubling(24, aliased=True),
+    ],
+)
+def test_the_prescan_table(document: str) -> None:
+    found = prescan(document)
+    assert found is not None and (found.aliases, found.fields) == _counted(document)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        "type Run { id: ID }",  # not a request
+        "{ viewer { role } ",  # unclosed
+        '{ viewer "text" }',
+        "{ viewer { ...A } } fragment A on Viewer { ...B } fragment B on Viewer { ...A }",  # a cycle
+        "{ vïewer }",
+    ],
+)
+def test_what_the_prescan_cannot_read_is_left_to_the_parser(document: str) -> None:
+    assert prescan(document) is None
+
+
+@pytest.mark.parametrize("aliased", [False, True])
+def test_a_doubling_document_is_refused_before_it_is_parsed(
+    aliased: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import strawberry.schema.schema as strawberry_schema
+
+    parsed: list[str] = []
+    real = strawberry_schema.parse
+    monkeypatch.setattr(strawberry_schema, "parse", lambda q, **kw: parsed.append(q) or real(q, **kw))
+    schema = build_schema(12)
+    started = time.perf_counter()
+    for i in range(20):
+        result = asyncio.run(schema.execute(doubling(24, aliased=aliased) + f"\n# {i}"))
+        (error,) = result.errors or []
+        assert error.extensions == {"code": "VALIDATION_FAILED"}
+    # Each refusal costs well under a millisecond of scanning (parsing cost about 4 ms).
+    assert time.perf_counter() - started < 1.0
+    assert parsed == []
+    assert asyncio.run(schema.execute(f"{{ __typename }} # {aliased} {time.time()}")).errors is None
+    assert len(parsed) == 1
 
 
 @pytest.mark.parametrize("aliased", [False, True])

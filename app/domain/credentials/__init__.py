@@ -26,8 +26,9 @@ cut into pieces: ``formats.find_split_token``). A scan, first rule wins:
 6. ``entropy``: random-looking tokens, after the filters for ordinary facts (digests,
    UUIDs, CIDs, public addresses, identifiers).
 
-Then a key that names a credential (``db_password``, ``Passwort``) with a value that reads
-like one (a word, or a few words that are no sentence) is refused as well.
+Then a key (or a tag) that names a credential (``db_password``, ``Passwort``) with a value
+that reads like one (a word, or a few words that are no sentence) is refused as well, and
+so is a value that is a well-known password (``password123``, ``P@ssw0rd``) whatever its key.
 
 A ``Rejection`` names the rule and the fields, never the text, so it can be logged and shown
 to a client or a model as it is.
@@ -45,7 +46,7 @@ from app.domain.credentials.decode import MAX_DEPTH, decoded
 from app.domain.credentials.entropy import find_random, shannon_entropy
 from app.domain.credentials.formats import find_broken_token, find_split_token, find_text, find_token
 from app.domain.credentials.normalise import fold, lowered
-from app.domain.credentials.phrases import find_phrase
+from app.domain.credentials.phrases import find_phrase, is_common_password
 from app.domain.credentials.seeds import find_seed
 from app.domain.credentials.vocabulary import (
     CREDENTIAL_KEY_PAIRS,
@@ -128,8 +129,14 @@ def find_credential(
         return Rejection(split_rule, _value_first(tuple(dict.fromkeys(present[i][0] for i in pieces))))
     rule = _scan(" ".join(text for _, text in present), _Budget())
     if rule is None:
-        if key is not None and value is not None and names_credential(key) and _reads_like_credential(value):
-            return Rejection("Credential-Named Key", ("value",))
+        if value is not None and is_common_password(fold(value)):
+            return Rejection("Common Password", ("value",))
+        if key is not None and value is not None and _reads_like_credential(value):
+            # The key names a credential, or a tag does (key ``router``, tag ``password``).
+            if names_credential(key):
+                return Rejection("Credential-Named Key", ("value",))
+            if any(name == "tags" and names_credential(text) for name, text in present):
+                return Rejection("Credential-Named Key", ("value", "tags"))
         return None
     for name, text in present:
         found = _scan(text, _Budget())

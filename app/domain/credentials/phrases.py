@@ -15,8 +15,9 @@ case is read from the lowered one) and returns the name of the first rule that f
   ``sshpass -p``, ``--password PW``, ``redis-cli -a``, ``docker login -p``, ``ldapsearch -w``,
   ``smbclient -U user%pw``, ``openssl -passin pass:``), **URL with password**,
   **Credentials before host** (``user:pw@host`` without a scheme), **Login and password**
-  (``login: user@host / password``), **Session identifier** (bare ``session=`` / ``sid=``),
-  **PIN**.
+  (``login: user@host / password``), **Login pair** (``use admin/hunter2``, ``log in with
+  jane / Tulip42!``), **Session identifier** (bare ``session=`` / ``sid=``), **PIN** (and
+  PUK), **Access code** (``door code 4821``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Final
 from app.domain.credentials.normalise import fold, keyword, lowered
 from app.domain.credentials.text import occurrences, windows
 from app.domain.credentials.vocabulary import (
+    ACCOUNT_NAMES,
+    DEFAULT_PASSWORDS,
     KEY_QUALIFIERS,
     NON_VALUES,
     PASSWORD_WORDS,
@@ -198,6 +201,16 @@ _LOGIN_SLASH: Final = re.compile(
     r"\b(?:login|log-in|logon|sign[ -]?in|user(?:name)?|account|creds|credentials?|benutzer(?:name)?|utilisateur|usuario)\s*[:=]\s*"
     r"(?P<user>[^\s/,|]+)\s*(?:/|\|)\s*(?P<v>[^\s/,|]+)"
 )
+# ``use admin/hunter2``, ``log in with jane / Tulip42!``, ``login admin:hunter2``, ``WiFi:
+# GuestNet / tulip4242``: a user and a password side by side. Without a login (or network)
+# word before them only an account name with ``/`` counts (``chown root:root`` and
+# ``TCP/IP`` do not), and the password must read like one (``admin/settings`` does not).
+_PAIR: Final = re.compile(
+    r"(?:(?P<verb>\b(?:login|logon|log[ -]?in|sign[ -]?in|creds|credentials|wi-?fi|wlan|ssid)\b"
+    r"(?:[ \t]+(?:with|as|is|for|to))?[ \t]*[:=]?[ \t]*)|(?<![\w/.:@%+\-]))"
+    r"(?P<user>[a-z0-9._%+\-]{1,64}@[a-z0-9.\-]{1,64}|[a-z0-9][a-z0-9._\-]{0,31})[ \t]*(?P<sep>(?(verb)[/:]|/))[ \t]*"
+    r"(?P<v>[^\s/:,;|()\[\]<>]{3,128})(?![/\w:@])"
+)
 _SESSION: Final = re.compile(
     r"(?<![a-z0-9_\-])(?:session(?:[_\-]?(?:id|key|token))?|sess(?:ion)?id|sid|phpsessid|jsessionid|connect\.sid"
     r"|laravel_session|_session|ci_session|asp\.net_sessionid|sessid)\s*=\s*(?P<v>[A-Za-z0-9%._+/=~\-]{8,})"
@@ -206,6 +219,13 @@ _PIN: Final = re.compile(
     r"\bPIN\b[ \t]*(?:code|number)?[ \t]*(?:is|was|[:=#\-])?[ \t]*(?P<v>\d{4,8})\b"
     r"|(?i:\bpin[ _\-]?(?:code|number|nummer))[ \t]*(?:is|was|[:=#\-])?[ \t]*(?P<v2>\d{4,8})\b"
     r"|(?i:\bpin)[ \t]*(?:is|was|[:=#])[ \t]*(?P<v3>\d{4,8})\b"
+)
+
+_PUK: Final = re.compile(r"puk2?\b[ \t]*(?:code)?[ \t]*(?:is|was|[:=#\-])?[ \t]*(?P<v>\d{8})\b")
+# ``door code 4821``, ``alarm code: 482913``; not ``error code 4040`` nor ``zip code 12345``.
+_ACCESS_CODE: Final = re.compile(
+    r"\b(?:door|gate|alarm|safe|garage|entry|keypad|building|unlock|access|lock|lockbox|key ?safe|intercom)"
+    r"[ \t_\-]?code\b[ \t]*(?:is|was|[:=#\-])?[ \t]*(?P<v>\d{4,8})\b"
 )
 
 
@@ -234,6 +254,23 @@ def _userinfo_value(m: re.Match[str], value: str) -> bool:
 
 def _login_value(m: re.Match[str], value: str) -> bool:
     return _plausible(value) and ("@" in m["user"] or looks_like_secret(value))
+
+
+# A number, a version, a date or a quantity (``v2``, ``2.4ghz``, ``2026-11-30``): not a password.
+_NUMBERISH: Final = re.compile(r"v?\d[\d.,:\-]*[a-z%]{0,5}")
+
+
+def _pair_value(m: re.Match[str], value: str) -> bool:
+    user = m["user"]
+    if m["verb"] is None and user not in ACCOUNT_NAMES and "@" not in user:
+        return False  # most ``a/b`` of a note end here
+    value = value.strip("'\"`").rstrip(SENTENCE_END)
+    low = value.lower()
+    if not value or PLACEHOLDER.match(value):
+        return False
+    if low in DEFAULT_PASSWORDS or low == user:
+        return True  # ``admin/admin``, ``root/toor``
+    return looks_like_secret(value) and not _NUMBERISH.fullmatch(low)
 
 
 def _session_value(m: re.Match[str], value: str) -> bool:
@@ -282,8 +319,11 @@ _SHAPES: Final[tuple[_Shape, ...]] = (
              r"(?<!\S)--(?:password|passwd|pass|pwd|token|api-key|apikey|secret|auth-token|access-token)[\s=]+['\"]?(?P<v>[^\s'\"-]\S*)"),
     _Shape("Login And Password",
            _LOGIN_WORDS, _LOGIN_SLASH, _login_value, anchored=True),
+    _Shape("Login Pair", ("/", ":"), _PAIR, _pair_value, before=72, after=140),
     _Shape("Session Identifier", ("sess", "sid"), _SESSION, _session_value, before=24),
     _Shape("PIN", ("pin",), _PIN, written=True, anchored=True),
+    _Shape("PIN", ("puk",), _PUK, anchored=True),
+    _Shape("Access Code", ("code",), _ACCESS_CODE, before=24, after=32),
 )  # fmt: skip
 
 
@@ -315,3 +355,46 @@ def _find_shape(text: str, low: str) -> str | None:
 
 def find_phrase(text: str, low: str) -> str | None:
     return _find_shape(text, low) or ("Keyword Assignment" if _keyword_assignment(text, low) else None)
+
+
+# -- a value that is a well-known password -----------------------------------------------------
+
+_LEET: Final = str.maketrans("@4$5013!7", "aassoleit")
+_LEET_I: Final = str.maketrans("@4$5013!7", "aassoieit")
+# Words every list of leaked passwords starts with: the value is one of them with digits or
+# symbols added, or written in leet (``password123``, ``P@ssw0rd``, ``Welcome1!``).
+_PASSWORD_STEMS: Final = frozenset(
+    "password passwort passwd passw pass qwerty qwertz azerty letmein iloveyou welcome changeme trustno "
+    "abc abcd".split()
+)
+# Ordinary words too (``master1`` is a host name, ``Summer2024`` a campaign, ``march-2026``
+# a label): only in leet, or with digits and a symbol (``Summer2024!``).
+_WORD_STEMS: Final = frozenset(
+    "admin root master secret login hello monkey dragon sunshine princess football baseball shadow "
+    "superman batman summer winter spring autumn january february march april may june july august "
+    "september october november december".split()
+)
+_COMMON: Final = re.compile(
+    r"(?P<stem>[A-Za-z@$0-9!]*?[A-Za-z@$][A-Za-z@$0-9]*?)(?P<tail>[0-9!@#$%^&*?._\-]+)?"
+)
+
+
+def is_common_password(value: str) -> bool:
+    """The whole value is a well-known password, whatever the key says."""
+    value = value.strip().strip("'\"`")
+    if not 4 <= len(value) <= 32 or any(c.isspace() for c in value):
+        return False
+    m = _COMMON.fullmatch(value)
+    if m is None:
+        return False
+    stem, tail = m["stem"], m["tail"] or ""
+    low = stem.lower()
+    marked = any(c.isdigit() for c in tail) and any(c in "!@#$%^&*?" for c in tail)
+    for plain in {low.translate(_LEET), low.translate(_LEET_I)}:  # a 1 reads as l or as i
+        leet = plain != low
+        if plain in _PASSWORD_STEMS:
+            # ``abc123`` but not ``abc``; ``pass`` only with three characters more.
+            return bool(leet or (len(tail) >= (3 if plain in ("pass", "abc", "abcd") else 1)))
+        if plain in _WORD_STEMS and (leet or marked):
+            return True
+    return False

@@ -48,7 +48,23 @@ PASSWORD_WORDS: Final = (
     "密码", "密碼", "口令",  # Chinese
     "パスワード", "暗証番号",  # Japanese
     "비밀번호", "패스워드", "암호",  # Korean
+    "psw", "pswd", "pword", "wpa key", "wpa2 key", "wpa passphrase", "wifi key", "wi-fi key", "wlan key",
+    "network key", "wep key", "pre-shared key",  # abbreviations, networks
 )  # fmt: skip
+
+# Account names that, before ``/`` and a password-like word, make a login pair
+# (``use admin/hunter2``) without a login word in front.
+ACCOUNT_NAMES: Final = frozenset(
+    "admin administrator root sa postgres pi ubuntu ec2-user guest operator oracle sysadmin superuser "
+    "webadmin ftp ftpuser support manager user test demo dev deploy jenkins git mysql elastic kibana "
+    "grafana rabbitmq minioadmin admin1".split()
+)
+# Passwords that ship as defaults: a login pair with one of these is a credential whatever it
+# reads like (``root/toor``, ``admin/admin``, ``pi/raspberry``).
+DEFAULT_PASSWORDS: Final = frozenset(
+    "toor admin changeme letmein raspberry ubnt alpine calvin guest default 1234 12345 123456 12345678 "
+    "0000 qwerty secret minioadmin elastic public private".split()
+)
 
 SECRET_WORDS: Final = (
     "secret", "client secret", "secret key", "private key", "api key", "apikey", "access key",
