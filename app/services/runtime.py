@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.session import create_engine, create_read_sessionmaker, create_sessionmaker
 from app.dev.embedded import ensure_embedded_redis
+from app.domain.policy import RiskClass
 from app.services.token_cache import TokenCache
 from app.settings import Settings
 
@@ -36,6 +37,8 @@ class Runtime:
     # The tools workers register (app.services.agents loads them on first use): a policy
     # rule must match one of them.
     tool_names: frozenset[str] | None = None
+    # Their risk classes, for the policy preview (app.services.policy_preview).
+    tool_risks: dict[str, RiskClass] | None = None
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         task = asyncio.create_task(work, name=name)
