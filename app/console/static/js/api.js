@@ -19,6 +19,8 @@ export const session = {
   workspace: null,
   /** operator and admin may act; a viewer only reads. */
   get canOperate() { return this.role === 'operator' || this.role === 'admin'; },
+  /** Only admins change agents, policies, budgets, connectors and tokens. */
+  get isAdmin() { return this.role === 'admin'; },
 };
 
 export function signIn(token) {

@@ -1,5 +1,6 @@
 // Run detail: the whole tree (root → children → grandchildren) kept live over `runTree`,
-// and the chosen run's steps, injected memories, policy chain and links both ways.
+// and the chosen run's timeline, usage and budget, live model output (timeline.js), steps,
+// injected memories, policy chain and links both ways.
 //
 // Events say *that* something changed; the page then re-reads the tree and the run over
 // HTTP (debounced), so what is drawn is always the server's current state, never a
@@ -8,6 +9,7 @@
 
 import { gql, session, subscribe } from './api.js';
 import { act, agentLink, duration, errorSlot, facts, fill, h, json, runLink, status, when } from './dom.js';
+import { outputStream, TIMELINE_FIELDS, timelineSection, USAGE_FRAGMENT, usageSection } from './timeline.js';
 
 const RUN_FIELDS = 'id status depth agent { id name } parent { id }';
 const TREE = `query Tree($id: ID!) { run(id: $id) { id root { ${RUN_FIELDS} descendants { ${RUN_FIELDS} } } } }`;
@@ -15,7 +17,7 @@ const TREE = `query Tree($id: ID!) { run(id: $id) { id root { ${RUN_FIELDS} desc
 const RUN = `
 query Run($id: ID!) {
   run(id: $id) {
-    id status trigger depth input result error cancelReason heldReason policyChain turns
+    id status trigger depth input result error errorCode cancelReason heldReason policyChain turns
     createdAt startedAt finishedAt
     agent { id name }
     agentVersion { version }
@@ -28,8 +30,10 @@ query Run($id: ID!) {
       approval { id status reason }
     }
     injectedMemories { id key value tags }
+    ${TIMELINE_FIELDS}
   }
-}`;
+}
+${USAGE_FRAGMENT}`;
 
 const EVENTS = `
 subscription Tree($id: ID!, $after: Int) {
@@ -51,6 +55,7 @@ export async function runPage(main, runId) {
   let timer = null;
   let stop = null;
   let closed = false;
+  let output = null; // the live model output, while the run can still produce some
 
   let drawn = null; // what is on screen: redraw only on change, so focus and typing survive
   async function refresh() {
@@ -67,6 +72,8 @@ export async function runPage(main, runId) {
     const reason = detail.querySelector('#cancel-reason')?.value;
     renderTree(treeBox, tree.run.root, runId);
     renderRun(detail, run.run, () => schedule());
+    if (!output && !TERMINAL.has(run.run.status)) output = outputStream(runId);
+    if (output) detail.querySelector('#output-slot').replaceWith(output.el);
     const reasonInput = detail.querySelector('#cancel-reason');
     if (reasonInput && reason) reasonInput.value = reason;
   }
@@ -106,6 +113,7 @@ export async function runPage(main, runId) {
     closed = true;
     clearTimeout(timer);
     stop?.();
+    output?.stop();
   };
 }
 
@@ -159,8 +167,11 @@ function renderRun(box, run, changed) {
     canCancel ? h('form', { class: 'inline', onsubmit: (e) => e.preventDefault() },
       h('label', { for: 'cancel-reason' }, 'Cancel reason', h('input', { id: 'cancel-reason' })), cancel) : null,
     cancelSlot.el,
-    run.error ? h('p', { class: 'error' }, `Error: ${run.error}`) : null,
+    run.error ? h('p', { class: 'error' }, `Error: ${run.error}`, run.errorCode ? [' ', h('code', {}, `(${run.errorCode})`)] : null) : null,
     run.cancelReason ? h('p', {}, `Cancel reason: ${run.cancelReason}`) : null,
+    timelineSection(run),
+    usageSection(run),
+    h('div', { id: 'output-slot' }),
     h('h2', {}, 'Steps'),
     run.steps.length ? h('div', { class: 'scroll' }, h('table', { id: 'steps' },
       h('thead', {}, h('tr', {}, ['#', 'Tool', 'Arguments', 'Decision', 'Status', 'Result or error']
