@@ -21,7 +21,7 @@ from playwright.async_api import Page, expect
 from app.domain.agents import Role
 from app.domain.policy import PolicyLink, RiskClass, effective_decision, parse_policy
 from tests.integration import test_console
-from tests.integration.test_console import TABLET, Console, open_agent, screenshot
+from tests.integration.test_console import LAPTOP, TABLET, Console, open_agent, screenshot
 from tests.integration.test_mcp import crm_server
 
 console = test_console.console  # the fixture: a real server, worker and browser
@@ -56,6 +56,7 @@ async def test_an_admin_creates_edits_pauses_and_schedules_an_agent_and_previews
     await create.get_by_role("button", name="Create agent").click()
     await expect(page.get_by_role("heading", level=1)).to_contain_text(f"Agent {name}")
     await expect(page.locator("dl.facts")).to_contain_text("1 (new runs are pinned to it)")
+    agent_hash = "#" + page.url.split("#", 1)[1]
 
     # A refusal is shown beside its control, with its code and field.
     await nav(page, "Agents")
@@ -111,6 +112,13 @@ async def test_an_admin_creates_edits_pauses_and_schedules_an_agent_and_previews
     await screenshot(page, "console-schedules.png")
     await row.get_by_role("button", name="Pause schedule 0 9 * * 1").click()
     await expect(page.locator("#schedules tr[data-schedule]")).to_contain_text("no (paused)")
+    row = page.locator("#schedules tr[data-schedule]")
+    await row.get_by_text("Edit", exact=True).click()
+    edit_form = row.get_by_role("form", name="Edit schedule 0 9 * * 1")
+    await edit_form.get_by_label("Cron").fill("15 10 * * 1")
+    await edit_form.get_by_role("button", name="Save schedule").click()
+    await expect(page.locator("#schedules tr[data-schedule]")).to_contain_text("15 10 * * 1")
+    await expect(page.get_by_role("button", name="Resume schedule 15 10 * * 1")).to_be_visible()
     schedule_id = await page.locator("#schedules tr[data-schedule]").get_attribute("data-schedule")
 
     # The policy preview, along a path: this agent delegating to scout. The answer is what the
@@ -131,7 +139,7 @@ async def test_an_admin_creates_edits_pauses_and_schedules_an_agent_and_previews
     await preview.get_by_role("button", name="Preview decision").click()
     await expect(page.get_by_role("alert")).to_contain_text("VALIDATION_FAILED")
 
-    for hash in ("#/agents", "#/policies"):
+    for hash in ("#/agents", "#/policies", agent_hash):
         await page.goto(f"{console.url}/console{hash}")
         await expect(page.get_by_role("heading", level=1)).to_be_visible()
         await fits_a_tablet(page)
@@ -168,6 +176,8 @@ async def test_an_admin_registers_an_mcp_server_and_manages_tokens(console: Cons
         await expect(card.locator(f"tr[data-tool='mcp.{server}.search_companies']")).to_contain_text("READ")
         await expect(card.locator(f"tr[data-tool='mcp.{server}.create_lead']")).to_contain_text("DESTRUCTIVE")
         await screenshot(page, "console-connectors.png")
+        await fits_a_tablet(page)
+        await page.set_viewport_size(LAPTOP)
         await card.get_by_role("button", name=f"Sync {server}").click()
         await expect(page.locator(f"article[data-server='{server}']")).to_contain_text("Last synced")
 
@@ -211,7 +221,7 @@ async def test_an_admin_registers_an_mcp_server_and_manages_tokens(console: Cons
     assert secret and len(secret) > 20
     assert (await viewer_query(console, secret)).get("data"), "the new token does not work"
     await fits_a_tablet(page)
-    await page.set_viewport_size({"width": 1280, "height": 900})
+    await page.set_viewport_size(LAPTOP)
     await nav(page, "Runs")
     await nav(page, "Tokens")
     assert await page.get_by_label("New token").count() == 0, "the secret is shown again"
@@ -260,12 +270,22 @@ async def test_a_viewer_sees_no_admin_controls_but_can_preview(console: Console)
     await page.goto(f"{console.url}/console#/tokens")
     await expect(page.get_by_role("heading", level=1)).to_have_text("API tokens")
     await expect(page.get_by_text("Only admins see and manage tokens.")).to_be_visible()
-    # Reading is every role's: the preview changes nothing.
+    # Reading is every role's: the preview changes nothing. Keyboard only: type the tool, pick
+    # the root agent with the arrow keys, tab on to the button and press Enter.
     await nav(page, "Policies")
     preview = page.get_by_role("form", name="Preview a decision")
-    await preview.get_by_label("Tool").fill("memory.forget")
-    await preview.get_by_label("Root agent").select_option(label="scout")
-    await preview.get_by_role("button", name="Preview decision").click()
+    await preview.get_by_label("Tool").focus()
+    await page.keyboard.type("memory.forget")
+    await page.keyboard.press("Tab")
+    await expect(preview.get_by_label("Root agent")).to_be_focused()
+    for _ in range(100):
+        if await preview.get_by_label("Root agent").evaluate("s => s.selectedOptions[0].text") == "scout":
+            break
+        await page.keyboard.press("ArrowDown")
+    for _ in range(3):
+        await page.keyboard.press("Tab")
+    await expect(preview.get_by_role("button", name="Preview decision")).to_be_focused()
+    await page.keyboard.press("Enter")
     await expect(page.locator("#preview-result .verdict")).to_contain_text("(DESTRUCTIVE): REQUIRE_APPROVAL")
     await context.close()
 
