@@ -20,7 +20,7 @@ from playwright.async_api import Page, expect
 from app.domain.agents import Role
 from app.graphql.schema import schema
 from tests.integration import test_console
-from tests.integration.test_console import Console, open_agent
+from tests.integration.test_console import Console, open_agent, screenshot
 
 pytestmark = pytest.mark.skipif(
     "approvalEvents" not in schema.as_str(), reason="the API has no approvalEvents subscription yet"
@@ -84,6 +84,7 @@ async def test_an_edit_in_the_inbox_runs_the_call_with_the_edited_arguments(cons
     await editor.fill("not json")
     await card.get_by_role("button", name="Approve with these arguments").click()
     await expect(card.get_by_role("alert")).to_contain_text("INVALID_JSON")
+    await screenshot(inbox, "console-inbox.png")
     await editor.fill(f'{{"url": "{console.url}/dev/webhook", "payload": {{"lead": "edited in the inbox"}}}}')
     await card.get_by_role("button", name="Approve with these arguments").click()
     await expect(card).to_have_count(0)
