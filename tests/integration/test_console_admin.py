@@ -178,6 +178,17 @@ async def test_an_admin_registers_an_mcp_server_and_manages_tokens(console: Cons
         await screenshot(page, "console-connectors.png")
         await fits_a_tablet(page)
         await page.set_viewport_size(LAPTOP)
+        # An override of what the annotations say: create_lead treated as an external write.
+        await card.get_by_text("Tool risk overrides").click()
+        await card.get_by_label("Tool → risk class (JSON)").fill('{"create_lead": "NOT_A_RISK"}')
+        await card.get_by_role("button", name="Save overrides").click()
+        await expect(card.get_by_role("alert")).to_contain_text("VALIDATION_FAILED")
+        await card.get_by_label("Tool → risk class (JSON)").fill('{"create_lead": "EXTERNAL_WRITE"}')
+        await card.get_by_role("button", name="Save overrides").click()
+        card = page.locator(f"article[data-server='{server}']")
+        await expect(card.locator(f"tr[data-tool='mcp.{server}.create_lead']")).to_contain_text(
+            "EXTERNAL_WRITE"
+        )
         await card.get_by_role("button", name=f"Sync {server}").click()
         await expect(page.locator(f"article[data-server='{server}']")).to_contain_text("Last synced")
 
@@ -203,8 +214,9 @@ async def test_an_admin_registers_an_mcp_server_and_manages_tokens(console: Cons
         await preview.get_by_label("Root agent").select_option(label=name)
         await preview.get_by_role("button", name="Preview decision").click()
         await expect(page.locator("#preview-result .verdict")).to_contain_text(
-            "(DESTRUCTIVE): REQUIRE_APPROVAL"
+            "(EXTERNAL_WRITE): REQUIRE_APPROVAL"
         )
+        await expect(page.locator("#preview-reason")).to_contain_text("risk default for EXTERNAL_WRITE")
 
         await nav(page, "Connectors")
         await page.get_by_role("button", name=f"Remove {server}").click()
@@ -345,6 +357,7 @@ async def test_the_run_page_shows_the_timeline_usage_budget_and_streams_the_outp
     await expect(page.locator("#usage tr[data-usage='inputTokens']")).to_contain_text("320")
     await expect(timeline.locator("li[data-kind='approval']")).not_to_contain_text("so far")
     await expect(timeline.locator("li[data-kind='step']").first).to_contain_text("webhook.post")
+    await expect(page.locator("#steps tr[data-step='1']")).to_contain_text("turn used 120 in / 30 out tokens")
     await screenshot(page, "console-run-timeline.png")
     await fits_a_tablet(page)
     assert json.dumps(console.refused) == "[]"

@@ -72,7 +72,23 @@ function serverCard(server, reload) {
         server.enabled ? `Disable ${server.name}` : `Enable ${server.name}`),
       h('button', { type: 'button', class: 'danger', onclick: run(DELETE, { id: server.id }) }, `Remove ${server.name}`))
       : null,
+    session.isAdmin ? riskForm(server, reload) : null,
     slot.el);
+}
+
+// An admin's override of what the annotations say (audited by the API), e.g. {"send_email": "EXTERNAL_WRITE"}.
+function riskForm(server, reload) {
+  const slot = errorSlot();
+  const text = h('textarea', { id: `risk-${server.id}`, rows: 2, spellcheck: false }, JSON.stringify(server.toolRisk));
+  return h('details', {}, h('summary', {}, 'Tool risk overrides'),
+    h('form', { 'aria-label': `Tool risk overrides of ${server.name}`, onsubmit: async (event) => {
+      event.preventDefault();
+      const done = await act(event.submitter, slot, () =>
+        gql(UPDATE, { id: server.id, input: { toolRisk: parseJson(text.value, 'toolRisk', {}) } }));
+      if (done) reload();
+    } },
+    field('Tool → risk class (JSON)', text, { class: 'wide' }),
+    h('button', { type: 'submit' }, 'Save overrides'), slot.el));
 }
 
 function createForm(reload) {

@@ -25,7 +25,8 @@ query Run($id: ID!) {
     children { id status agent { name } }
     delegation { task }
     steps {
-      id seq turn tool arguments status decision decisionReason result error
+      id seq turn tool arguments status decision decisionReason result error errorCode
+      usage { inputTokens outputTokens costUsd }
       childRun { id agent { name } }
       approval { id status reason }
     }
@@ -207,5 +208,7 @@ function stepRow(step) {
     h('td', {}, status(step.status),
       step.approval ? h('div', {}, `approval ${step.approval.status}`, step.approval.reason ? `: ${step.approval.reason}` : '',
         step.approval.status === 'PENDING' ? [' ', h('a', { href: '#/approvals' }, 'decide in the inbox')] : null) : null),
-    h('td', {}, step.error ? h('span', { class: 'error' }, step.error) : json(step.result)));
+    h('td', {}, step.error ? h('span', { class: 'error' }, step.error, step.errorCode ? ` (${step.errorCode})` : '') : json(step.result),
+      step.usage ? h('div', { class: 'muted' }, `turn used ${step.usage.inputTokens} in / ${step.usage.outputTokens} out tokens`,
+        step.usage.costUsd ? `, $${step.usage.costUsd}` : '') : null));
 }
