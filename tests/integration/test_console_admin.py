@@ -360,5 +360,17 @@ async def test_the_run_page_shows_the_timeline_usage_budget_and_streams_the_outp
     await expect(page.locator("#steps tr[data-step='1']")).to_contain_text("turn used 120 in / 30 out tokens")
     await screenshot(page, "console-run-timeline.png")
     await fits_a_tablet(page)
+    await page.set_viewport_size(LAPTOP)
+
+    # From the run to the preview along its path: the same agents, ready to ask.
+    await page.get_by_role("link", name="What would be decided along this path").click()
+    preview = page.get_by_role("form", name="Preview a decision")
+    await expect(preview.get_by_label("Root agent")).to_have_value(data["createAgent"]["id"])
+    assert await preview.locator("select").count() == 1
+    await preview.get_by_label("Tool").fill("webhook.post")
+    await preview.get_by_role("button", name="Preview decision").click()
+    await expect(page.locator("#preview-reason")).to_have_text(
+        f"Reason: agent '{name}' risk default for EXTERNAL_WRITE -> REQUIRE_APPROVAL"
+    )
     assert json.dumps(console.refused) == "[]"
     await context.close()

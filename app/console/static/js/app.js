@@ -1,6 +1,7 @@
 // The console's shell: sign-in, navigation and a hash router (#/runs, #/runs/ID,
-// #/approvals, #/agents, #/agents/ID, #/policies, #/connectors, #/tokens). Each page renders into <main> and may return a
-// cleanup function (closing its subscription or timer) that runs when the user leaves it.
+// #/approvals, #/agents, #/agents/ID, #/policies[?path=ID,ID], #/connectors, #/tokens). Each
+// page renders into <main> and may return a cleanup function (closing its subscription or
+// timer) that runs when the user leaves it.
 
 import { gql, session, signIn, signOut, takeNotice } from './api.js';
 import { fill, h } from './dom.js';
@@ -22,7 +23,7 @@ const ROUTES = [
   [/^#\/approvals$/, (box) => approvalsPage(box)],
   [/^#\/agents\/([^/]+)$/, (box, id) => agentPage(box, decodeURIComponent(id))],
   [/^#\/agents$/, (box) => agentsPage(box)],
-  [/^#\/policies$/, (box) => policiesPage(box)],
+  [/^#\/policies(?:\?path=([^/]*))?$/, (box, path) => policiesPage(box, path ? decodeURIComponent(path).split(',') : [])],
   [/^#\/connectors$/, (box) => connectorsPage(box)],
   [/^#\/tokens$/, (box) => tokensPage(box)],
 ];

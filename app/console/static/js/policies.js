@@ -1,6 +1,7 @@
 // Policies: every agent's policy, and the "what would be decided" preview — pick a tool and
-// a run path (root first, the calling agent last) and the server answers with the effective
-// decision and its reason, computed by the engine's own policy code (policyPreview).
+// a run path (root first, the calling agent last; a run page links here with its own path)
+// and the server answers with the effective decision and its reason, computed by the
+// engine's own policy code (policyPreview).
 // Policies are edited on each agent's page (admins), with a diff against the current version.
 
 import { gql } from './api.js';
@@ -16,11 +17,11 @@ query Preview($tool: String!, $agentIds: [ID!]!) {
 // Suggestions only (the server knows the registered tools and judges the name).
 const BUILT_INS = ['agents.delegate', 'agents.list', 'http.get', 'memory.forget', 'memory.remember', 'memory.search', 'webhook.post'];
 
-export async function policiesPage(main) {
+export async function policiesPage(main, path = []) {
   const [{ agents }, servers] = await Promise.all([gql(AGENTS), loadServers()]);
   const list = agents.edges.map((e) => e.node);
   fill(main, h('h1', {}, 'Policies'),
-    previewForm(list, [...BUILT_INS, ...servers.flatMap((s) => s.tools.map((t) => t.name))]),
+    previewForm(list, [...BUILT_INS, ...servers.flatMap((s) => s.tools.map((t) => t.name))], path),
     h('h2', {}, 'Every agent\'s policy'),
     h('p', { class: 'muted' }, 'Admins change a policy on the agent\'s page (Edit configuration).'),
     table(['Agent', 'Status', 'Default', 'Rules'], list.map((a) => h('tr', {},
@@ -29,18 +30,20 @@ export async function policiesPage(main) {
         : 'none')))));
 }
 
-function previewForm(agents, tools) {
+function previewForm(agents, tools, path) {
   const slot = errorSlot();
   const tool = h('input', { id: 'preview-tool', list: 'preview-tools', required: true, autocomplete: 'off' });
   const levels = h('ol', { class: 'levels', id: 'preview-path' });
   const result = h('div', { id: 'preview-result', 'aria-live': 'polite' });
-  const addLevel = () => {
+  const addLevel = (chosen) => {
     const n = levels.children.length;
-    const select = h('select', { id: `preview-agent-${n}` }, agents.map((a) => h('option', { value: a.id }, a.name)));
+    const select = h('select', { id: `preview-agent-${n}` },
+      agents.map((a) => h('option', { value: a.id, selected: a.id === chosen }, a.name)));
     levels.append(h('li', {}, field(n === 0 ? 'Root agent' : `Delegated to (level ${n})`, select)));
     return select;
   };
-  addLevel();
+  // A run page links here with its path (root first): the same agents, ready to preview.
+  for (const id of path.length ? path : [null]) addLevel(id);
   return h('section', { 'aria-labelledby': 'preview-h', class: 'panel' },
     h('h2', { id: 'preview-h' }, 'What would be decided'),
     h('p', { class: 'muted' }, 'The strictest decision along the path wins: a child never escapes a parent\'s policy.'),
@@ -53,7 +56,7 @@ function previewForm(agents, tools) {
     field('Tool', tool), h('datalist', { id: 'preview-tools' }, tools.map((t) => h('option', { value: t }))),
     h('h3', {}, 'Run path (root first, the calling agent last)'), levels,
     h('div', { class: 'inline' },
-      h('button', { type: 'button', onclick: () => addLevel().focus() }, 'Add a delegation level'),
+      h('button', { type: 'button', onclick: () => addLevel(null).focus() }, 'Add a delegation level'),
       h('button', { type: 'button', onclick: () => { if (levels.children.length > 1) levels.lastChild.remove(); } },
         'Remove the last level'),
       h('button', { type: 'submit', class: 'primary' }, 'Preview decision'))),

@@ -21,7 +21,7 @@ query Run($id: ID!) {
     createdAt startedAt finishedAt
     agent { id name }
     agentVersion { version }
-    path { id agent { name } }
+    path { id agent { id name } }
     children { id status agent { name } }
     delegation { task }
     steps {
@@ -147,6 +147,8 @@ function renderRun(box, run, changed) {
       run.path.map((p, i) => h('li', {}, i === run.path.length - 1
         ? h('span', { 'aria-current': 'page' }, `${p.agent.name} (this run)`)
         : runLink(p, `${i === 0 ? 'root: ' : ''}${p.agent.name}`))))),
+    h('p', {}, h('a', { href: `#/policies?path=${run.path.map((p) => p.agent.id).join(',')}` },
+      'What would be decided along this path')),
     facts([
       ['Agent', agentLink(run.agent)],
       ['Status', status(run.status)],
