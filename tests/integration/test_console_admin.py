@@ -167,11 +167,9 @@ async def test_an_admin_registers_an_mcp_server_and_manages_tokens(console: Cons
         form = page.get_by_role("form", name="Register an MCP server")
         await form.get_by_label("Name", exact=True).fill(server)
         await form.get_by_label("URL (streamable HTTP)").fill(f"http://127.0.0.1:{crm.port}/mcp")
-        await form.get_by_label("Headers").fill('{"Authorization": "NOT_ALLOWED_ENV"}')
-        await form.get_by_role("button", name="Register server").click()
-        await expect(form.get_by_role("alert")).to_contain_text("VALIDATION_FAILED")
-        await form.get_by_label("Headers").fill("{}")
-        await form.get_by_role("button", name="Register server").click()
+        await refused_then_accepted(
+            form, "Headers", "Register server", '{"Authorization": "NOT_ALLOWED_ENV"}', "{}"
+        )
         card = page.locator(f"article[data-server='{server}']")
         await expect(card.locator(f"tr[data-tool='mcp.{server}.search_companies']")).to_contain_text("READ")
         await expect(card.locator(f"tr[data-tool='mcp.{server}.create_lead']")).to_contain_text("DESTRUCTIVE")
@@ -180,11 +178,13 @@ async def test_an_admin_registers_an_mcp_server_and_manages_tokens(console: Cons
         await page.set_viewport_size(LAPTOP)
         # An override of what the annotations say: create_lead treated as an external write.
         await card.get_by_text("Tool risk overrides").click()
-        await card.get_by_label("Tool → risk class (JSON)").fill('{"create_lead": "NOT_A_RISK"}')
-        await card.get_by_role("button", name="Save overrides").click()
-        await expect(card.get_by_role("alert")).to_contain_text("VALIDATION_FAILED")
-        await card.get_by_label("Tool → risk class (JSON)").fill('{"create_lead": "EXTERNAL_WRITE"}')
-        await card.get_by_role("button", name="Save overrides").click()
+        await refused_then_accepted(
+            card,
+            "Tool → risk class (JSON)",
+            "Save overrides",
+            '{"create_lead": "NOT_A_RISK"}',
+            '{"create_lead": "EXTERNAL_WRITE"}',
+        )
         card = page.locator(f"article[data-server='{server}']")
         await expect(card.locator(f"tr[data-tool='mcp.{server}.create_lead']")).to_contain_text(
             "EXTERNAL_WRITE"
@@ -252,6 +252,15 @@ async def test_an_admin_registers_an_mcp_server_and_manages_tokens(console: Cons
     body = await viewer_query(console, secret)
     assert body["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED", body
     await context.close()
+
+
+async def refused_then_accepted(box: Any, label: str, button: str, bad: str, good: str) -> None:
+    """A bad value is refused beside its control with VALIDATION_FAILED; the good one goes through."""
+    await box.get_by_label(label).fill(bad)
+    await box.get_by_role("button", name=button).click()
+    await expect(box.get_by_role("alert")).to_contain_text("VALIDATION_FAILED")
+    await box.get_by_label(label).fill(good)
+    await box.get_by_role("button", name=button).click()
 
 
 async def viewer_query(console: Console, token: str) -> dict[str, Any]:
