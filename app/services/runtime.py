@@ -34,11 +34,12 @@ class Runtime:
     _background: set[asyncio.Task[None]] = field(default_factory=set)
     # API processes only (started by the app's lifespan): recently seen tokens.
     token_cache: TokenCache | None = None
+    # The risk class of every tool workers register (loaded on first use), for the policy
+    # preview (app.services.policy_preview).
+    tool_risks: dict[str, RiskClass] | None = None
     # The tools workers register (app.services.agents loads them on first use): a policy
     # rule must match one of them.
     tool_names: frozenset[str] | None = None
-    # Their risk classes, for the policy preview (app.services.policy_preview).
-    tool_risks: dict[str, RiskClass] | None = None
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         task = asyncio.create_task(work, name=name)
