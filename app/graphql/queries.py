@@ -23,12 +23,13 @@ from app.graphql.types.audit import AuditEvent, AuditEventConnection, audit_conn
 from app.graphql.types.mcp import McpServer, McpServerConnection, mcp_server_connection
 from app.graphql.types.memories import Memory, MemoryConnection, memory_connection
 from app.graphql.types.node import Node
+from app.graphql.types.policy_preview import PolicyPreview
 from app.graphql.types.runs import Run, RunConnection, RunStep, run_connection
 from app.graphql.types.schedules import Schedule
 from app.graphql.types.tokens import ApiTokenConnection, api_token_connection, api_token_node
 from app.graphql.types.versions import AgentVersion
 from app.graphql.types.workspace import Viewer, Workspace
-from app.services import reads
+from app.services import policy_preview, reads
 from app.services.auth import Principal
 
 R = TypeVar("R")
@@ -234,3 +235,13 @@ class Query:
         self, info: Info, first: int | None = None, after: str | None = None
     ) -> ApiTokenConnection:
         return await api_token_connection(info, first=first, after=after)
+
+    @strawberry.field(
+        description="What would be decided for a call of `tool` in a new run down `agentIds` (root first, "
+        "the calling agent last): each agent's current policy, the strictest wins (docs/concepts/policy.md)."
+    )
+    async def policy_preview(self, info: Info, tool: str, agent_ids: list[strawberry.ID]) -> PolicyPreview:
+        principal = await info.context.principal()
+        ids = [from_global_id(i, "Agent", field="agentIds") for i in agent_ids]
+        preview = await policy_preview.preview(info.context.runtime, principal, tool=tool, agent_ids=ids)
+        return PolicyPreview.from_preview(preview)

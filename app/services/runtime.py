@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.session import create_engine, create_read_sessionmaker, create_sessionmaker
 from app.dev.embedded import ensure_embedded_redis
+from app.domain.policy import RiskClass
 from app.services.token_cache import TokenCache
 from app.settings import Settings
 
@@ -33,6 +34,9 @@ class Runtime:
     _background: set[asyncio.Task[None]] = field(default_factory=set)
     # API processes only (started by the app's lifespan): recently seen tokens.
     token_cache: TokenCache | None = None
+    # The risk class of every tool workers register (loaded on first use), for the policy
+    # preview (app.services.policy_preview).
+    tool_risks: dict[str, RiskClass] | None = None
     # The tools workers register (app.services.agents loads them on first use): a policy
     # rule must match one of them.
     tool_names: frozenset[str] | None = None

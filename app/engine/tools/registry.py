@@ -180,8 +180,14 @@ def default_registry(settings: Settings, *, extra: Iterable[Tool] = ()) -> ToolR
 async def registered_tool_names(settings: Settings) -> frozenset[str]:
     """The name of every tool a worker of this installation registers (built-ins and the
     plugins that load), for checks outside the engine: a policy rule must match one."""
+    return frozenset(await registered_tool_risks(settings))
+
+
+async def registered_tool_risks(settings: Settings) -> dict[str, RiskClass]:
+    """Every tool a worker of this installation registers, with its risk class (the policy
+    preview decides by it, as the engine does)."""
     registry = default_registry(settings)
     try:
-        return frozenset(registry.names())
+        return {name: registry.risk_of(name) for name in registry.names()}
     finally:
         await registry.aclose()

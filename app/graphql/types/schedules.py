@@ -12,12 +12,14 @@ from app.db import orm
 from app.domain.agents import OverlapPolicy
 from app.domain.errors import NotFound
 from app.domain.global_ids import object_id
-from app.domain.schedules import FiringOutcome
+from app.domain.schedules import FiringOutcome, next_fire_at
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
 from app.graphql.types.agents import Agent
 from app.graphql.types.node import Connection, Node, build_edges, page_request
+
+MAX_NEXT_FIRE_TIMES = 20
 
 if TYPE_CHECKING:
     from app.graphql.types.runs import Run, RunConnection
@@ -69,6 +71,17 @@ class Schedule(Node):
         if row is None:
             raise NotFound("this schedule's agent is gone")
         return Agent.from_row(row)
+
+    @strawberry.field(
+        description="The next `count` fire times (at most 20), from nextFireAt on; empty while disabled."
+    )
+    def next_fire_times(self, count: int = 5) -> list[datetime]:
+        if not self.enabled or self.next_fire_at is None:
+            return []
+        times = [self.next_fire_at]
+        while len(times) < max(1, min(count, MAX_NEXT_FIRE_TIMES)):
+            times.append(next_fire_at(self.cron, self.timezone, after=times[-1]))
+        return times
 
     @strawberry.field(description="The runs this schedule started, newest first.")
     async def runs(

@@ -1,9 +1,13 @@
-// Agents: the list, and one agent's page — configuration, schedules, recent runs, a form to
-// start a run, and its memory (memory.js).
+// Agents: the list (and, for admins, a form to create one), and one agent's page —
+// configuration, budget, MCP tools, schedules (schedules.js), recent runs, a form to start a
+// run, its memory (memory.js) and, for admins, its administration (agent_admin.js).
 
 import { gql, session } from './api.js';
-import { act, agentLink, duration, errorSlot, facts, fill, h, json, runLink, status, when } from './dom.js';
+import { act, agentLink, duration, errorSlot, facts, fill, h, json, runLink, status, table, when } from './dom.js';
+import { agentAdmin, CONFIG, createAgentForm } from './agent_admin.js';
+import { agentConnectors } from './connectors.js';
 import { memorySection } from './memory.js';
+import { SCHEDULE_FIELDS, schedulesSection } from './schedules.js';
 
 const AGENTS = `
 query Agents($after: String) {
@@ -16,10 +20,8 @@ query Agents($after: String) {
 const AGENT = `
 query Agent($id: ID!) {
   agent(id: $id) {
-    id name description instructions status model tools createdAt updatedAt version
-    policy { default rules { tool decision } }
-    memoryBudget { maxItems maxChars }
-    schedules { id cron timezone enabled overlapPolicy nextFireAt lastFiredAt input }
+    id name status createdAt updatedAt version ${CONFIG}
+    schedules { ${SCHEDULE_FIELDS} }
     runs(first: 10) { edges { node { id status trigger depth createdAt startedAt finishedAt } } }
   }
 }`;
@@ -34,10 +36,9 @@ const START = 'mutation Start($agentId: ID!, $input: JSON) { startRun(agentId: $
 
 export async function agentsPage(main) {
   const { agents } = await gql(AGENTS);
-  fill(main, h('h1', {}, 'Agents'), h('div', { class: 'scroll' }, h('table', {},
-    h('thead', {}, h('tr', {}, ['Agent', 'Status', 'Description'].map((t) => h('th', { scope: 'col' }, t)))),
-    h('tbody', {}, agents.edges.map(({ node }) => h('tr', {},
-      h('td', {}, agentLink(node)), h('td', {}, status(node.status)), h('td', {}, node.description ?? '')))))));
+  fill(main, h('h1', {}, 'Agents'), table(['Agent', 'Status', 'Description'], agents.edges.map(({ node }) => h('tr', {},
+    h('td', {}, agentLink(node)), h('td', {}, status(node.status)), h('td', {}, node.description ?? '')))),
+  session.isAdmin ? createAgentForm() : null);
 }
 
 export async function agentPage(main, agentId) {
@@ -47,6 +48,7 @@ export async function agentPage(main, agentId) {
     return;
   }
   const memory = h('section', { 'aria-labelledby': 'memory-h', id: 'memory' });
+  const changed = () => agentPage(main, agentId);
   fill(main,
     h('h1', {}, `Agent ${agent.name} `, status(agent.status)),
     agent.description ? h('p', {}, agent.description) : null,
@@ -57,26 +59,20 @@ export async function agentPage(main, agentId) {
       ['Model', json(agent.model)],
       ['Tools', agent.tools.length ? agent.tools.map((t) => h('code', {}, t, ' ')) : 'none'],
       ['Policy', policyView(agent.policy)],
+      ['Budget', Object.keys(agent.budget ?? {}).length ? json(agent.budget) : 'the deployment\'s defaults'],
       ['Memory budget', `${agent.memoryBudget.maxItems} items, ${agent.memoryBudget.maxChars} characters per run`],
       ['Version', `${agent.version} (new runs are pinned to it)`],
       ['Created', when(agent.createdAt)],
       ['Updated', when(agent.updatedAt)],
     ]),
-    h('h2', {}, 'Schedules'),
-    agent.schedules.length ? h('div', { class: 'scroll' }, h('table', { id: 'schedules' },
-      h('thead', {}, h('tr', {}, ['Cron', 'Timezone', 'Enabled', 'Overlap', 'Next fire', 'Last fired', 'Input']
-        .map((t) => h('th', { scope: 'col' }, t)))),
-      h('tbody', {}, agent.schedules.map((s) => h('tr', {},
-        h('td', {}, h('code', {}, s.cron)), h('td', {}, s.timezone), h('td', {}, s.enabled ? 'yes' : 'no'),
-        h('td', {}, s.overlapPolicy), h('td', {}, when(s.nextFireAt)), h('td', {}, when(s.lastFiredAt)),
-        h('td', {}, json(s.input))))))) : h('p', {}, 'No schedules.'),
+    session.isAdmin ? agentAdmin(agent, changed) : null,
+    await agentConnectors(agent),
+    schedulesSection(agent, changed),
     h('h2', {}, 'Recent runs'),
-    agent.runs.edges.length ? h('div', { class: 'scroll' }, h('table', {},
-      h('thead', {}, h('tr', {}, ['Run', 'Status', 'Trigger', 'Started', 'Duration'].map((t) => h('th', { scope: 'col' }, t)))),
-      h('tbody', {}, agent.runs.edges.map(({ node: run }) => h('tr', {},
-        h('td', {}, runLink(run, run.depth ? `child run (depth ${run.depth})` : 'root run')),
-        h('td', {}, status(run.status)), h('td', {}, run.trigger),
-        h('td', {}, when(run.startedAt ?? run.createdAt)), h('td', {}, duration(run.startedAt, run.finishedAt)))))))
+    agent.runs.edges.length ? table(['Run', 'Status', 'Trigger', 'Started', 'Duration'], agent.runs.edges.map(({ node: run }) => h('tr', {},
+      h('td', {}, runLink(run, run.depth ? `child run (depth ${run.depth})` : 'root run')),
+      h('td', {}, status(run.status)), h('td', {}, run.trigger),
+      h('td', {}, when(run.startedAt ?? run.createdAt)), h('td', {}, duration(run.startedAt, run.finishedAt)))))
       : h('p', {}, 'No runs yet.'),
     memory);
   await memorySection(memory, agent);

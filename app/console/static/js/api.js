@@ -19,6 +19,8 @@ export const session = {
   workspace: null,
   /** operator and admin may act; a viewer only reads. */
   get canOperate() { return this.role === 'operator' || this.role === 'admin'; },
+  /** Only admins change agents, policies, budgets, connectors and tokens. */
+  get isAdmin() { return this.role === 'admin'; },
 };
 
 export function signIn(token) {
@@ -27,6 +29,9 @@ export function signIn(token) {
 
 /** Forget the token and go back to sign-in, saying why (expired, revoked, signed out). */
 export function signOut(message) {
+  // Once is enough: a page with two open sockets (a run's tree and its output) hears the
+  // same revocation twice, and a second sign-out would redraw sign-in without the notice.
+  if (!session.token && !session.role) return;
   sessionStorage.removeItem(TOKEN_KEY);
   session.role = null;
   if (message) sessionStorage.setItem(NOTICE_KEY, message);

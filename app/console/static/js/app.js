@@ -1,13 +1,17 @@
 // The console's shell: sign-in, navigation and a hash router (#/runs, #/runs/ID,
-// #/approvals, #/agents, #/agents/ID). Each page renders into <main> and may return a
-// cleanup function (closing its subscription or timer) that runs when the user leaves it.
+// #/approvals, #/agents, #/agents/ID, #/policies[?path=ID,ID], #/connectors, #/tokens). Each
+// page renders into <main> and may return a cleanup function (closing its subscription or
+// timer) that runs when the user leaves it.
 
 import { gql, session, signIn, signOut, takeNotice } from './api.js';
 import { fill, h } from './dom.js';
 import { agentPage, agentsPage } from './agents.js';
 import { approvalsPage } from './approvals.js';
+import { connectorsPage } from './connectors.js';
+import { policiesPage } from './policies.js';
 import { runPage } from './run.js';
 import { runsPage } from './runs.js';
+import { tokensPage } from './tokens.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -19,6 +23,9 @@ const ROUTES = [
   [/^#\/approvals$/, (box) => approvalsPage(box)],
   [/^#\/agents\/([^/]+)$/, (box, id) => agentPage(box, decodeURIComponent(id))],
   [/^#\/agents$/, (box) => agentsPage(box)],
+  [/^#\/policies(?:\?path=([^/]*))?$/, (box, path) => policiesPage(box, path ? decodeURIComponent(path).split(',') : [])],
+  [/^#\/connectors$/, (box) => connectorsPage(box)],
+  [/^#\/tokens$/, (box) => tokensPage(box)],
 ];
 
 let cleanup = null;
@@ -76,6 +83,8 @@ async function loadViewer() {
     return false;
   }
   nav.hidden = false;
+  // Links to pages a role cannot use are not offered (the pages say so too, if typed in).
+  for (const link of nav.querySelectorAll('[data-role=admin]')) link.hidden = !session.isAdmin;
   fill(who, `${session.workspace.name} · ${session.role}`,
     h('button', { type: 'button', onclick: () => signOut('Signed out.') }, 'Sign out'));
   who.hidden = false;

@@ -68,7 +68,7 @@ export function errorSlot() {
   return {
     el,
     show(error) {
-      fill(el, error.message, ' ', h('code', {}, `(${error.code ?? 'ERROR'})`));
+      fill(el, error.message, ' ', h('code', {}, `(${error.code ?? 'ERROR'}${error.field ? `, field ${error.field}` : ''})`));
       el.hidden = false;
     },
     clear() { el.hidden = true; el.replaceChildren(); },
@@ -87,4 +87,26 @@ export async function act(button, slot, action) {
   } finally {
     button.disabled = false;
   }
+}
+
+/** A table from column titles and rows of cells; wide tables scroll in their own box. */
+export function table(columns, rows, props = {}) {
+  return h('div', { class: 'scroll' }, h('table', props,
+    h('thead', {}, h('tr', {}, columns.map((t) => h('th', { scope: 'col' }, t)))),
+    h('tbody', {}, rows)));
+}
+
+/** The JSON in a text box, or an error (code INVALID_JSON) naming the box. Empty: `empty`. */
+export function parseJson(text, what, empty = null) {
+  if (!text.trim()) return empty;
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw Object.assign(new Error(`${what} is not JSON: ${error.message}`), { code: 'INVALID_JSON', field: what });
+  }
+}
+
+/** A labelled control: label text, then the control (id ties them for screen readers). */
+export function field(label, control, props = {}) {
+  return h('label', { for: control.id, ...props }, label, control);
 }

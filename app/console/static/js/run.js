@@ -1,5 +1,6 @@
 // Run detail: the whole tree (root → children → grandchildren) kept live over `runTree`,
-// and the chosen run's steps, injected memories, policy chain and links both ways.
+// and the chosen run's timeline, usage and budget, live model output (timeline.js), steps,
+// injected memories, policy chain and links both ways.
 //
 // Events say *that* something changed; the page then re-reads the tree and the run over
 // HTTP (debounced), so what is drawn is always the server's current state, never a
@@ -8,6 +9,7 @@
 
 import { gql, session, subscribe } from './api.js';
 import { act, agentLink, duration, errorSlot, facts, fill, h, json, runLink, status, when } from './dom.js';
+import { outputStream, TIMELINE_FIELDS, timelineSection, USAGE_FRAGMENT, usageSection } from './timeline.js';
 
 const RUN_FIELDS = 'id status depth agent { id name } parent { id }';
 const TREE = `query Tree($id: ID!) { run(id: $id) { id root { ${RUN_FIELDS} descendants { ${RUN_FIELDS} } } } }`;
@@ -15,21 +17,24 @@ const TREE = `query Tree($id: ID!) { run(id: $id) { id root { ${RUN_FIELDS} desc
 const RUN = `
 query Run($id: ID!) {
   run(id: $id) {
-    id status trigger depth input result error cancelReason heldReason policyChain turns
+    id status trigger depth input result error errorCode cancelReason heldReason policyChain turns
     createdAt startedAt finishedAt
     agent { id name }
     agentVersion { version }
-    path { id agent { name } }
+    path { id agent { id name } }
     children { id status agent { name } }
     delegation { task }
     steps {
-      id seq turn tool arguments status decision decisionReason result error
+      id seq turn tool arguments status decision decisionReason result error errorCode
+      usage { inputTokens outputTokens costUsd }
       childRun { id agent { name } }
       approval { id status reason }
     }
     injectedMemories { id key value tags }
+    ${TIMELINE_FIELDS}
   }
-}`;
+}
+${USAGE_FRAGMENT}`;
 
 const EVENTS = `
 subscription Tree($id: ID!, $after: Int) {
@@ -51,6 +56,7 @@ export async function runPage(main, runId) {
   let timer = null;
   let stop = null;
   let closed = false;
+  let output = null; // the live model output, while the run can still produce some
 
   let drawn = null; // what is on screen: redraw only on change, so focus and typing survive
   async function refresh() {
@@ -67,6 +73,8 @@ export async function runPage(main, runId) {
     const reason = detail.querySelector('#cancel-reason')?.value;
     renderTree(treeBox, tree.run.root, runId);
     renderRun(detail, run.run, () => schedule());
+    if (!output && !TERMINAL.has(run.run.status)) output = outputStream(runId);
+    if (output) detail.querySelector('#output-slot').replaceWith(output.el);
     const reasonInput = detail.querySelector('#cancel-reason');
     if (reasonInput && reason) reasonInput.value = reason;
   }
@@ -106,6 +114,7 @@ export async function runPage(main, runId) {
     closed = true;
     clearTimeout(timer);
     stop?.();
+    output?.stop();
   };
 }
 
@@ -138,6 +147,8 @@ function renderRun(box, run, changed) {
       run.path.map((p, i) => h('li', {}, i === run.path.length - 1
         ? h('span', { 'aria-current': 'page' }, `${p.agent.name} (this run)`)
         : runLink(p, `${i === 0 ? 'root: ' : ''}${p.agent.name}`))))),
+    h('p', {}, h('a', { href: `#/policies?path=${run.path.map((p) => p.agent.id).join(',')}` },
+      'What would be decided along this path')),
     facts([
       ['Agent', agentLink(run.agent)],
       ['Status', status(run.status)],
@@ -159,8 +170,11 @@ function renderRun(box, run, changed) {
     canCancel ? h('form', { class: 'inline', onsubmit: (e) => e.preventDefault() },
       h('label', { for: 'cancel-reason' }, 'Cancel reason', h('input', { id: 'cancel-reason' })), cancel) : null,
     cancelSlot.el,
-    run.error ? h('p', { class: 'error' }, `Error: ${run.error}`) : null,
+    run.error ? h('p', { class: 'error' }, `Error: ${run.error}`, run.errorCode ? [' ', h('code', {}, `(${run.errorCode})`)] : null) : null,
     run.cancelReason ? h('p', {}, `Cancel reason: ${run.cancelReason}`) : null,
+    timelineSection(run),
+    usageSection(run),
+    h('div', { id: 'output-slot' }),
     h('h2', {}, 'Steps'),
     run.steps.length ? h('div', { class: 'scroll' }, h('table', { id: 'steps' },
       h('thead', {}, h('tr', {}, ['#', 'Tool', 'Arguments', 'Decision', 'Status', 'Result or error']
@@ -196,5 +210,7 @@ function stepRow(step) {
     h('td', {}, status(step.status),
       step.approval ? h('div', {}, `approval ${step.approval.status}`, step.approval.reason ? `: ${step.approval.reason}` : '',
         step.approval.status === 'PENDING' ? [' ', h('a', { href: '#/approvals' }, 'decide in the inbox')] : null) : null),
-    h('td', {}, step.error ? h('span', { class: 'error' }, step.error) : json(step.result)));
+    h('td', {}, step.error ? h('span', { class: 'error' }, step.error, step.errorCode ? ` (${step.errorCode})` : '') : json(step.result),
+      step.usage ? h('div', { class: 'muted' }, `turn used ${step.usage.inputTokens} in / ${step.usage.outputTokens} out tokens`,
+        step.usage.costUsd ? `, $${step.usage.costUsd}` : '') : null));
 }
