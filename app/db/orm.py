@@ -388,6 +388,9 @@ class RunStep(Base):
     executed_attempt: Mapped[int | None] = mapped_column(Integer)
     child_run_id: Mapped[int | None] = mapped_column(Id, index=True)
     approval_id: Mapped[int | None] = mapped_column(Id)
+    # An operator's EDIT: ``arguments`` are then the edited ones, these the model's.
+    original_arguments: Mapped[Any | None] = mapped_column(JSON)
+    edited_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # ``Actor.to_json``
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
@@ -411,6 +414,12 @@ class Approval(Base):
     decided_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     requested_at: Mapped[datetime]
     decided_at: Mapped[datetime | None]
+    # ``app.domain.approvals``: APPROVE | REJECT | EDIT | RESPOND, CALL | RUN; null while pending
+    # (and for decisions made before the kinds existed: APPROVE or REJECT, read from status).
+    decision: Mapped[str | None] = mapped_column(String(16))
+    scope: Mapped[str | None] = mapped_column(String(8))
+    response: Mapped[Any | None] = mapped_column(JSON)  # RESPOND: what the model receives
+    expires_at: Mapped[datetime | None] = mapped_column(index=True)  # null: waits forever
 
 
 class Schedule(Base):

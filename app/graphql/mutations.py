@@ -11,6 +11,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from app.domain.agents import Role
+from app.domain.approvals import read_decision
 from app.domain.runs import RunTrigger
 from app.graphql.context import Info
 from app.graphql.ids import from_global_id, to_global_id
@@ -27,6 +28,7 @@ from app.graphql.inputs import (
 )
 from app.graphql.types.agents import Agent
 from app.graphql.types.approvals import Approval
+from app.graphql.types.enums import ApprovalDecision, ApprovalScope
 from app.graphql.types.mcp import McpServer
 from app.graphql.types.memories import Memory
 from app.graphql.types.runs import Run
@@ -109,14 +111,33 @@ class Mutation:
         )
         return [Run.from_row(r) for r in rows]
 
-    @strawberry.mutation
+    @strawberry.mutation(
+        description="Decides a pending approval: APPROVE, REJECT (the reason reaches the model), "
+        "EDIT (runs the tool with `arguments`, checked and decided again by policy) or RESPOND "
+        "(the tool does not run; the model receives {response}). scope RUN also approves the "
+        "tool's later calls in this run. The older form, approve: Boolean, still works."
+    )
     async def decide_approval(
-        self, info: Info, id: strawberry.ID, approve: bool, reason: str | None = None
+        self,
+        info: Info,
+        id: strawberry.ID,
+        approve: bool | None = None,
+        reason: str | None = None,
+        decision: ApprovalDecision | None = None,
+        arguments: JSON | None = strawberry.UNSET,
+        response: JSON | None = strawberry.UNSET,
+        scope: ApprovalScope | None = None,
     ) -> Approval:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(id, "Approval", field="id")
+        request = read_decision(
+            approve=approve, decision=decision, reason=reason, scope=scope,
+            arguments=None if arguments is strawberry.UNSET else arguments,
+            response=None if response is strawberry.UNSET else response,
+            has_arguments=arguments is not strawberry.UNSET, has_response=response is not strawberry.UNSET,
+        )  # fmt: skip
         row = await approvals.decide_approval(
-            info.context.runtime, principal, approval_id=pk, approve=approve, reason=reason
+            info.context.runtime, principal, approval_id=pk, request=request
         )
         return Approval.from_row(row)
 

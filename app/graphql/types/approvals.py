@@ -13,6 +13,7 @@ from app.domain.errors import NotFound
 from app.domain.runs import ApprovalStatus
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
+from app.graphql.types.enums import ApprovalDecision, ApprovalScope
 from app.graphql.types.node import Connection, Node, build_edges, page_request
 from app.graphql.types.runs import Run, RunStep
 from app.services import reads
@@ -28,8 +29,16 @@ class Approval(Node):
     arguments: JSON | None
     status: ApprovalStatus
     reason: str | None = strawberry.field(description="The operator's reason for the decision.")
+    decision: ApprovalDecision | None = strawberry.field(
+        description="How it was decided; null while pending, expired, or closed by its run's end."
+    )
+    scope: ApprovalScope | None
+    response: JSON | None = strawberry.field(description="RESPOND: what the model received as {response}.")
     requested_at: datetime
     decided_at: datetime | None
+    expires_at: datetime | None = strawberry.field(
+        description="When it expires undecided (the call is then rejected); null: never."
+    )
     row: strawberry.Private[orm.Approval]
 
     @classmethod
@@ -40,8 +49,12 @@ class Approval(Node):
             arguments=row.arguments,
             status=ApprovalStatus(row.status),
             reason=row.reason,
+            decision=None if row.decision is None else ApprovalDecision(row.decision),
+            scope=None if row.scope is None else ApprovalScope(row.scope),
+            response=row.response,
             requested_at=row.requested_at,
             decided_at=row.decided_at,
+            expires_at=row.expires_at,
             row=row,
         )
 

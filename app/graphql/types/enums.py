@@ -10,6 +10,7 @@ import strawberry
 
 from app.domain.actors import ActorKind
 from app.domain.agents import AgentStatus, OverlapPolicy
+from app.domain.approvals import ApprovalDecision, ApprovalScope
 from app.domain.mcp import Transport
 from app.domain.policy import Decision, RiskClass
 from app.domain.run_events import EventType
@@ -26,12 +27,24 @@ strawberry.enum(EventType, name="RunEventType", description="What a run event re
 strawberry.enum(RunTrigger, name="RunTrigger")
 strawberry.enum(StepStatus, name="StepStatus")
 strawberry.enum(ApprovalStatus, name="ApprovalStatus")
+strawberry.enum(
+    ApprovalDecision,
+    name="ApprovalDecision",
+    description="How an operator decides: docs/concepts/approvals.md.",
+)
+strawberry.enum(
+    ApprovalScope,
+    name="ApprovalScope",
+    description="RUN: also approves the tool's later calls in the same run.",
+)
 strawberry.enum(FiringOutcome, name="ScheduleFiringOutcome", description="What a schedule's fire time did.")
 strawberry.enum(RevisionAction, name="MemoryRevisionAction", description="What a memory revision did.")
 
 __all__ = [
     "ActorKind",
     "AgentStatus",
+    "ApprovalDecision",
+    "ApprovalScope",
     "ApprovalStatus",
     "Decision",
     "EventType",
