@@ -14,7 +14,7 @@ from app.domain.actors import SYSTEM, Actor
 from app.domain.agents import Role
 from app.domain.approvals import ApprovalDecision, ApprovalScope, DecisionRequest, expiry_reason
 from app.domain.errors import CredentialRejected, InvalidTransition, NotFound, ValidationFailed
-from app.domain.model_errors import ModelErrorCode
+from app.domain.model_errors import ModelErrorCode, error_code
 from app.domain.planner import Action, Call, Limits, ToolInfo, plan_call
 from app.domain.policy import RiskClass, live_chain, parse_chain
 from app.domain.runs import TERMINAL_RUN, ApprovalStatus, RunStatus
@@ -93,8 +93,7 @@ async def _checked_edit(rt: Runtime, session: AsyncSession, run: Run, tool: str,
         ),
     )
     if plan.action is Action.REFUSE:
-        code = (plan.result or {}).get("code")
-        if code == ModelErrorCode.CREDENTIAL_REJECTED:
+        if error_code(plan.result) == ModelErrorCode.CREDENTIAL_REJECTED:
             raise CredentialRejected(f"the edited arguments: {plan.reason}", field="arguments")
         raise ValidationFailed(f"the edited arguments: {plan.reason}", field="arguments")
     if plan.action is Action.DENY:
