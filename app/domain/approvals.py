@@ -112,3 +112,21 @@ def expires_at(
 def expiry_reason(requested_at: datetime, deadline: datetime) -> str:
     waited = round((deadline - requested_at).total_seconds())
     return f"approval expired: nobody decided within {waited} s"
+
+
+class ApprovalEventType(enum.StrEnum):
+    """What ``approvalEvents`` reports: an approval requested, decided, or expired."""
+
+    REQUESTED = "REQUESTED"
+    DECIDED = "DECIDED"
+    EXPIRED = "EXPIRED"
+
+
+def approval_event_type(run_event_type: str, status: str | None) -> ApprovalEventType | None:
+    """The ``approvalEvents`` kind of a run event (None: not an approval's). An expiry is
+    recorded as the approval's decision (APPROVAL_DECIDED, status EXPIRED)."""
+    if run_event_type == "APPROVAL_REQUESTED":
+        return ApprovalEventType.REQUESTED
+    if run_event_type == "APPROVAL_DECIDED":
+        return ApprovalEventType.EXPIRED if status == ApprovalStatus.EXPIRED else ApprovalEventType.DECIDED
+    return None

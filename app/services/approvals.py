@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 import jsonschema
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Approval, Run
 from app.domain.actors import SYSTEM, Actor
 from app.domain.agents import Role
-from app.domain.approvals import ApprovalDecision, ApprovalScope, DecisionRequest, expiry_reason
+from app.domain.approvals import (
+    ApprovalDecision,
+    ApprovalEventType,
+    ApprovalScope,
+    DecisionRequest,
+    approval_event_type,
+    expiry_reason,
+)
 from app.domain.errors import CredentialRejected, InvalidTransition, NotFound, ValidationFailed
 from app.domain.model_errors import ModelErrorCode, error_code
 from app.domain.planner import Action, Call, Limits, ToolInfo, plan_call
 from app.domain.policy import RiskClass, live_chain, parse_chain
 from app.domain.runs import TERMINAL_RUN, ApprovalStatus, RunStatus
+from app.events.hub import HubStopped, Resync, Subscription
 from app.services import audit
 from app.services.auth import Principal
 from app.services.memory_injection import current_policies
@@ -187,3 +197,60 @@ async def _runs_of(rt: Runtime, approval_ids: list[int]) -> list[tuple[int, int]
             select(Approval.id, Approval.run_id).where(Approval.id.in_(approval_ids)).order_by(Approval.id)
         )
         return [(a, r) for a, r in rows]
+
+
+# -- approvalEvents ---------------------------------------------------------------------
+
+# After a hole in live delivery at most this many pending approvals are sent again.
+RESYNC_PENDING_MAX = 500
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApprovalNews:
+    type: ApprovalEventType
+    at: datetime
+    approval: Approval
+
+
+async def approval_news(
+    read_sessionmaker: async_sessionmaker[AsyncSession], live: Subscription, *, workspace_id: int
+) -> AsyncIterator[ApprovalNews]:
+    """The workspace's approval events as they happen (docs/concepts/approvals.md), each with
+    the approval as it is now. Live only, no replay: after a hole in delivery (Redis lost and
+    regained) every approval still pending is sent again as REQUESTED, so an inbox that
+    missed some is whole again. Ends when the hub stops; ``SubscriberTooSlow`` goes through."""
+    while True:
+        try:
+            item = await live.get()
+        except HubStopped:
+            return
+        if item is None:
+            continue
+        if isinstance(item, Resync):
+            async with read_sessionmaker() as session:
+                pending = await session.scalars(
+                    select(Approval)
+                    .where(
+                        Approval.workspace_id == workspace_id, Approval.status == ApprovalStatus.PENDING.value
+                    )
+                    .order_by(Approval.id)
+                    .limit(RESYNC_PENDING_MAX)
+                )
+                rows = list(pending)
+            for row in rows:
+                yield ApprovalNews(ApprovalEventType.REQUESTED, row.requested_at, row)
+            continue
+        payload = item.payload if isinstance(item.payload, dict) else {}
+        kind = approval_event_type(item.type, payload.get("status"))
+        if kind is None or item.step_id is None:
+            continue
+        async with read_sessionmaker() as session:
+            found = await session.scalar(
+                select(Approval).where(
+                    Approval.workspace_id == workspace_id, Approval.step_id == item.step_id
+                )
+            )
+        if found is not None:
+            if item.payload_omitted and kind is not ApprovalEventType.REQUESTED:
+                kind = approval_event_type(item.type, found.status) or kind
+            yield ApprovalNews(kind, item.at, found)

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from app.domain.approvals import (
     OUTCOME,
     ApprovalDecision,
+    ApprovalEventType,
     ApprovalScope,
+    approval_event_type,
     expires_at,
     expiry_reason,
     read_decision,
@@ -162,3 +164,20 @@ def test_a_rule_timeout_survives_normalisation() -> None:
     assert parse_policy(raw).to_json()["rules"] == [
         {"tool": "webhook.post", "decision": "REQUIRE_APPROVAL", "timeoutS": 45}
     ]
+
+
+@pytest.mark.parametrize(
+    ("event_type", "status", "expected"),
+    [
+        ("APPROVAL_REQUESTED", "PENDING", ApprovalEventType.REQUESTED),
+        ("APPROVAL_DECIDED", "APPROVED", ApprovalEventType.DECIDED),
+        ("APPROVAL_DECIDED", "RESPONDED", ApprovalEventType.DECIDED),
+        ("APPROVAL_DECIDED", "REJECTED", ApprovalEventType.DECIDED),
+        ("APPROVAL_DECIDED", "EXPIRED", ApprovalEventType.EXPIRED),
+        ("APPROVAL_DECIDED", None, ApprovalEventType.DECIDED),
+        ("STEP_STARTED", "WAITING_APPROVAL", None),
+        ("RUN_STATUS_CHANGED", "EXPIRED", None),
+    ],
+)
+def test_approval_event_type(event_type: str, status: str | None, expected: ApprovalEventType | None) -> None:
+    assert approval_event_type(event_type, status) is expected

@@ -13,7 +13,7 @@ from app.domain.errors import NotFound
 from app.domain.runs import ApprovalStatus
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
-from app.graphql.types.enums import ApprovalDecision, ApprovalScope
+from app.graphql.types.enums import ApprovalDecision, ApprovalEventType, ApprovalScope
 from app.graphql.types.node import Connection, Node, build_edges, page_request
 from app.graphql.types.runs import Run, RunStep
 from app.services import reads
@@ -84,6 +84,17 @@ class Approval(Node):
         if row is None:
             raise NotFound("this approval's step is gone")
         return RunStep.from_row(row)
+
+
+@strawberry.type(
+    name="ApprovalEvent", description="An approval requested, decided or expired (approvalEvents)."
+)
+class ApprovalEvent:
+    type: ApprovalEventType
+    at: datetime = strawberry.field(description="When it happened.")
+    approval: Approval = strawberry.field(
+        description="The approval as it is now (it may have moved on since)."
+    )
 
 
 @strawberry.type(name="ApprovalConnection")

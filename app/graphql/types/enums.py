@@ -10,7 +10,7 @@ import strawberry
 
 from app.domain.actors import ActorKind
 from app.domain.agents import AgentStatus, OverlapPolicy
-from app.domain.approvals import ApprovalDecision, ApprovalScope
+from app.domain.approvals import ApprovalDecision, ApprovalEventType, ApprovalScope
 from app.domain.mcp import Transport
 from app.domain.policy import Decision, RiskClass
 from app.domain.run_events import EventType
@@ -32,6 +32,7 @@ strawberry.enum(
     name="ApprovalDecision",
     description="How an operator decides: docs/concepts/approvals.md.",
 )
+strawberry.enum(ApprovalEventType, name="ApprovalEventType", description="What approvalEvents reports.")
 strawberry.enum(
     ApprovalScope,
     name="ApprovalScope",
@@ -44,6 +45,7 @@ __all__ = [
     "ActorKind",
     "AgentStatus",
     "ApprovalDecision",
+    "ApprovalEventType",
     "ApprovalScope",
     "ApprovalStatus",
     "Decision",
