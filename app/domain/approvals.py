@@ -13,6 +13,9 @@ same run, and only that run: not its children, siblings or parent.
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -53,6 +56,28 @@ class DecisionRequest:
     reason: str | None
     arguments: Any  # EDIT only
     response: Any  # RESPOND only
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionAsk:
+    """A ``decideApproval`` call's arguments as given; ``read`` checks them (after the
+    approval was found: an unknown id is NOT_FOUND whatever else is wrong)."""
+
+    approve: bool | None
+    decision: ApprovalDecision | None
+    reason: str | None
+    arguments: Any
+    response: Any
+    scope: ApprovalScope | None
+    has_arguments: bool
+    has_response: bool
+
+    def read(self) -> DecisionRequest:
+        return read_decision(
+            approve=self.approve, decision=self.decision, reason=self.reason, arguments=self.arguments,
+            response=self.response, scope=self.scope, has_arguments=self.has_arguments,
+            has_response=self.has_response,
+        )  # fmt: skip
 
 
 def read_decision(
@@ -130,3 +155,60 @@ def approval_event_type(run_event_type: str, status: str | None) -> ApprovalEven
     if run_event_type == "APPROVAL_DECIDED":
         return ApprovalEventType.EXPIRED if status == ApprovalStatus.EXPIRED else ApprovalEventType.DECIDED
     return None
+
+
+# -- notifications (approvalWebhook) ------------------------------------------------------
+
+
+class NotificationStatus(enum.StrEnum):
+    PENDING = "PENDING"  # to be sent (again) at its next_at
+    DELIVERED = "DELIVERED"  # the receiver answered 2xx
+    FAILED = "FAILED"  # every attempt failed: nobody retries any more
+
+
+MAX_NOTIFY_ATTEMPTS = 6
+RETRY_BASE_S = 1.0
+RETRY_MAX_S = 300.0
+_SECRET_ENV = re.compile(r"[A-Z][A-Z0-9_]{0,99}")
+# The deployment's own settings (a database URL with its password, provider keys) are never
+# a webhook's secret: a workspace admin chooses the variable.
+_RESERVED_ENV_PREFIX = "ENVERIF_"
+
+
+def retry_delay_s(attempts: int) -> float:
+    """How long after its ``attempts``-th failed attempt a notification is sent again:
+    doubling from RETRY_BASE_S, at most RETRY_MAX_S."""
+    return float(min(RETRY_BASE_S * 2 ** min(max(attempts - 1, 0), 30), RETRY_MAX_S))
+
+
+def after_attempt(attempts: int, *, delivered: bool) -> tuple[NotificationStatus, float | None]:
+    """A notification's status after its ``attempts``-th attempt, and the delay to the next."""
+    if delivered:
+        return NotificationStatus.DELIVERED, None
+    if attempts >= MAX_NOTIFY_ATTEMPTS:
+        return NotificationStatus.FAILED, None
+    return NotificationStatus.PENDING, retry_delay_s(attempts)
+
+
+def signature(secret: bytes, body: bytes) -> str:
+    """``X-Enverif-Signature``: ``sha256=`` and the hex HMAC-SHA256 of the body."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def check_webhook(url: str, secret_env: str) -> tuple[str, str]:
+    """An ``approvalWebhook`` as given by an admin: an http(s) URL and the name of the
+    environment variable that holds the signing secret (on the workers)."""
+    url = url.strip()
+    if len(url) > 2_048 or not url.lower().startswith(("http://", "https://")) or len(url) < 10:
+        raise ValidationFailed(
+            "url must be an http:// or https:// URL of at most 2048 characters", field="url"
+        )
+    if not _SECRET_ENV.fullmatch(secret_env):
+        raise ValidationFailed(
+            "secretEnv must be an environment variable name (A-Z, 0-9, _)", field="secretEnv"
+        )
+    if secret_env.startswith(_RESERVED_ENV_PREFIX):
+        raise ValidationFailed(
+            "secretEnv may not name one of the deployment's ENVERIF_ settings", field="secretEnv"
+        )
+    return url, secret_env

@@ -11,7 +11,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from app.domain.agents import Role
-from app.domain.approvals import read_decision
+from app.domain.approvals import DecisionAsk
 from app.domain.runs import RunTrigger
 from app.graphql.context import Info
 from app.graphql.ids import from_global_id, to_global_id
@@ -35,7 +35,17 @@ from app.graphql.types.runs import Run
 from app.graphql.types.schedules import Schedule
 from app.graphql.types.tokens import ApiToken, CreateApiTokenInput, CreatedApiToken
 from app.graphql.types.workspace import Workspace
-from app.services import agents, approvals, auth, holds, mcp_servers, memories, runs, schedules
+from app.services import (
+    agents,
+    approval_webhooks,
+    approvals,
+    auth,
+    holds,
+    mcp_servers,
+    memories,
+    runs,
+    schedules,
+)
 from app.services.auth import Principal
 
 
@@ -77,6 +87,19 @@ class Mutation:
     async def resume_workspace(self, info: Info) -> Workspace:
         principal = await _caller(info, Role.ADMIN)
         return Workspace.from_row(await holds.resume_workspace(info.context.runtime, principal))
+
+    @strawberry.mutation(
+        description="Sets where every requested approval is POSTed (signed with the secret in the "
+        "environment variable secretEnv); without url, removes it."
+    )
+    async def set_approval_webhook(
+        self, info: Info, url: str | None = None, secret_env: str | None = None
+    ) -> Workspace:
+        principal = await _caller(info, Role.ADMIN)
+        row = await approval_webhooks.set_approval_webhook(
+            info.context.runtime, principal, url=url, secret_env=secret_env
+        )
+        return Workspace.from_row(row)
 
     # -- runs and approvals (operator) --------------------------------------------------------
 
@@ -130,15 +153,13 @@ class Mutation:
     ) -> Approval:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(id, "Approval", field="id")
-        request = read_decision(
+        ask = DecisionAsk(
             approve=approve, decision=decision, reason=reason, scope=scope,
             arguments=None if arguments is strawberry.UNSET else arguments,
             response=None if response is strawberry.UNSET else response,
             has_arguments=arguments is not strawberry.UNSET, has_response=response is not strawberry.UNSET,
         )  # fmt: skip
-        row = await approvals.decide_approval(
-            info.context.runtime, principal, approval_id=pk, request=request
-        )
+        row = await approvals.decide_approval(info.context.runtime, principal, approval_id=pk, ask=ask)
         return Approval.from_row(row)
 
     # -- memories (operator) ------------------------------------------------------------------

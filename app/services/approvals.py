@@ -18,7 +18,7 @@ from app.domain.approvals import (
     ApprovalDecision,
     ApprovalEventType,
     ApprovalScope,
-    DecisionRequest,
+    DecisionAsk,
     approval_event_type,
     expiry_reason,
 )
@@ -36,7 +36,7 @@ from app.services.transitions import TreeTx, tree_tx
 
 
 async def decide_approval(
-    rt: Runtime, principal: Principal, *, approval_id: int, request: DecisionRequest
+    rt: Runtime, principal: Principal, *, approval_id: int, ask: DecisionAsk
 ) -> Approval:
     """Decide a pending approval (``app.domain.approvals`` says what each decision does).
     Deciding twice, or after the run ended, is an INVALID_TRANSITION; an EDIT whose arguments
@@ -51,6 +51,7 @@ async def decide_approval(
         )
     if found is None:
         raise NotFound("approval not found", field="id")
+    request = ask.read()
     async with tree_tx(rt, found) as tx:
         run = await tx.run(found)
         approval = await tx.session.scalar(

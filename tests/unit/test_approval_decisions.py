@@ -10,14 +10,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.domain.approvals import (
+    MAX_NOTIFY_ATTEMPTS,
     OUTCOME,
+    RETRY_BASE_S,
+    RETRY_MAX_S,
     ApprovalDecision,
     ApprovalEventType,
     ApprovalScope,
+    NotificationStatus,
+    after_attempt,
     approval_event_type,
+    check_webhook,
     expires_at,
     expiry_reason,
     read_decision,
+    retry_delay_s,
+    signature,
 )
 from app.domain.errors import ValidationFailed
 from app.domain.policy import Decision, PolicyLink, RiskClass, effective_decision, parse_policy
@@ -181,3 +189,57 @@ def test_a_rule_timeout_survives_normalisation() -> None:
 )
 def test_approval_event_type(event_type: str, status: str | None, expected: ApprovalEventType | None) -> None:
     assert approval_event_type(event_type, status) is expected
+
+
+@pytest.mark.parametrize(
+    ("attempts", "delivered", "status", "delay"),
+    [
+        (1, True, NotificationStatus.DELIVERED, None),
+        (1, False, NotificationStatus.PENDING, RETRY_BASE_S),
+        (2, False, NotificationStatus.PENDING, RETRY_BASE_S * 2),
+        (5, False, NotificationStatus.PENDING, RETRY_BASE_S * 16),
+        (MAX_NOTIFY_ATTEMPTS, False, NotificationStatus.FAILED, None),
+        (MAX_NOTIFY_ATTEMPTS, True, NotificationStatus.DELIVERED, None),
+    ],
+)
+def test_after_attempt(
+    attempts: int, delivered: bool, status: NotificationStatus, delay: float | None
+) -> None:
+    assert after_attempt(attempts, delivered=delivered) == (status, delay)
+
+
+@given(st.integers(min_value=1, max_value=10_000))
+def test_retry_delays_grow_and_stay_capped(attempts: int) -> None:
+    assert RETRY_BASE_S <= retry_delay_s(attempts) <= RETRY_MAX_S
+    assert retry_delay_s(attempts + 1) >= retry_delay_s(attempts)
+
+
+def test_signature_is_the_hmac_of_the_body() -> None:
+    # RFC 4231 test case 2.
+    expected = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    assert signature(b"Jefe", b"what do ya want for nothing?") == "sha256=" + expected
+
+
+@pytest.mark.parametrize(
+    ("url", "env", "field"),
+    [
+        ("ftp://127.0.0.1/x", "HOOK_SECRET", "url"),
+        ("http://", "HOOK_SECRET", "url"),
+        ("http://127.0.0.1/" + "x" * 2_048, "HOOK_SECRET", "url"),
+        ("https://127.0.0.1/hook", "", "secretEnv"),
+        ("https://127.0.0.1/hook", "hook_secret", "secretEnv"),
+        ("https://127.0.0.1/hook", "ENVERIF_DATABASE_URL", "secretEnv"),
+        ("https://127.0.0.1/hook", "A" * 101, "secretEnv"),
+    ],
+)
+def test_check_webhook_refuses(url: str, env: str, field: str) -> None:
+    with pytest.raises(ValidationFailed) as info:
+        check_webhook(url, env)
+    assert info.value.field == field
+
+
+def test_check_webhook_accepts() -> None:
+    assert check_webhook(" https://127.0.0.1/hook ", "HOOK_SECRET") == (
+        "https://127.0.0.1/hook",
+        "HOOK_SECRET",
+    )

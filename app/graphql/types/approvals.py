@@ -10,16 +10,38 @@ from strawberry.scalars import JSON
 
 from app.db import orm
 from app.domain.errors import NotFound
+from app.domain.global_ids import object_id
 from app.domain.runs import ApprovalStatus
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
-from app.graphql.types.enums import ApprovalDecision, ApprovalEventType, ApprovalScope
+from app.graphql.types.enums import ApprovalDecision, ApprovalEventType, ApprovalScope, NotificationStatus
 from app.graphql.types.node import Connection, Node, build_edges, page_request
 from app.graphql.types.runs import Run, RunStep
 from app.services import reads
 
 if TYPE_CHECKING:
     from app.graphql.types.versions import Actor
+
+
+@strawberry.type(name="ApprovalNotification", description="One POST of an approval to the approvalWebhook.")
+class ApprovalNotification:
+    id: strawberry.ID = strawberry.field(description="Also sent as the X-Enverif-Delivery header.")
+    at: datetime = strawberry.field(description="Its last attempt (when it was queued, before any).")
+    status: NotificationStatus
+    attempts: int
+    last_error: str | None = strawberry.field(description="Why the last attempt failed (HTTP 500, ...).")
+    next_at: datetime | None = strawberry.field(description="PENDING: when it is sent again.")
+
+    @classmethod
+    def from_row(cls, row: orm.ApprovalNotification) -> ApprovalNotification:
+        return cls(
+            id=strawberry.ID(object_id("ApprovalNotification", row.id)),
+            at=row.last_attempt_at or row.created_at,
+            status=NotificationStatus(row.status),
+            attempts=row.attempts,
+            last_error=row.last_error,
+            next_at=row.next_at if row.status == NotificationStatus.PENDING else None,
+        )
 
 
 @strawberry.type(name="Approval")
@@ -70,6 +92,15 @@ class Approval(Node):
         if raw is None and self.row.decided_by_token_id is not None:  # decided before actors were kept
             raw = {"kind": "TOKEN", "id": self.row.decided_by_token_id}
         return await Actor.of(info, raw)
+
+    @strawberry.field(
+        description="Its approvalWebhook deliveries (docs/concepts/approvals.md), oldest first; "
+        "empty when the workspace has no webhook."
+    )
+    async def notifications(self, info: Info) -> list[ApprovalNotification]:
+        async with info.context.session() as session:
+            rows = await reads.approval_notifications(session, approval_id=self.row.id)
+        return [ApprovalNotification.from_row(r) for r in rows]
 
     @strawberry.field
     async def run(self, info: Info) -> Run:

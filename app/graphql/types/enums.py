@@ -10,7 +10,7 @@ import strawberry
 
 from app.domain.actors import ActorKind
 from app.domain.agents import AgentStatus, OverlapPolicy
-from app.domain.approvals import ApprovalDecision, ApprovalEventType, ApprovalScope
+from app.domain.approvals import ApprovalDecision, ApprovalEventType, ApprovalScope, NotificationStatus
 from app.domain.mcp import Transport
 from app.domain.policy import Decision, RiskClass
 from app.domain.run_events import EventType
@@ -32,6 +32,9 @@ strawberry.enum(
     name="ApprovalDecision",
     description="How an operator decides: docs/concepts/approvals.md.",
 )
+strawberry.enum(
+    NotificationStatus, name="ApprovalNotificationStatus", description="An approvalWebhook delivery."
+)
 strawberry.enum(ApprovalEventType, name="ApprovalEventType", description="What approvalEvents reports.")
 strawberry.enum(
     ApprovalScope,
@@ -51,6 +54,7 @@ __all__ = [
     "Decision",
     "EventType",
     "FiringOutcome",
+    "NotificationStatus",
     "OverlapPolicy",
     "RevisionAction",
     "RunStatus",

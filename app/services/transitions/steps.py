@@ -13,9 +13,16 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.orm import Approval, Run, RunStep
+from app.db.orm import Approval, ApprovalNotification, Run, RunStep, Workspace
 from app.domain.actors import SYSTEM, Actor, ActorKind
-from app.domain.approvals import OUTCOME, RUNS_THE_TOOL, ApprovalDecision, ApprovalScope, DecisionRequest
+from app.domain.approvals import (
+    OUTCOME,
+    RUNS_THE_TOOL,
+    ApprovalDecision,
+    ApprovalScope,
+    DecisionRequest,
+    NotificationStatus,
+)
 from app.domain.model_errors import ModelErrorCode, error_code, model_error
 from app.domain.run_events import EventType
 from app.domain.runs import (
@@ -248,6 +255,16 @@ class StepWrites:
                   payload={"approvalId": approval.id, "tool": step.tool, "reason": reason})  # fmt: skip
         if standing is not None:
             await self.approve_for_run(run, approval, standing, step=step)
+            return approval
+        hook = await self.session.scalar(
+            select(Workspace.approval_webhook).where(Workspace.id == run.workspace_id)
+        )
+        if isinstance(hook, dict) and hook.get("url") and hook.get("secretEnv"):
+            # Sent by the sweeper (app/services/approval_webhooks.py), committed with the request.
+            self.session.add(ApprovalNotification(workspace_id=run.workspace_id, approval_id=approval.id,
+                                                  url=hook["url"], secret_env=hook["secretEnv"],
+                                                  status=NotificationStatus.PENDING.value, attempts=0,
+                                                  created_at=self.now, next_at=self.now))  # fmt: skip
         return approval
 
     def _decided(self, run: Run, approval: Approval, *, actor: Actor | None) -> None:
