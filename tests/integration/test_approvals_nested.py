@@ -1,7 +1,8 @@
 """Approvals in run trees, the cases peers break on (docs/concepts/approvals.md): a
 grandchild's approval decided while the root is being cancelled, two siblings' approvals
 decided at the same moment, and ``scope: RUN`` in a child not reaching its sibling or parent.
-Through GraphQL with a real worker; the races matter on MariaDB (row locks)."""
+Through GraphQL with a real worker; the races matter on MariaDB (row locks). An approval
+decided while the run's worker is SIGKILLed: tests/chaos/test_approval_kills.py (make chaos)."""
 
 from __future__ import annotations
 
@@ -37,9 +38,9 @@ def _hook(url: str, n: int) -> dict[str, Any]:
     return {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": n}}}
 
 
-async def _agent(gql: Any, admin: str, steps: list[dict[str, Any]], short: str) -> str:
+async def _agent(gql: Any, admin: str, steps: list[dict[str, Any]], short: str, **fields: Any) -> str:
     name = f"{short}-{uuid.uuid4().hex[:8]}"
-    await scripted_agent(gql, admin, name=name, steps=steps, tools=["agents.*", "webhook.post"])
+    await scripted_agent(gql, admin, name=name, steps=steps, tools=["agents.*", "webhook.post"], **fields)
     return name
 
 
