@@ -23,6 +23,7 @@ from app.domain.approvals import (
     expiry_reason,
 )
 from app.domain.errors import CredentialRejected, InvalidTransition, NotFound, ValidationFailed
+from app.domain.jsonvalue import NotStorable, strict_json
 from app.domain.model_errors import ModelErrorCode, error_code
 from app.domain.planner import Action, Call, Limits, ToolInfo, plan_call
 from app.domain.policy import RiskClass, live_chain, parse_chain
@@ -65,6 +66,8 @@ async def decide_approval(
         if request.decision is ApprovalDecision.EDIT:
             checked = await _checked_edit(rt, tx.session, run, approval.tool, request.arguments)
             request = dataclasses.replace(request, arguments=checked)
+        elif request.decision is ApprovalDecision.RESPOND:
+            request = dataclasses.replace(request, response=_checked_response(rt, request.response))
         original = approval.arguments
         await tx.decide_approval(run, approval, request, actor=principal.actor)
         also = await _approve_rest_of_run(tx, run, approval) if request.scope is ApprovalScope.RUN else []
@@ -118,6 +121,18 @@ async def _checked_edit(rt: Runtime, session: AsyncSession, run: Run, tool: str,
                 f"the edited arguments: {where}: {error.message}"[:1_000], field="arguments"
             )
     return plan.args
+
+
+def _checked_response(rt: Runtime, response: Any) -> Any:
+    """A RESPOND's response becomes the step's result: held to a tool result's limits."""
+    settings = rt.settings
+    try:
+        return strict_json(
+            {"response": response}, max_bytes=settings.max_result_bytes,
+            max_depth=settings.max_json_depth, what="the response",
+        )["response"]  # fmt: skip
+    except NotStorable as exc:
+        raise ValidationFailed(exc.message, field="response") from None
 
 
 async def _tool_specs(rt: Runtime) -> dict[str, Any]:

@@ -38,6 +38,9 @@ query($id: ID!) {
 UPDATE_POLICY = """
 mutation($id: ID!, $policy: PolicyInput) { updateAgent(id: $id, input: {policy: $policy}) { id } }
 """
+DEEP: Any = "bottom"
+for _ in range(40):  # deeper than ENVERIF_MAX_JSON_DEPTH: not storable as the step's result
+    DEEP = {"d": DEEP}
 MEMORIES = "query($id: ID!) { agent(id: $id) { memories(first: 10) { edges { node { key value } } } } }"
 
 
@@ -232,6 +235,7 @@ async def test_scope_run_approves_the_tools_later_calls_in_that_run_only(
         ({"decision": "EDIT"}, "VALIDATION_FAILED", "arguments"),
         ({"decision": "REJECT", "scope": "RUN"}, "VALIDATION_FAILED", "scope"),
         ({"decision": "APPROVE", "arguments": {"a": 1}}, "VALIDATION_FAILED", "arguments"),
+        ({"decision": "RESPOND", "response": DEEP}, "VALIDATION_FAILED", "response"),
     ],
 )
 async def test_bad_decisions_are_refused_with_their_code(
