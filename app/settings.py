@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     worker_poll_delay_s: float = Field(default=0.01, gt=0, le=5)
     job_timeout_s: int = Field(default=3600, ge=10)
     sweep_interval_s: int = Field(default=5, ge=1, le=3600)
+    # How long an approval waits for a decision when no policy rule gives it a timeoutS; past
+    # it the approval is EXPIRED and the call rejected (within one sweep). 0: no deadline.
+    approval_timeout_s: int = Field(default=0, ge=0, le=30 * 24 * 3600)
     # On SIGTERM a worker stops taking jobs and lets its running jobs finish the step they are
     # in for up to this long; a run still going after it is handed back to the queue. Keep
     # grace + about 10 s (the hand-back) under the supervisor's kill timeout (Kubernetes: 30 s).

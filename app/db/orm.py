@@ -104,6 +104,9 @@ class Workspace(Base):
     paused_at: Mapped[datetime | None]
     paused_reason: Mapped[str | None] = mapped_column(Text)
     paused_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # ``{"url", "secretEnv"}``: every requested approval is POSTed there, signed
+    # (docs/concepts/approvals.md); null: no notifications.
+    approval_webhook: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class ApiToken(Base):
@@ -388,6 +391,9 @@ class RunStep(Base):
     executed_attempt: Mapped[int | None] = mapped_column(Integer)
     child_run_id: Mapped[int | None] = mapped_column(Id, index=True)
     approval_id: Mapped[int | None] = mapped_column(Id)
+    # An operator's EDIT: ``arguments`` are then the edited ones, these the model's.
+    original_arguments: Mapped[Any | None] = mapped_column(JSON)
+    edited_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # ``Actor.to_json``
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
@@ -411,6 +417,32 @@ class Approval(Base):
     decided_by: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     requested_at: Mapped[datetime]
     decided_at: Mapped[datetime | None]
+    # ``app.domain.approvals``: APPROVE | REJECT | EDIT | RESPOND, CALL | RUN; null while pending
+    # (and for decisions made before the kinds existed: APPROVE or REJECT, read from status).
+    decision: Mapped[str | None] = mapped_column(String(16))
+    scope: Mapped[str | None] = mapped_column(String(8))
+    response: Mapped[Any | None] = mapped_column(JSON)  # RESPOND: what the model receives
+    expires_at: Mapped[datetime | None] = mapped_column(index=True)  # null: waits forever
+
+
+class ApprovalNotification(Base):
+    """One approval's POST to the workspace's approvalWebhook: sent by the sweeper, retried
+    with backoff until delivered or out of attempts."""
+
+    __tablename__ = "approval_notifications"
+    __table_args__ = (Index("ix_approval_notifications_status_next_at", "status", "next_at"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    approval_id: Mapped[int] = mapped_column(ForeignKey("approvals.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    secret_env: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(16))  # app.domain.approvals.NotificationStatus
+    attempts: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    next_at: Mapped[datetime | None]  # PENDING: when to send it; also pushed ahead while sending
+    last_attempt_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
 
 
 class Schedule(Base):

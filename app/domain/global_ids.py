@@ -34,7 +34,16 @@ NODE_TYPES = frozenset(
 # the owner: an agent's Policy and MemoryBudget, a run's Delegation; a RunEvent is its root
 # run and seq. Never the same string as a node's id (Relay keys its store by id alone).
 OBJECT_ID_TYPES = frozenset(
-    {"Policy", "PolicyRule", "MemoryBudget", "Delegation", "RunEvent", "MemoryRevision", "ScheduleFiring"}
+    {
+        "Policy",
+        "PolicyRule",
+        "MemoryBudget",
+        "Delegation",
+        "RunEvent",
+        "MemoryRevision",
+        "ScheduleFiring",
+        "ApprovalNotification",
+    }
 )
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]{1,200}")

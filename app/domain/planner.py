@@ -69,6 +69,7 @@ class CallPlan:
     reason: str = ""  # the policy's reason (agent and rule), or why the call was refused
     result: Any = None  # what the model sees for REFUSE and DENY
     risk: RiskClass | None = None
+    timeout_s: int | None = None  # AWAIT_APPROVAL: the policy's timeoutS, if a rule set one
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +165,8 @@ def plan_call(
     else:
         action = Action.START_CHILD if info.delegates else Action.RUN_TOOL
     denial = model_error(ModelErrorCode.DENIED, decision.reason) if action is Action.DENY else None
-    return CallPlan(action, call.tool, args, decision.decision, decision.reason, denial, info.risk)
+    return CallPlan(action, call.tool, args, decision.decision, decision.reason, denial, info.risk,
+                    timeout_s=decision.timeout_s)  # fmt: skip
 
 
 def _refuse(

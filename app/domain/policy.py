@@ -57,6 +57,9 @@ MAX_RULES = 200
 MAX_PATTERN_CHARS = 200
 _POLICY_KEYS = frozenset({"default", "rules"})
 _RULE_KEYS = frozenset({"tool", "decision"})
+_OPTIONAL_RULE_KEYS = frozenset({"timeoutS"})
+# An approval waits at most this long, whatever a rule says (30 days).
+MAX_TIMEOUT_S = 30 * 24 * 3600
 _DECISIONS = ", ".join(d.value for d in Decision)
 
 
@@ -83,6 +86,8 @@ def strictest(a: Decision, b: Decision) -> Decision:
 class Rule:
     tool: str  # fnmatch glob over tool names, stored as ``tool_key`` gives it
     decision: Decision
+    # REQUIRE_APPROVAL only: the approval expires (the call is rejected) after this long.
+    timeout_s: int | None = None
 
     def matches(self, tool_name: str) -> bool:
         return tool_matches(tool_name, self.tool)
@@ -96,8 +101,15 @@ class Policy:
     def to_json(self) -> dict[str, Any]:
         return {
             "default": None if self.default is None else self.default.value,
-            "rules": [{"tool": r.tool, "decision": r.decision.value} for r in self.rules],
+            "rules": [_rule_json(r) for r in self.rules],
         }
+
+
+def _rule_json(rule: Rule) -> dict[str, Any]:
+    out: dict[str, Any] = {"tool": rule.tool, "decision": rule.decision.value}
+    if rule.timeout_s is not None:
+        out["timeoutS"] = rule.timeout_s
+    return out
 
 
 def _fail(message: str) -> ValidationFailed:
@@ -111,6 +123,16 @@ def _parse_decision(value: object, where: str) -> Decision:
         except ValueError:
             pass
     raise _fail(f"{where} must be one of {_DECISIONS}, got {value!r}")
+
+
+def _parse_timeout(value: object, decision: Decision, where: str) -> int | None:
+    if value is None:
+        return None
+    if decision is not Decision.REQUIRE_APPROVAL:
+        raise _fail(f"{where}.timeoutS applies to REQUIRE_APPROVAL only, not {decision.value}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_TIMEOUT_S:
+        raise _fail(f"{where}.timeoutS must be a whole number of seconds from 1 to {MAX_TIMEOUT_S}")
+    return value
 
 
 def parse_policy(obj: object) -> Policy:
@@ -140,15 +162,16 @@ def parse_policy(obj: object) -> Policy:
         where = f"policy.rules[{i}]"
         if not isinstance(raw, Mapping):
             raise _fail(f"{where} must be an object {{tool, decision}}")
-        if set(raw) != _RULE_KEYS:
-            raise _fail(f"{where} must have exactly the keys 'tool' and 'decision'")
+        if not _RULE_KEYS <= set(raw) <= _RULE_KEYS | _OPTIONAL_RULE_KEYS:
+            raise _fail(f"{where} must have the keys 'tool' and 'decision', and may have 'timeoutS'")
         tool = raw["tool"]
         if not isinstance(tool, str) or not tool.strip():
             raise _fail(f"{where}.tool must be a non-empty glob pattern")
         if len(tool) > MAX_PATTERN_CHARS:
             raise _fail(f"{where}.tool is longer than {MAX_PATTERN_CHARS} characters")
         decision = _parse_decision(raw["decision"], f"{where}.decision")
-        rules.append(Rule(tool=tool_key(tool), decision=decision))
+        timeout_s = _parse_timeout(raw.get("timeoutS"), decision, where)
+        rules.append(Rule(tool=tool_key(tool), decision=decision, timeout_s=timeout_s))
     return Policy(default=default, rules=tuple(rules))
 
 
@@ -184,6 +207,7 @@ def validate_policy(
 class AgentDecision:
     decision: Decision
     source: str  # what imposed it: "rule 'x.*'", "default", "risk default ...", "clamp ..."
+    timeout_s: int | None = None  # the deciding rule's timeoutS
 
 
 def decide_for_agent(policy: Policy, tool_name: str, risk: RiskClass) -> AgentDecision:
@@ -198,8 +222,9 @@ def decide_for_agent(policy: Policy, tool_name: str, risk: RiskClass) -> AgentDe
             continue
         if chosen is None or rule.decision.strictness > chosen.decision.strictness:
             chosen = rule
+    timeout_s = None
     if chosen is not None:
-        decision, source = chosen.decision, f"rule '{chosen.tool}'"
+        decision, source, timeout_s = chosen.decision, f"rule '{chosen.tool}'", chosen.timeout_s
     elif policy.default is not None:
         decision, source = policy.default, "default"
     else:
@@ -208,7 +233,7 @@ def decide_for_agent(policy: Policy, tool_name: str, risk: RiskClass) -> AgentDe
         return AgentDecision(
             Decision.REQUIRE_APPROVAL, f"clamp for {risk.value} ({source} said {Decision.ALLOW.value})"
         )
-    return AgentDecision(decision, source)
+    return AgentDecision(decision, source, timeout_s)
 
 
 # -- the run's chain ----------------------------------------------------------------------
@@ -228,6 +253,9 @@ class PolicyLink:
 class EffectiveDecision:
     decision: Decision
     reason: str  # e.g. "agent 'root-bot' rule 'webhook.*' -> DENY"
+    # How long an approval may wait: the shortest timeoutS of the chain's deciding rules
+    # (the fail-safe one); None: no rule says, the deployment's default applies.
+    timeout_s: int | None = None
 
 
 def effective_decision(chain: Sequence[PolicyLink], tool_name: str, risk: RiskClass) -> EffectiveDecision:
@@ -240,14 +268,17 @@ def effective_decision(chain: Sequence[PolicyLink], tool_name: str, risk: RiskCl
         raise ValueError("a policy chain has at least the run's own agent")
     best_link = chain[0]
     best = decide_for_agent(best_link.policy, tool_name, risk)
+    timeouts = [best.timeout_s]
     for link in chain[1:]:
         mine = decide_for_agent(link.policy, tool_name, risk)
+        timeouts.append(mine.timeout_s)
         if mine.decision.strictness > best.decision.strictness:
             best_link, best = link, mine
     whose = "current policy " if best_link.current else ""
-    return EffectiveDecision(
-        best.decision, f"agent '{best_link.agent_name}' {whose}{best.source} -> {best.decision.value}"
-    )
+    reason = f"agent '{best_link.agent_name}' {whose}{best.source} -> {best.decision.value}"
+    if best.decision is not Decision.REQUIRE_APPROVAL:
+        return EffectiveDecision(best.decision, reason)
+    return EffectiveDecision(best.decision, reason, min((t for t in timeouts if t is not None), default=None))
 
 
 def live_chain(snapshot: Sequence[PolicyLink], current: Sequence[PolicyLink]) -> list[PolicyLink]:

@@ -48,8 +48,10 @@ class StepStatus(enum.StrEnum):
 
 class ApprovalStatus(enum.StrEnum):
     PENDING = "PENDING"
-    APPROVED = "APPROVED"
+    APPROVED = "APPROVED"  # APPROVE or EDIT: the tool runs
     REJECTED = "REJECTED"
+    RESPONDED = "RESPONDED"  # RESPOND: the tool does not run, the model gets the response
+    EXPIRED = "EXPIRED"  # past its deadline: the call is rejected with that reason
 
 
 # Nothing leaves a terminal state: results are final and side effects are not replayed.
@@ -98,7 +100,10 @@ STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
         {StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.WAITING_CHILD, StepStatus.CANCELLED}
     ),
     # Approved: back to PENDING so the (next) worker executes it; rejected: final.
-    StepStatus.WAITING_APPROVAL: frozenset({StepStatus.PENDING, StepStatus.REJECTED, StepStatus.CANCELLED}),
+    # RESPOND: the tool never runs, the operator's response is the call's result.
+    StepStatus.WAITING_APPROVAL: frozenset(
+        {StepStatus.PENDING, StepStatus.SUCCEEDED, StepStatus.REJECTED, StepStatus.CANCELLED}
+    ),
     StepStatus.WAITING_CHILD: frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.CANCELLED}),
     StepStatus.SUCCEEDED: frozenset(),
     StepStatus.FAILED: frozenset(),

@@ -21,20 +21,22 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import DataError, IntegrityError
 
+from app.domain.approvals import expires_at
 from app.domain.budgets import SPENDABLE, admit, refusal_message, spent
 from app.domain.engine_rules import Outcome, failed, final_answer_turn, new_step_statuses, parks_with_turn
 from app.domain.model_errors import ModelErrorCode
 from app.domain.planner import Action, CallPlan, Calls, Fail, Finish, TurnPlan, refuse_beyond
 from app.domain.policy import Decision
-from app.domain.runs import RunStatus, StepStatus, waiting_status_for
+from app.domain.runs import ApprovalStatus, RunStatus, StepStatus, waiting_status_for
 from app.engine.base import Tool
 from app.engine.calls import call_state_tool
 from app.engine.state import RunState
 from app.engine.tools.agents import read_targets
+from app.services.approvals import audit_approved_for_run
 from app.services.transitions import LeaseLost, TreeTx, tree_tx
 
 if TYPE_CHECKING:
-    from app.db.orm import Agent, Run, RunStep
+    from app.db.orm import Agent, Approval, Run, RunStep
     from app.engine.tools.registry import ToolRegistry
     from app.services.runtime import Runtime
 
@@ -179,12 +181,17 @@ class RunWrites:
             )
             rows.append(row)
         added = await tx.add_steps(rows)
+        approved_for_run: list[Approval] = []
         for call, step in zip(plan.plans, added, strict=True):
             if call.action in (Action.REFUSE, Action.DENY):
                 tx.step_started(run, step)
                 tx.step_finished(run, step)
             elif call.action is Action.AWAIT_APPROVAL:
-                await tx.request_approval(run, step, reason=call.reason)
+                deadline = expires_at(tx.now, rule_timeout_s=call.timeout_s,
+                                      default_timeout_s=self.rt.settings.approval_timeout_s)  # fmt: skip
+                approval = await tx.request_approval(run, step, reason=call.reason, expires_at=deadline)
+                if approval.status == ApprovalStatus.APPROVED:
+                    approved_for_run.append(approval)
             elif call.action is Action.START_CHILD:
                 # The delegating tool runs right here: every child of this turn is created in
                 # the transaction that records the turn, its step WAITING_CHILD (or FAILED
@@ -193,6 +200,8 @@ class RunWrites:
                 await self._start_child(tx, run, step, targets)
             else:
                 tx.step_started(run, step)
+        for approval in approved_for_run:  # audited last: the audit head is the last lock taken
+            await audit_approved_for_run(tx, run, approval)
         return added
 
     def _turn_usage(self) -> dict[str, Any] | None:

@@ -47,6 +47,10 @@ DEFAULT_QUEUE_MAX = 1_000
 # How long one read of a tree's newest seq serves the process's other subscriptions to that
 # tree (their idle polls): a thousand quiet subscribers cost one query, not a thousand.
 HEAD_SHARE_S = 0.5
+# Workspace-wide subscriptions (``approvalEvents``) are kept under this root id (no run has
+# it) and receive only the events of these types, from every tree of their workspace.
+WORKSPACE_WIDE = 0
+WORKSPACE_EVENT_TYPES = frozenset({"APPROVAL_REQUESTED", "APPROVAL_DECIDED"})
 
 
 class HubStopped(Exception):
@@ -274,6 +278,12 @@ class EventHub:
         self._subscriptions.setdefault((workspace_id, root_run_id), set()).add(sub)
         return sub
 
+    def subscribe_workspace(
+        self, workspace_id: int, *, on_overflow: Callable[[str], None] | None = None
+    ) -> Subscription:
+        """A subscription to the approval events of every run tree of the workspace."""
+        return self.subscribe(workspace_id, WORKSPACE_WIDE, on_overflow=on_overflow)
+
     def _remove(self, sub: Subscription) -> None:
         key = (sub.workspace_id, sub.root_run_id)
         subs = self._subscriptions.get(key)
@@ -324,6 +334,9 @@ class EventHub:
         # colliding root id.
         for sub in tuple(self._subscriptions.get((message.workspace_id, message.root_run_id), ())):
             sub._offer(message)
+        if message.type in WORKSPACE_EVENT_TYPES:
+            for sub in tuple(self._subscriptions.get((message.workspace_id, WORKSPACE_WIDE), ())):
+                sub._offer(message)
 
     def _resync_all(self, reason: str) -> None:
         for subs in tuple(self._subscriptions.values()):

@@ -36,6 +36,17 @@ T = TypeVar("T")
 class PolicyRuleInput:
     tool: str
     decision: Decision
+    timeout_s: int | None = strawberry.field(
+        default=None,
+        name="timeoutS",
+        description="REQUIRE_APPROVAL only: expire the approval after this long.",
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        rule: dict[str, Any] = {"tool": self.tool, "decision": self.decision.value}
+        if self.timeout_s is not None:
+            rule["timeoutS"] = self.timeout_s
+        return rule
 
 
 @strawberry.input(name="PolicyInput")
@@ -46,7 +57,7 @@ class PolicyInput:
     def to_json(self) -> dict[str, Any]:
         return {
             "default": None if self.default is None else self.default.value,
-            "rules": [{"tool": r.tool, "decision": r.decision.value} for r in self.rules or []],
+            "rules": [r.to_json() for r in self.rules or []],
         }
 
 

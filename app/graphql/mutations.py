@@ -11,6 +11,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from app.domain.agents import Role
+from app.domain.approvals import DecisionAsk
 from app.domain.runs import RunTrigger
 from app.graphql.context import Info
 from app.graphql.ids import from_global_id, to_global_id
@@ -27,13 +28,24 @@ from app.graphql.inputs import (
 )
 from app.graphql.types.agents import Agent
 from app.graphql.types.approvals import Approval
+from app.graphql.types.enums import ApprovalDecision, ApprovalScope
 from app.graphql.types.mcp import McpServer
 from app.graphql.types.memories import Memory
 from app.graphql.types.runs import Run
 from app.graphql.types.schedules import Schedule
 from app.graphql.types.tokens import ApiToken, CreateApiTokenInput, CreatedApiToken
 from app.graphql.types.workspace import Workspace
-from app.services import agents, approvals, auth, holds, mcp_servers, memories, runs, schedules
+from app.services import (
+    agents,
+    approval_webhooks,
+    approvals,
+    auth,
+    holds,
+    mcp_servers,
+    memories,
+    runs,
+    schedules,
+)
 from app.services.auth import Principal
 
 
@@ -76,6 +88,19 @@ class Mutation:
         principal = await _caller(info, Role.ADMIN)
         return Workspace.from_row(await holds.resume_workspace(info.context.runtime, principal))
 
+    @strawberry.mutation(
+        description="Sets where every requested approval is POSTed (signed with the secret in the "
+        "environment variable secretEnv); without url, removes it."
+    )
+    async def set_approval_webhook(
+        self, info: Info, url: str | None = None, secret_env: str | None = None
+    ) -> Workspace:
+        principal = await _caller(info, Role.ADMIN)
+        row = await approval_webhooks.set_approval_webhook(
+            info.context.runtime, principal, url=url, secret_env=secret_env
+        )
+        return Workspace.from_row(row)
+
     # -- runs and approvals (operator) --------------------------------------------------------
 
     @strawberry.mutation
@@ -109,15 +134,32 @@ class Mutation:
         )
         return [Run.from_row(r) for r in rows]
 
-    @strawberry.mutation
+    @strawberry.mutation(
+        description="Decides a pending approval: APPROVE, REJECT (the reason reaches the model), "
+        "EDIT (runs the tool with `arguments`, checked and decided again by policy) or RESPOND "
+        "(the tool does not run; the model receives {response}). scope RUN also approves the "
+        "tool's later calls in this run. The older form, approve: Boolean, still works."
+    )
     async def decide_approval(
-        self, info: Info, id: strawberry.ID, approve: bool, reason: str | None = None
+        self,
+        info: Info,
+        id: strawberry.ID,
+        approve: bool | None = None,
+        reason: str | None = None,
+        decision: ApprovalDecision | None = None,
+        arguments: JSON | None = strawberry.UNSET,
+        response: JSON | None = strawberry.UNSET,
+        scope: ApprovalScope | None = None,
     ) -> Approval:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(id, "Approval", field="id")
-        row = await approvals.decide_approval(
-            info.context.runtime, principal, approval_id=pk, approve=approve, reason=reason
-        )
+        ask = DecisionAsk(
+            approve=approve, decision=decision, reason=reason, scope=scope,
+            arguments=None if arguments is strawberry.UNSET else arguments,
+            response=None if response is strawberry.UNSET else response,
+            has_arguments=arguments is not strawberry.UNSET, has_response=response is not strawberry.UNSET,
+        )  # fmt: skip
+        row = await approvals.decide_approval(info.context.runtime, principal, approval_id=pk, ask=ask)
         return Approval.from_row(row)
 
     # -- memories (operator) ------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""``Subscription.runTree``: a run tree's event log, replayed then streamed live, and
-``Subscription.runOutput``: a run's model output as it streams (docs/graphql/guide.md).
+"""``Subscription.runTree``: a run tree's event log, replayed then streamed live,
+``Subscription.runOutput``: a run's model output as it streams (docs/graphql/guide.md), and
+``Subscription.approvalEvents``: the workspace's approvals, live (docs/concepts/approvals.md).
 
 Order of operations is what makes the stream complete: subscribe to the process's event hub
 first, then replay the log from the database, then follow live messages (see
@@ -19,10 +20,11 @@ from app.events.output import OutputHub
 from app.graphql.context import Context, Info
 from app.graphql.ids import from_global_id
 from app.graphql.shared_execution import run_event
+from app.graphql.types.approvals import Approval, ApprovalEvent
 from app.graphql.types.run_events import RunEvent
 from app.graphql.types.run_output import RunOutputChunk
 from app.graphql.ws_auth import CLOSE_TOO_SLOW
-from app.services import event_log, live_output
+from app.services import approvals, event_log, live_output
 from app.services.event_labels import TreeLabels
 
 
@@ -102,6 +104,35 @@ class Subscription:
         )
         async for chunk in chunks:
             yield RunOutputChunk.of(chunk)
+
+    @strawberry.subscription(
+        description=(
+            "The workspace's approvals as they are requested, decided and expired, across every "
+            "run tree, each with the approval as it is now. Live only: query approvals(status: "
+            "PENDING) for what is already waiting. After a hole in live delivery every pending "
+            "approval is sent again as REQUESTED. A subscriber too slow to keep up has its "
+            "websocket closed (code 1013)."
+        )
+    )
+    async def approval_events(self, info: Info) -> AsyncGenerator[ApprovalEvent, None]:
+        context = info.context
+        principal = await context.principal()
+        principal.require(Role.VIEWER)
+
+        def too_slow(reason: str) -> None:
+            if context.close_websocket is not None:
+                context.close_websocket(CLOSE_TOO_SLOW, reason)
+
+        with _hub(context).subscribe_workspace(principal.workspace_id, on_overflow=too_slow) as live:
+            news = approvals.approval_news(
+                context.runtime.read_sessionmaker, live, workspace_id=principal.workspace_id
+            )
+            try:
+                async for item in news:
+                    context.fresh_loaders()
+                    yield ApprovalEvent(type=item.type, at=item.at, approval=Approval.from_row(item.approval))
+            except SubscriberTooSlow as exc:
+                raise Unavailable(exc.reason) from None
 
 
 def _hub(context: Context) -> EventHub:

@@ -247,6 +247,18 @@ def memory_has_tag(session: AsyncSession, tag: str) -> ColumnElement[bool]:
     return exists(select(1).select_from(elements).where(elements.c.value == tag))
 
 
+async def approval_notifications(
+    session: AsyncSession, *, approval_id: int
+) -> list[orm.ApprovalNotification]:
+    return list(
+        await session.scalars(
+            select(orm.ApprovalNotification)
+            .where(orm.ApprovalNotification.approval_id == approval_id)
+            .order_by(orm.ApprovalNotification.id)
+        )
+    )
+
+
 async def list_approvals(
     session: AsyncSession, *, workspace_id: int, status: ApprovalStatus | None, page: PageRequest
 ) -> Page[orm.Approval]:

@@ -40,6 +40,8 @@ class Runtime:
     # The tools workers register (app.services.agents loads them on first use): a policy
     # rule must match one of them.
     tool_names: frozenset[str] | None = None
+    # Their specs by name (risk, argument schema), for checking an operator's edited call.
+    tool_specs: dict[str, Any] | None = None
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         task = asyncio.create_task(work, name=name)

@@ -8,6 +8,8 @@
   empty, FLUSHALL, a failed enqueue after commit).
 - QUEUED runs whose job a worker took and then died with, before claiming the run, get a
   new job id: arq would keep the old one locked until its in-progress key expires.
+- Pending approvals past their deadline become EXPIRED, their calls rejected; due approval
+  webhook notifications are sent (app/services/approval_webhooks.py).
 - arq's leftovers that the database says are dead are removed: queue entries (and their
   in-progress, job and retry keys) of runs that ended, are waiting, or have moved on to a
   newer job id (wake count). arq workers read only the head of the queue and skip entries
@@ -31,12 +33,14 @@ from redis.exceptions import RedisError
 from sqlalchemy import select
 
 from app.db.clock import db_now
-from app.db.orm import Run
+from app.db.orm import Approval, Run
 from app.domain.budgets import refusal_message, spent
 from app.domain.model_errors import ModelErrorCode
-from app.domain.runs import CANCELLABLE_RUN, RunStatus
+from app.domain.runs import CANCELLABLE_RUN, ApprovalStatus, RunStatus
 from app.keys import queue_name, run_job_id, run_job_prefix, sweeper_turn_key
 from app.outages import is_outage
+from app.services.approval_webhooks import deliver_due
+from app.services.approvals import expire_overdue
 from app.services.runtime import Runtime
 from app.services.transitions import enqueue_run, tree_tx
 
@@ -59,6 +63,8 @@ class SweepReport:
     reissued: int = 0
     dropped_jobs: int = 0
     out_of_time: int = 0
+    expired_approvals: int = 0
+    notifications: int = 0
 
 
 async def _job_held_by_dead_worker(rt: Runtime, run_id: int, wake: int) -> bool:
@@ -109,6 +115,21 @@ async def _end_overdue(rt: Runtime, now: datetime) -> int:
                                     error_code=ModelErrorCode.BUDGET_EXCEEDED)  # fmt: skip
             ended += 1
     return ended
+
+
+async def _expire_approvals(rt: Runtime, now: datetime) -> int:
+    """Approvals past their deadline fail safe: EXPIRED, the call rejected with that reason
+    (docs/concepts/approvals.md). Within one sweep interval of the deadline."""
+    async with rt.read_sessionmaker() as session:
+        overdue = list(
+            await session.scalars(
+                select(Approval.id)
+                .where(Approval.expires_at <= now, Approval.status == ApprovalStatus.PENDING.value)
+                .order_by(Approval.expires_at)
+                .limit(BATCH)
+            )
+        )
+    return await expire_overdue(rt, overdue)
 
 
 async def sweep(rt: Runtime) -> SweepReport:
@@ -162,6 +183,8 @@ async def sweep(rt: Runtime) -> SweepReport:
             await enqueue_run(rt, run_id, wake, root_id)
             report.reenqueued += 1
     report.out_of_time = await _end_overdue(rt, now)
+    report.expired_approvals = await _expire_approvals(rt, now)
+    report.notifications = await deliver_due(rt, now)
     report.dropped_jobs = await drop_dead_jobs(rt)
     if report.requeued_expired:
         log.warning("sweeper: %d runs had expired leases and were requeued", report.requeued_expired)

@@ -120,8 +120,24 @@ def test_validate_policy_normalises(raw: Any, expected: dict[str, Any]) -> None:
         ({"default": 1}, "policy.default must be one of"),
         ({"rules": {"tool": "x", "decision": "ALLOW"}}, "policy.rules must be a list"),
         ({"rules": ["http.*"]}, "policy.rules[0] must be an object"),
-        ({"rules": [{"tool": "http.*"}]}, "policy.rules[0] must have exactly"),
-        ({"rules": [{"tool": "x", "decision": "ALLOW", "why": "no"}]}, "must have exactly"),
+        ({"rules": [{"tool": "http.*"}]}, "policy.rules[0] must have the keys"),
+        ({"rules": [{"tool": "x", "decision": "ALLOW", "why": "no"}]}, "must have the keys"),
+        (
+            {"rules": [{"tool": "x", "decision": "ALLOW", "timeoutS": 60}]},
+            "timeoutS applies to REQUIRE_APPROVAL only",
+        ),
+        (
+            {"rules": [{"tool": "x", "decision": "REQUIRE_APPROVAL", "timeoutS": 0}]},
+            "timeoutS must be a whole number",
+        ),
+        (
+            {"rules": [{"tool": "x", "decision": "REQUIRE_APPROVAL", "timeoutS": True}]},
+            "timeoutS must be a whole number",
+        ),
+        (
+            {"rules": [{"tool": "x", "decision": "REQUIRE_APPROVAL", "timeoutS": 1.5}]},
+            "timeoutS must be a whole number",
+        ),
         ({"rules": [{"tool": "", "decision": "ALLOW"}]}, "policy.rules[0].tool must be a non-empty"),
         ({"rules": [{"tool": 3, "decision": "ALLOW"}]}, "policy.rules[0].tool must be a non-empty"),
         ({"rules": [{"tool": "x" * 201, "decision": "ALLOW"}]}, "longer than"),

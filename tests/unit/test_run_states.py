@@ -61,6 +61,7 @@ ALLOWED_STEP: set[tuple[StepStatus, StepStatus]] = {
     (S.RUNNING, S.CANCELLED),
     (S.WAITING_APPROVAL, S.PENDING),  # approved
     (S.WAITING_APPROVAL, S.REJECTED),
+    (S.WAITING_APPROVAL, S.SUCCEEDED),  # responded: the tool never ran
     (S.WAITING_APPROVAL, S.CANCELLED),
     (S.WAITING_CHILD, S.SUCCEEDED),
     (S.WAITING_CHILD, S.FAILED),

@@ -191,3 +191,13 @@ async def registered_tool_risks(settings: Settings) -> dict[str, RiskClass]:
         return {name: registry.risk_of(name) for name in registry.names()}
     finally:
         await registry.aclose()
+
+
+async def registered_tool_specs(settings: Settings) -> dict[str, ToolSpec]:
+    """Every registered tool's spec by name (for checking arguments outside the engine: an
+    operator's edit of a call)."""
+    registry = default_registry(settings)
+    try:
+        return {spec.name: spec for spec in registry.specs(["*"])}
+    finally:
+        await registry.aclose()

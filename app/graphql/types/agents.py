@@ -31,6 +31,9 @@ class PolicyRule:
     id: strawberry.ID = strawberry.field(description="The rule's id: its agent's policy and its place in it.")
     tool: str = strawberry.field(description="Glob over tool names, e.g. 'webhook.*'.")
     decision: Decision
+    timeout_s: int | None = strawberry.field(
+        name="timeoutS", description="REQUIRE_APPROVAL only: the approval expires after this many seconds."
+    )
 
 
 @strawberry.type(name="Policy")
@@ -58,6 +61,7 @@ class Policy:
                 id=strawberry.ID(object_id("PolicyRule", *owner, index)),
                 tool=r["tool"],
                 decision=Decision(r["decision"]),
+                timeout_s=r["timeoutS"] if isinstance(r.get("timeoutS"), int) else None,
             )
             for index, r in enumerate(valid)
         ]

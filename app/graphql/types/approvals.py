@@ -10,15 +10,38 @@ from strawberry.scalars import JSON
 
 from app.db import orm
 from app.domain.errors import NotFound
+from app.domain.global_ids import object_id
 from app.domain.runs import ApprovalStatus
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
+from app.graphql.types.enums import ApprovalDecision, ApprovalEventType, ApprovalScope, NotificationStatus
 from app.graphql.types.node import Connection, Node, build_edges, page_request
 from app.graphql.types.runs import Run, RunStep
 from app.services import reads
 
 if TYPE_CHECKING:
     from app.graphql.types.versions import Actor
+
+
+@strawberry.type(name="ApprovalNotification", description="One POST of an approval to the approvalWebhook.")
+class ApprovalNotification:
+    id: strawberry.ID = strawberry.field(description="Also sent as the X-Enverif-Delivery header.")
+    at: datetime = strawberry.field(description="Its last attempt (when it was queued, before any).")
+    status: NotificationStatus
+    attempts: int
+    last_error: str | None = strawberry.field(description="Why the last attempt failed (HTTP 500, ...).")
+    next_at: datetime | None = strawberry.field(description="PENDING: when it is sent again.")
+
+    @classmethod
+    def from_row(cls, row: orm.ApprovalNotification) -> ApprovalNotification:
+        return cls(
+            id=strawberry.ID(object_id("ApprovalNotification", row.id)),
+            at=row.last_attempt_at or row.created_at,
+            status=NotificationStatus(row.status),
+            attempts=row.attempts,
+            last_error=row.last_error,
+            next_at=row.next_at if row.status == NotificationStatus.PENDING else None,
+        )
 
 
 @strawberry.type(name="Approval")
@@ -28,8 +51,16 @@ class Approval(Node):
     arguments: JSON | None
     status: ApprovalStatus
     reason: str | None = strawberry.field(description="The operator's reason for the decision.")
+    decision: ApprovalDecision | None = strawberry.field(
+        description="How it was decided; null while pending, expired, or closed by its run's end."
+    )
+    scope: ApprovalScope | None
+    response: JSON | None = strawberry.field(description="RESPOND: what the model received as {response}.")
     requested_at: datetime
     decided_at: datetime | None
+    expires_at: datetime | None = strawberry.field(
+        description="When it expires undecided (the call is then rejected); null: never."
+    )
     row: strawberry.Private[orm.Approval]
 
     @classmethod
@@ -40,8 +71,12 @@ class Approval(Node):
             arguments=row.arguments,
             status=ApprovalStatus(row.status),
             reason=row.reason,
+            decision=None if row.decision is None else ApprovalDecision(row.decision),
+            scope=None if row.scope is None else ApprovalScope(row.scope),
+            response=row.response,
             requested_at=row.requested_at,
             decided_at=row.decided_at,
+            expires_at=row.expires_at,
             row=row,
         )
 
@@ -58,6 +93,15 @@ class Approval(Node):
             raw = {"kind": "TOKEN", "id": self.row.decided_by_token_id}
         return await Actor.of(info, raw)
 
+    @strawberry.field(
+        description="Its approvalWebhook deliveries (docs/concepts/approvals.md), oldest first; "
+        "empty when the workspace has no webhook."
+    )
+    async def notifications(self, info: Info) -> list[ApprovalNotification]:
+        async with info.context.session() as session:
+            rows = await reads.approval_notifications(session, approval_id=self.row.id)
+        return [ApprovalNotification.from_row(r) for r in rows]
+
     @strawberry.field
     async def run(self, info: Info) -> Run:
         row = await (await info.context.loaders()).run.load(self.row.run_id)
@@ -71,6 +115,17 @@ class Approval(Node):
         if row is None:
             raise NotFound("this approval's step is gone")
         return RunStep.from_row(row)
+
+
+@strawberry.type(
+    name="ApprovalEvent", description="An approval requested, decided or expired (approvalEvents)."
+)
+class ApprovalEvent:
+    type: ApprovalEventType
+    at: datetime = strawberry.field(description="When it happened.")
+    approval: Approval = strawberry.field(
+        description="The approval as it is now (it may have moved on since)."
+    )
 
 
 @strawberry.type(name="ApprovalConnection")

@@ -10,6 +10,7 @@ import strawberry
 
 from app.domain.actors import ActorKind
 from app.domain.agents import AgentStatus, OverlapPolicy
+from app.domain.approvals import ApprovalDecision, ApprovalEventType, ApprovalScope, NotificationStatus
 from app.domain.mcp import Transport
 from app.domain.policy import Decision, RiskClass
 from app.domain.run_events import EventType
@@ -26,16 +27,34 @@ strawberry.enum(EventType, name="RunEventType", description="What a run event re
 strawberry.enum(RunTrigger, name="RunTrigger")
 strawberry.enum(StepStatus, name="StepStatus")
 strawberry.enum(ApprovalStatus, name="ApprovalStatus")
+strawberry.enum(
+    ApprovalDecision,
+    name="ApprovalDecision",
+    description="How an operator decides: docs/concepts/approvals.md.",
+)
+strawberry.enum(
+    NotificationStatus, name="ApprovalNotificationStatus", description="An approvalWebhook delivery."
+)
+strawberry.enum(ApprovalEventType, name="ApprovalEventType", description="What approvalEvents reports.")
+strawberry.enum(
+    ApprovalScope,
+    name="ApprovalScope",
+    description="RUN: also approves the tool's later calls in the same run.",
+)
 strawberry.enum(FiringOutcome, name="ScheduleFiringOutcome", description="What a schedule's fire time did.")
 strawberry.enum(RevisionAction, name="MemoryRevisionAction", description="What a memory revision did.")
 
 __all__ = [
     "ActorKind",
     "AgentStatus",
+    "ApprovalDecision",
+    "ApprovalEventType",
+    "ApprovalScope",
     "ApprovalStatus",
     "Decision",
     "EventType",
     "FiringOutcome",
+    "NotificationStatus",
     "OverlapPolicy",
     "RevisionAction",
     "RunStatus",

@@ -47,7 +47,12 @@ class RunStep(Node):
     seq: int
     turn: int = strawberry.field(description="The model turn (0-based) that asked for this call.")
     tool: str | None = strawberry.field(description="Null for the final answer.")
-    arguments: JSON | None
+    arguments: JSON | None = strawberry.field(
+        description="What the tool runs with (an operator's EDIT, if any)."
+    )
+    original_arguments: JSON | None = strawberry.field(
+        description="The model's arguments, when an operator edited them (null otherwise)."
+    )
     status: StepStatus
     decision: Decision | None
     decision_reason: str | None
@@ -68,6 +73,7 @@ class RunStep(Node):
             turn=row.turn,
             tool=row.tool,
             arguments=row.arguments,
+            original_arguments=row.original_arguments,
             status=StepStatus(row.status),
             decision=None if row.decision is None else Decision(row.decision),
             decision_reason=row.decision_reason,
@@ -78,6 +84,12 @@ class RunStep(Node):
             finished_at=row.finished_at,
             row=row,
         )
+
+    @strawberry.field(description="Who edited the arguments (an operator's EDIT); null when nobody did.")
+    async def edited_by(self, info: Info) -> LazyActor | None:
+        from app.graphql.types.versions import Actor  # circular: versions import runs
+
+        return await Actor.of(info, self.row.edited_by)
 
     @strawberry.field(
         description="What the model turn that asked for this call consumed (on the turn's first step)."

@@ -7,9 +7,19 @@ from datetime import datetime
 import strawberry
 
 from app.db import orm
+from app.domain.agents import Role
 from app.domain.errors import NotFound
+from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.node import Node
+
+
+@strawberry.type(name="ApprovalWebhook", description="A workspace's approval notifications.")
+class ApprovalWebhook:
+    url: str
+    secret_env: str = strawberry.field(
+        description="The environment variable (on the workers) holding the HMAC secret; never the secret."
+    )
 
 
 @strawberry.type(name="Workspace")
@@ -22,6 +32,8 @@ class Workspace(Node):
     )
     paused_reason: str | None
 
+    row: strawberry.Private[orm.Workspace]
+
     @classmethod
     def from_row(cls, row: orm.Workspace) -> Workspace:
         return cls(
@@ -30,7 +42,20 @@ class Workspace(Node):
             created_at=row.created_at,
             paused_at=row.paused_at,
             paused_reason=row.paused_reason,
+            row=row,
         )
+
+    @strawberry.field(
+        description="Where every requested approval is POSTed, signed (docs/concepts/approvals.md); "
+        "admins only."
+    )
+    async def approval_webhook(self, info: Info) -> ApprovalWebhook | None:
+        principal = await info.context.principal()
+        principal.require(Role.ADMIN)
+        hook = self.row.approval_webhook
+        if not isinstance(hook, dict):
+            return None
+        return ApprovalWebhook(url=str(hook.get("url")), secret_env=str(hook.get("secretEnv")))
 
 
 async def _viewer_workspace(root: Viewer, info: strawberry.Info) -> Workspace:

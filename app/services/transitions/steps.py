@@ -13,8 +13,16 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.orm import Approval, Run, RunStep
-from app.domain.actors import Actor, ActorKind
+from app.db.orm import Approval, ApprovalNotification, Run, RunStep, Workspace
+from app.domain.actors import SYSTEM, Actor, ActorKind
+from app.domain.approvals import (
+    OUTCOME,
+    RUNS_THE_TOOL,
+    ApprovalDecision,
+    ApprovalScope,
+    DecisionRequest,
+    NotificationStatus,
+)
 from app.domain.model_errors import ModelErrorCode, error_code, model_error
 from app.domain.run_events import EventType
 from app.domain.runs import (
@@ -219,11 +227,23 @@ class StepWrites:
 
     # -- approvals -----------------------------------------------------------------------
 
-    async def request_approval(self, run: Run, step: RunStep, *, reason: str) -> Approval:
-        """An operator has to decide ``step`` (just added as WAITING_APPROVAL)."""
+    async def request_approval(
+        self, run: Run, step: RunStep, *, reason: str, expires_at: datetime | None = None
+    ) -> Approval:
+        """An operator has to decide ``step`` (just added as WAITING_APPROVAL), by
+        ``expires_at`` if given. Unless an earlier call of the same tool in this same run was
+        approved with ``scope: RUN``: then the call is approved at once, by that actor."""
+        standing = await self.session.scalar(
+            select(Approval)
+            .where(Approval.run_id == run.id, Approval.tool == step.tool,
+                   Approval.scope == ApprovalScope.RUN.value, Approval.status == ApprovalStatus.APPROVED.value)
+            .order_by(Approval.id)
+            .limit(1)
+        )  # fmt: skip
         approval = Approval(workspace_id=run.workspace_id, run_id=run.id, root_run_id=run.root_run_id,
                             step_id=step.id, tool=step.tool, arguments=step.arguments,
-                            status=ApprovalStatus.PENDING.value, requested_at=self.now)  # fmt: skip
+                            status=ApprovalStatus.PENDING.value, requested_at=self.now,
+                            expires_at=None if standing is not None else expires_at)  # fmt: skip
         self.session.add(approval)
         await self.session.flush()
         await self.session.execute(
@@ -233,26 +253,87 @@ class StepWrites:
         self.step_started(run, step)
         self.emit(run, EventType.APPROVAL_REQUESTED, status=ApprovalStatus.PENDING.value, step_id=step.id,
                   payload={"approvalId": approval.id, "tool": step.tool, "reason": reason})  # fmt: skip
+        if standing is not None:
+            await self.approve_for_run(run, approval, standing, step=step)
+            return approval
+        hook = await self.session.scalar(
+            select(Workspace.approval_webhook).where(Workspace.id == run.workspace_id)
+        )
+        if isinstance(hook, dict) and hook.get("url") and hook.get("secretEnv"):
+            # Sent by the sweeper (app/services/approval_webhooks.py), committed with the request.
+            self.session.add(ApprovalNotification(workspace_id=run.workspace_id, approval_id=approval.id,
+                                                  url=hook["url"], secret_env=hook["secretEnv"],
+                                                  status=NotificationStatus.PENDING.value, attempts=0,
+                                                  created_at=self.now, next_at=self.now))  # fmt: skip
         return approval
 
-    async def decide_approval(
-        self, run: Run, approval: Approval, *, approve: bool, reason: str | None, actor: Actor
-    ) -> None:
-        """Approve: the step goes back to PENDING for the next worker to execute. Reject: the
-        step is REJECTED and the model sees the rejection as the call's result."""
-        step = await self.session.get_one(RunStep, approval.step_id, with_for_update=True)
-        approval.status = (ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED).value
-        approval.reason = reason
+    def _decided(self, run: Run, approval: Approval, *, actor: Actor | None) -> None:
         approval.decided_at = self.now
-        approval.decided_by_token_id = actor.id if actor.kind is ActorKind.TOKEN else None
-        approval.decided_by = actor.to_json()
-        self.emit(run, EventType.APPROVAL_DECIDED, step_id=step.id,
-                  payload={"approvalId": approval.id, "status": approval.status, "reason": reason})  # fmt: skip
-        if approve:
+        if actor is not None:
+            approval.decided_by_token_id = actor.id if actor.kind is ActorKind.TOKEN else None
+            approval.decided_by = actor.to_json()
+        payload: dict[str, Any] = {
+            "approvalId": approval.id,
+            "status": approval.status,
+            "reason": approval.reason,
+        }
+        if approval.decision is not None:
+            payload["decision"], payload["scope"] = approval.decision, approval.scope
+        self.emit(run, EventType.APPROVAL_DECIDED, step_id=approval.step_id, payload=payload)
+
+    async def decide_approval(
+        self, run: Run, approval: Approval, request: DecisionRequest, *, actor: Actor
+    ) -> None:
+        """APPROVE, EDIT: the step goes back to PENDING for the next worker to execute (EDIT:
+        with ``request.arguments``, already validated and decided again by policy, the model's
+        kept as ``original_arguments``). REJECT: the step is REJECTED and the model sees the
+        rejection, with the reason, as the call's result. RESPOND: the step SUCCEEDED without
+        running, its result ``{"response": ...}`` (docs/concepts/approvals.md)."""
+        step = await self.session.get_one(RunStep, approval.step_id, with_for_update=True)
+        kind = request.decision
+        approval.status = OUTCOME[kind].value
+        approval.decision, approval.scope = kind.value, request.scope.value
+        approval.reason = request.reason
+        if kind is ApprovalDecision.RESPOND:
+            approval.response = request.response
+        self._decided(run, approval, actor=actor)
+        if kind in RUNS_THE_TOOL:
+            if kind is ApprovalDecision.EDIT:
+                step.original_arguments, step.arguments = step.arguments, request.arguments
+                step.edited_by = actor.to_json()
             check_step_transition(StepStatus(step.status), StepStatus.PENDING)
             step.status = StepStatus.PENDING.value
+        elif kind is ApprovalDecision.REJECT:
+            await self.finish_step(run, step, StepStatus.REJECTED, result=rejection_result(request.reason))
         else:
-            await self.finish_step(run, step, StepStatus.REJECTED, result=rejection_result(reason))
+            await self.finish_step(run, step, StepStatus.SUCCEEDED, result={"response": request.response})
+
+    async def approve_for_run(
+        self, run: Run, approval: Approval, standing: Approval, *, step: RunStep | None = None
+    ) -> None:
+        """Approve ``approval`` (PENDING) because ``standing`` approved its tool for the whole
+        run: recorded as decided by the actor who decided ``standing``."""
+        if step is None:
+            step = await self.session.get_one(RunStep, approval.step_id, with_for_update=True)
+        check_step_transition(StepStatus(step.status), StepStatus.PENDING)
+        await self.session.execute(
+            update(RunStep).where(RunStep.id == step.id).values(status=StepStatus.PENDING.value)
+        )
+        step.status = StepStatus.PENDING.value
+        approval.status = ApprovalStatus.APPROVED.value
+        approval.decision, approval.scope = ApprovalDecision.APPROVE.value, ApprovalScope.RUN.value
+        approval.reason = f"approved for this run (with approval {standing.id})"
+        approval.decided_by_token_id = standing.decided_by_token_id
+        approval.decided_by = standing.decided_by
+        self._decided(run, approval, actor=None)
+
+    async def expire_approval(self, run: Run, approval: Approval, *, reason: str) -> None:
+        """Past its deadline: EXPIRED, and the call rejected with ``reason`` (fail safe)."""
+        step = await self.session.get_one(RunStep, approval.step_id, with_for_update=True)
+        approval.status = ApprovalStatus.EXPIRED.value
+        approval.reason = reason
+        self._decided(run, approval, actor=SYSTEM)
+        await self.finish_step(run, step, StepStatus.REJECTED, result=rejection_result(reason))
 
     async def close_open_work(self, run: Run, to: RunStatus, why: str | None) -> None:
         """A run ended: its open steps are cancelled and its pending approvals closed, so they

@@ -1,0 +1,122 @@
+"""``approvalWebhook``: every requested approval POSTed, HMAC-signed, through the guarded
+client, retried with backoff, each delivery visible on the approval (docs/concepts/approvals.md).
+A loopback receiver checks the signature the way a customer's would."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.domain.approvals import RETRY_BASE_S
+from tests.support.runs import scripted_agent, start_run
+from tests.support.servers import serve
+
+SECRET_ENV = "TEST_APPROVAL_HOOK_SECRET"
+SECRET = "s3cret-for-the-receiver"
+SET_HOOK = """
+mutation($url: String, $secretEnv: String) {
+  setApprovalWebhook(url: $url, secretEnv: $secretEnv) { id approvalWebhook { url secretEnv } }
+}
+"""
+NOTIFICATIONS = """
+query($id: ID!) {
+  run(id: $id) { status pendingApprovals { id notifications { id at status attempts lastError nextAt } } }
+}
+"""
+
+
+@dataclass
+class Receiver:
+    """Answers 500 to the first ``failures`` POSTs, then 204; keeps what it got."""
+
+    failures: int
+    got: list[tuple[float, dict[str, str], bytes]] = field(default_factory=list)
+
+    async def hook(self, request: Request) -> Response:
+        self.got.append((time.monotonic(), dict(request.headers), await request.body()))
+        return Response(status_code=500 if len(self.got) <= self.failures else 204)
+
+
+def verified(headers: dict[str, str], body: bytes) -> bool:
+    expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers.get("x-enverif-signature", ""), expected)
+
+
+async def test_a_requested_approval_is_posted_signed_and_retried_until_delivered(
+    gql, workspace, worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    receiver = Receiver(failures=2)
+    app = Starlette(routes=[Route("/hook", receiver.hook, methods=["POST"])])
+    async with serve(app) as url:
+        data = await gql.ok(SET_HOOK, {"url": url + "/hook", "secretEnv": SECRET_ENV}, token=workspace.admin)
+        assert data["setApprovalWebhook"]["approvalWebhook"] == {
+            "url": url + "/hook",
+            "secretEnv": SECRET_ENV,
+        }
+        agent = await scripted_agent(
+            gql, workspace.admin,
+            steps=[{"call": "webhook.post", "args": {"url": url + "/elsewhere", "payload": {"n": 1}}}, {"final": "x"}],
+        )  # fmt: skip
+        run_id = await start_run(gql, workspace.operator, agent)
+        deadline = time.monotonic() + 30
+        while True:
+            run = (await gql.ok(NOTIFICATIONS, {"id": run_id}, token=workspace.viewer))["run"]
+            notes = [n for a in run["pendingApprovals"] for n in a["notifications"]]
+            if notes and notes[0]["status"] == "DELIVERED":
+                break
+            assert time.monotonic() < deadline, (run, receiver.got)
+            await asyncio.sleep(0.1)
+    [approval] = run["pendingApprovals"]
+    [note] = approval["notifications"]
+    assert (note["status"], note["attempts"], note["nextAt"]) == ("DELIVERED", 3, None)
+    assert len(receiver.got) == 3
+    for _, headers, body in receiver.got:
+        assert verified(headers, body), headers
+        assert headers["x-enverif-delivery"] == note["id"]
+        assert headers["content-type"] == "application/json"
+    sent = json.loads(receiver.got[0][2])
+    assert sent["type"] == "APPROVAL_REQUESTED"
+    assert sent["approval"]["id"] == approval["id"] and sent["approval"]["runId"] == run_id
+    assert sent["approval"]["arguments"] == {"url": url + "/elsewhere", "payload": {"n": 1}}
+    # Backoff: the retries were spaced out, the second wait at least as long as the first.
+    first, second, third = (t for t, _, _ in receiver.got)
+    assert second - first >= RETRY_BASE_S * 0.9 and third - second >= (second - first) * 0.9
+    # A tampered body does not verify.
+    assert not verified(receiver.got[0][1], receiver.got[0][2] + b" ")
+
+
+@pytest.mark.parametrize(
+    ("variables", "field"),
+    [
+        ({"url": "ftp://127.0.0.1/x", "secretEnv": SECRET_ENV}, "url"),
+        ({"url": "http://127.0.0.1:9/x", "secretEnv": "ENVERIF_DATABASE_URL"}, "secretEnv"),
+        ({"url": "http://127.0.0.1:9/x", "secretEnv": "lower-case"}, "secretEnv"),
+        ({"url": "http://127.0.0.1:9/x"}, "secretEnv"),
+    ],
+)
+async def test_a_bad_webhook_is_refused(gql, workspace, variables: dict[str, Any], field: str) -> None:
+    error = await gql.error(SET_HOOK, variables, token=workspace.admin)
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": field}
+
+
+async def test_only_admins_set_or_read_the_webhook(gql, workspace) -> None:
+    variables = {"url": "http://127.0.0.1:9/hook", "secretEnv": SECRET_ENV}
+    refused = await gql.error(SET_HOOK, variables, token=workspace.operator)
+    assert refused["extensions"]["code"] == "FORBIDDEN"
+    await gql.ok(SET_HOOK, variables, token=workspace.admin)
+    read = "query { viewer { workspace { approvalWebhook { url } } } }"
+    assert (await gql.error(read, token=workspace.viewer))["extensions"]["code"] == "FORBIDDEN"
+    cleared = await gql.ok(SET_HOOK, {}, token=workspace.admin)
+    assert cleared["setApprovalWebhook"]["approvalWebhook"] is None
