@@ -159,7 +159,7 @@ class Settings(BaseSettings):
     # USD per million tokens, per model name: {"<model>": {"input": .., "output": ..,
     # "cacheRead": .., "cacheWrite": ..}}. A model without a price costs nothing (and an
     # agent budgeting ``maxCostUsd`` on it is refused).
-    model_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    model_prices: Annotated[dict[str, dict[str, float]], NoDecode] = Field(default_factory=dict)
     # Every tool call runs under a timeout (a tool may set its own ``timeout_s``); a call
     # that overruns is a FAILED step the model sees.
     tool_timeout_s: float = Field(default=120.0, gt=0, le=86_400)

@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import stop_worker
+from tests.integration.test_schedule_firing import A_YEAR, YEARLY
+from tests.support.graphql import pk
 from tests.support.runs import scripted_agent, start_run
+from tests.support.schedules import CREATE_SCHEDULE, create_schedule, get_schedule, make_due, tick_cli
 from tests.support.servers import sink_server
 
 ALLOW = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
@@ -80,3 +83,56 @@ async def test_the_workspace_quota_holds_runs_of_every_agent_until_the_sweeper_f
     assert reasons == {"quota: the workspace has 1 runs running (ENVERIF_MAX_ACTIVE_RUNS_PER_WORKSPACE 1)"}
     assert their_reasons == set()
     assert len(sink.deliveries) == 4
+
+
+CANCEL_AGENT_RUNS = """
+mutation($agentId: ID!) { cancelRuns(filter: {agentId: $agentId}, reason: "test over") { id } }
+"""
+SCHEDULE_CAPS = (
+    "query($id: ID!) { node(id: $id) { ... on Schedule { overlapPolicy maxConcurrentRuns budget } } }"
+)
+RUN_BUDGET = "query($id: ID!) { run(id: $id) { budget { name limit imposedBy } } }"
+
+
+async def test_a_schedule_flood_is_held_to_its_caps(gql, workspace, settings, sessionmaker) -> None:
+    """No worker: the runs stay QUEUED, which is unfinished as much as running is."""
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "done"}])
+    for bad, field in [
+        ({"maxConcurrentRuns": 0}, "maxConcurrentRuns"),
+        ({"maxConcurrentRuns": 10**6}, "maxConcurrentRuns"),
+        ({"budget": {"maxTokens": -1}}, "budget.maxTokens"),
+        ({"budget": {"maxTurns": "many"}}, "budget.maxTurns"),
+        ({"budget": {"maxTurns": 51}}, "budget.maxTurns"),  # looser than the deployment's 50
+        ({"budget": {"maxCostUsd": 1}}, "budget.maxCostUsd"),  # the scripted model has no price
+    ]:
+        err = await gql.error(CREATE_SCHEDULE, {"agentId": agent, "input": {"cron": YEARLY, **bad}},
+                              token=workspace.operator)  # fmt: skip
+        assert err["extensions"]["code"] == "VALIDATION_FAILED", (bad, err)
+        assert err["extensions"]["field"] == field, (bad, err)
+    flood = await create_schedule(gql, workspace.operator, agent, cron=YEARLY, overlapPolicy="ALLOW",
+                                  maxConcurrentRuns=2, budget={"maxTurns": 4})  # fmt: skip
+    caps = (await gql.ok(SCHEDULE_CAPS, {"id": flood["id"]}, token=workspace.viewer))["node"]
+    assert caps == {"overlapPolicy": "ALLOW", "maxConcurrentRuns": 2, "budget": {"maxTurns": 4}}
+    # An agent has at most ENVERIF_MAX_SCHEDULES_PER_AGENT (20) schedules.
+    for _ in range(settings.max_schedules_per_agent - 1):
+        await create_schedule(gql, workspace.operator, agent, cron=YEARLY, enabled=False)
+    err = await gql.error(
+        CREATE_SCHEDULE, {"agentId": agent, "input": {"cron": YEARLY}}, token=workspace.operator
+    )
+    assert (err["extensions"]["code"], err["extensions"]["field"]) == ("VALIDATION_FAILED", "agentId")
+    assert "ENVERIF_MAX_SCHEDULES_PER_AGENT 20" in err["message"]
+    try:
+        for _ in range(4):
+            await make_due(sessionmaker, flood, ago=A_YEAR)
+            await tick_cli(settings)
+        state = await get_schedule(gql, workspace.viewer, flood["id"])
+        assert [f["outcome"] for f in state["firings"]] == ["SKIPPED", "SKIPPED", "FIRED", "FIRED"]
+        assert state["firings"][0]["reason"] == (
+            "overlap ALLOW: 2 runs of the schedule have not ended (maxConcurrentRuns 2)"
+        )
+        assert len(state["runs"]) == 2
+        budget = (await gql.ok(RUN_BUDGET, {"id": state["runs"][0]["id"]}, token=workspace.viewer))["run"]
+        [turns] = [b for b in budget["budget"] if b["name"] == "maxTurns"]
+        assert turns == {"name": "maxTurns", "limit": 4, "imposedBy": f"schedule {pk(flood['id'])}"}
+    finally:
+        await gql.ok(CANCEL_AGENT_RUNS, {"agentId": agent}, token=workspace.operator)

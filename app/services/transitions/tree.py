@@ -219,6 +219,9 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
         if reason is not None and "reason" not in payload:
             payload["reason"] = reason
         self.emit(run, EventType.RUN_STATUS_CHANGED, status=to.value, payload=payload)
+        if error_code == EventType.BUDGET_EXCEEDED.value:
+            # The run ran out (docs/concepts/budgets.md): said on its own, for live views.
+            self.emit(run, EventType.BUDGET_EXCEEDED, payload={"ended": True, "message": error})
         if to in TERMINAL_RUN:
             if not quiet:
                 await self.close_open_work(run, to, reason or error)
