@@ -22,7 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Run
@@ -73,6 +73,11 @@ async def release_quota(rt: Runtime, *, agent_ids: Collection[int] | None = None
     """Release the quota-held runs (of ``agent_ids``, else of every agent) that fit now;
     how many. Its own transaction: it locks only the held runs, never a tree's root."""
     try:
+        # Mostly there is none: found out with a plain read, so that no write transaction
+        # (on SQLite, the database's write lock) is taken for nothing after every run's end.
+        async with rt.read_sessionmaker() as session:
+            if await session.scalar(_held_stmt(agent_ids).with_only_columns(Run.id).limit(1)) is None:
+                return 0
         async with rt.sessionmaker() as session, session.begin():
             released = await _release_quota(session, rt.settings.max_active_runs_per_workspace, agent_ids)
         await released.enqueue(rt)
@@ -88,15 +93,7 @@ async def release_quota(rt: Runtime, *, agent_ids: Collection[int] | None = None
 async def _release_quota(
     session: AsyncSession, workspace_limit: int, agent_ids: Collection[int] | None
 ) -> Released:
-    stmt = (
-        select(Run.id, Run.workspace_id, Run.agent_id, Run.budget, Run.wake_count, Run.root_run_id)
-        .where(Run.status == RunStatus.QUEUED.value, Run.held_reason.like(f"{QUOTA_PREFIX}%"))
-        .order_by(Run.id)
-        .limit(QUOTA_RELEASE_BATCH)
-        .with_for_update()
-    )
-    if agent_ids is not None:
-        stmt = stmt.where(Run.agent_id.in_(sorted(agent_ids)))
+    stmt = _held_stmt(agent_ids).order_by(Run.id).limit(QUOTA_RELEASE_BATCH).with_for_update()
     rows = list(await session.execute(stmt))
     if not rows:
         return Released()
@@ -110,6 +107,15 @@ async def _release_quota(
         return Released()
     await session.execute(update(Run).where(Run.id.in_(sorted(ids))).values(held_reason=None))
     return Released([WakeUp(r.id, r.wake_count, r.root_run_id or r.id) for r in rows if r.id in ids])
+
+
+def _held_stmt(agent_ids: Collection[int] | None) -> Select[Any]:
+    stmt = select(Run.id, Run.workspace_id, Run.agent_id, Run.budget, Run.wake_count, Run.root_run_id).where(
+        Run.status == RunStatus.QUEUED.value, Run.held_reason.like(f"{QUOTA_PREFIX}%")
+    )
+    if agent_ids is not None:
+        stmt = stmt.where(Run.agent_id.in_(sorted(agent_ids)))
+    return stmt
 
 
 async def _counts(session: AsyncSession, column: Any, ids: set[int], where: Any) -> dict[int, int]:
