@@ -166,12 +166,16 @@ class Settings(BaseSettings):
     max_calls_per_turn: int = Field(default=16, ge=1, le=10_000)
     max_children_per_run: int = Field(default=20, ge=1, le=100_000)
     max_tree_runs: int = Field(default=100, ge=1, le=1_000_000)
+    # Quotas (docs/concepts/budgets.md#quotas): runs RUNNING at once in one workspace (more
+    # wait QUEUED, held), and schedules one agent may have.
+    max_active_runs_per_workspace: int = Field(default=1_000, ge=1, le=1_000_000)
+    max_schedules_per_agent: int = Field(default=20, ge=1, le=10_000)
     # The same tool with identical arguments more often than this in one run: LOOP_DETECTED.
     max_identical_calls: int = Field(default=5, ge=1, le=10_000)
     # USD per million tokens, per model name: {"<model>": {"input": .., "output": ..,
     # "cacheRead": .., "cacheWrite": ..}}. A model without a price costs nothing (and an
     # agent budgeting ``maxCostUsd`` on it is refused).
-    model_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    model_prices: Annotated[dict[str, dict[str, float]], NoDecode] = Field(default_factory=dict)
     # Every tool call runs under a timeout (a tool may set its own ``timeout_s``); a call
     # that overruns is a FAILED step the model sees.
     tool_timeout_s: float = Field(default=120.0, gt=0, le=86_400)

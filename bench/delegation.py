@@ -41,14 +41,16 @@ from bench.support import create_database
 from workers.main import build_worker
 
 
-async def make_agent(rt: Any, workspace_id: int, name: str, steps: list[dict[str, Any]]) -> int:
+async def make_agent(
+    rt: Any, workspace_id: int, name: str, steps: list[dict[str, Any]], budget: dict[str, Any] | None = None
+) -> int:
     from app.clock import utcnow
 
     async with rt.sessionmaker() as session, session.begin():
         agent = Agent(workspace_id=workspace_id, name=name, description=None, instructions="bench",
                       status="ACTIVE", model={"provider": "scripted", "steps": steps}, tools=["agents.*"],
                       policy={}, memory_max_items=5, memory_max_chars=1000, created_at=utcnow(),
-                      updated_at=utcnow())  # fmt: skip
+                      updated_at=utcnow(), budget=budget)  # fmt: skip
         session.add(agent)
         await session.flush()
         session.add(version_row(agent, SYSTEM, agent.created_at))  # a run is pinned to one
@@ -93,11 +95,16 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--budget", type=json.loads, default=None,
+                        help='every agent\'s budget, JSON (docs/concepts/budgets.md): {"maxTokens": 1000000}')  # fmt: skip
     args = parser.parse_args()
 
     url, drop_database = await create_database(args.server)
+    # The deployment's budget defaults let the wide turn's 50 delegations all run (the
+    # defaults, 16 calls a turn and 20 children a run, would refuse most of them).
     settings = Settings(database_url=url, redis_url=args.redis_url, sweep_interval_s=30,
-                        redis_prefix=f"enverif-bench-{uuid.uuid4().hex[:6]}")  # fmt: skip
+                        redis_prefix=f"enverif-bench-{uuid.uuid4().hex[:6]}",
+                        max_calls_per_turn=64, max_children_per_run=64, max_tree_runs=200)  # fmt: skip
     rt = await open_runtime(settings)
     worker = build_worker(settings, handle_signals=False)
     worker_task = asyncio.create_task(worker.main())
@@ -105,10 +112,11 @@ async def main() -> None:
         async with rt.sessionmaker() as session:
             workspace, _ = await auth.create_workspace(session, name="bench")
         principal = auth.Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
-        leaf = await make_agent(rt, workspace.id, "leaf", [{"final": "done"}])
-        await make_agent(rt, workspace.id, "mid", fan_out("leaf", 5))
-        root = await make_agent(rt, workspace.id, "root", fan_out("mid", 5))
-        wide = await make_agent(rt, workspace.id, "wide", fan_out("leaf", 50))
+        budget = args.budget
+        leaf = await make_agent(rt, workspace.id, "leaf", [{"final": "done"}], budget)
+        await make_agent(rt, workspace.id, "mid", fan_out("leaf", 5), budget)
+        root = await make_agent(rt, workspace.id, "root", fan_out("mid", 5), budget)
+        wide = await make_agent(rt, workspace.id, "wide", fan_out("leaf", 50), budget)
         await until_succeeded(rt, principal, [leaf] * 10, 10)  # warm up
         plain31, tree31, plain51, wide51 = [], [], [], []
         for _ in range(args.repeat):
@@ -120,6 +128,7 @@ async def main() -> None:
         p51, w51 = statistics.median(plain51), statistics.median(wide51)
         report = {
             "database": "mariadb",
+            "budget": budget,
             "plain_31_runs_s": round(p31, 3),
             "tree_5x5_31_runs_s": round(t31, 3),
             "ms_per_plain_run": round(p31 * 1000 / 31, 2),

@@ -111,6 +111,10 @@ async def baseline_arq(settings: Settings, n: int) -> float:
     return n / elapsed
 
 
+# Every agent's budget (``--budget``; docs/concepts/budgets.md), to measure what enforcing one costs.
+BUDGET: dict[str, Any] = {}
+
+
 async def make_agent(
     rt: Any, workspace_id: int, name: str, steps: list[dict[str, Any]], policy: dict[str, Any] | None = None
 ) -> int:
@@ -126,6 +130,7 @@ async def make_agent(
             model={"provider": "scripted", "steps": steps},
             tools=["http.get", "webhook.post"],
             policy=policy or {},
+            budget=BUDGET or None,
             memory_max_items=5,
             memory_max_chars=1000,
             created_at=utcnow(),
@@ -534,7 +539,10 @@ async def main() -> None:
         help="write a cProfile of the in-process READ scenario to this file (and the write one to FILE.write)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the database for a post-mortem")
+    parser.add_argument("--budget", type=json.loads, default={},
+                        help='every agent\'s budget, JSON (docs/concepts/budgets.md): {"maxTokens": 1000000}')  # fmt: skip
     args = parser.parse_args()
+    BUDGET.update(args.budget)
     args.port = args.port or _free_port()
     args.api_port = args.api_port or _free_port()
 
@@ -583,6 +591,7 @@ async def main() -> None:
               f"{ceiling_cpu:.1f} ms CPU/run", flush=True)  # fmt: skip
         report: dict[str, Any] = {
             "database": "mariadb",
+            "budget": BUDGET or None,
             "event_loop": "uvloop",
             "machine_cores": machine_busy_s()[1],
             "baseline_arq_noop_jobs_per_s": round(noop_rate, 1),

@@ -456,6 +456,10 @@ class Schedule(Base):
     input: Mapped[Any | None] = mapped_column(JSON)
     enabled: Mapped[bool] = mapped_column(Boolean)
     overlap_policy: Mapped[str] = mapped_column(String(8))
+    # What tightens the agent's budget for every run it starts (docs/concepts/budgets.md),
+    # and, under overlap ALLOW, how many of its runs may be unfinished at once (null: 3).
+    budget: Mapped[Any | None] = mapped_column(JSON)
+    max_concurrent_runs: Mapped[int | None] = mapped_column(Integer)
     # Null while disabled. A tick fires a schedule by moving this forward with a
     # compare-and-set in the run's own transaction (``services.schedule_firing``).
     next_fire_at: Mapped[datetime | None] = mapped_column(index=True)

@@ -30,6 +30,7 @@ from app.domain.agents import (
     OverlapPolicy,
     Role,
 )
+from app.domain.budgets import parse_budget
 from app.domain.errors import Conflict
 from app.domain.policy import validate_policy
 from app.domain.schedules import next_fire_at
@@ -51,6 +52,7 @@ class DemoAgent:
     model: dict[str, Any]
     tools: list[str]
     policy: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, Any] = field(default_factory=dict)  # docs/concepts/budgets.md
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class DemoSchedule:
     input: Any
     enabled: bool
     overlap_policy: str
+    budget: dict[str, Any] | None = None
 
 
 @cache
@@ -163,6 +166,7 @@ async def _upsert_agent(session: AsyncSession, *, workspace_id: int, spec: DemoA
         "model": spec.model,
         "tools": spec.tools,
         "policy": policy,
+        "budget": parse_budget(spec.budget) or None,
         "memory_max_items": DEFAULT_MEMORY_MAX_ITEMS,
         "memory_max_chars": DEFAULT_MEMORY_MAX_CHARS,
     }
@@ -241,6 +245,7 @@ async def _seed_schedules(session: AsyncSession, *, workspace_id: int) -> None:
                 input=spec.input,
                 enabled=spec.enabled,
                 overlap_policy=OverlapPolicy(spec.overlap_policy).value,
+                budget=parse_budget(spec.budget) or None,
                 next_fire_at=next_fire_at(spec.cron, spec.timezone, after=now),
                 last_fired_at=None,
                 created_at=now,

@@ -48,8 +48,9 @@ FLOAT_LIMITS: Final[Mapping[str, float]] = {
     "maxWallS": 366 * 86_400.0,
 }
 KEYS: Final = (*INT_LIMITS, *FLOAT_LIMITS)
-# Part of the budget contract, not enforced yet: refused rather than silently ignored.
-NOT_SUPPORTED_YET: Final = frozenset({"maxConcurrentRuns"})
+# Quotas: not limits on what a run spends but on how many of the agent's runs execute at
+# once. Stored with the run's own limits; a claim over it holds the run (app/domain/holds.py).
+QUOTA_LIMITS: Final[Mapping[str, int]] = {"maxConcurrentRuns": 10_000}
 
 # Limits over the run's subtree, and what each counts in a subtree usage.
 SUBTREE: Final[Mapping[str, str]] = {"maxTokens": "tokens", "maxCostUsd": "costUsd", "maxTreeRuns": "runs"}
@@ -93,18 +94,18 @@ def parse_budget(value: Any, *, field: str = "budget") -> dict[str, float]:
     checked: dict[str, float] = {}
     for key, limit in value.items():
         where = f"{field}.{key}"
-        if key in NOT_SUPPORTED_YET:
-            raise ValidationFailed(f"{where}: quotas are not supported yet", field=where)
-        if key not in KEYS:
-            raise ValidationFailed(f"{where} is not a budget limit (known: {', '.join(KEYS)})", field=where)
+        if key not in KEYS and key not in QUOTA_LIMITS:
+            known = ", ".join((*KEYS, *QUOTA_LIMITS))
+            raise ValidationFailed(f"{where} is not a budget limit (known: {known})", field=where)
         if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
             raise ValidationFailed(f"{where} must be a number", field=where)
         number: float
         bound: float
-        if key in INT_LIMITS:
+        whole = INT_LIMITS.get(key) or QUOTA_LIMITS.get(key)
+        if whole is not None:
             if limit != int(limit):
                 raise ValidationFailed(f"{where} must be a whole number", field=where)
-            number, bound = int(limit), INT_LIMITS[key]
+            number, bound = int(limit), whole
         else:
             number, bound = float(limit), FLOAT_LIMITS[key]
         if not 0 < number <= bound:
@@ -146,6 +147,12 @@ def limits_from_json(value: Any) -> Limits:
     if not isinstance(value, dict):
         return {}
     return {key: Limit(item["limit"], item["imposedBy"]) for key, item in value.items()}
+
+
+def concurrency_limit(stored: Any) -> int | None:
+    """A run's own ``maxConcurrentRuns`` from its stored limits (``limits_json``), or None."""
+    found = stored.get("maxConcurrentRuns") if isinstance(stored, dict) else None
+    return None if not isinstance(found, dict) else int(found["limit"])
 
 
 def limits_json(limits: Limits) -> dict[str, Any]:

@@ -14,3 +14,8 @@ class EventType(enum.StrEnum):
     APPROVAL_DECIDED = "APPROVAL_DECIDED"
     MEMORY_INJECTED = "MEMORY_INJECTED"
     MEMORY_WRITTEN = "MEMORY_WRITTEN"
+    # Budgets (docs/concepts/budgets.md): a call refused over a limit (its step's seq, tool
+    # and message), or a run ended because a limit of its chain is spent (the message);
+    # a call refused as a repeat of identical ones.
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    LOOP_DETECTED = "LOOP_DETECTED"

@@ -25,6 +25,8 @@ from croniter import croniter
 
 from app.domain.agents import AgentStatus, OverlapPolicy
 
+# Under overlap ALLOW, unfinished runs of one schedule at most, unless it says otherwise.
+DEFAULT_MAX_CONCURRENT_RUNS = 3
 # How many missed fire times a tick walks through one by one. Past this (a per-minute
 # schedule after days of downtime) it jumps straight to now instead of counting.
 MAX_MISSED_COUNTED = 10_000
@@ -77,13 +79,17 @@ def skip_reason(
     overlap: OverlapPolicy,
     unfinished: list[str],
     workspace_paused_reason: str | None = None,
+    max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS,
 ) -> str | None:
     """Why this fire time starts no run, or None to start one. ``unfinished``: the statuses
-    of the schedule's earlier runs that have not ended, oldest first."""
+    of the schedule's earlier runs that have not ended, oldest first (at least
+    ``max_concurrent_runs`` of them when there are that many)."""
     if workspace_paused_reason is not None:
         return f"workspace paused: {workspace_paused_reason}"
     if agent_status != AgentStatus.ACTIVE:
         return f"agent {agent_name!r} is {agent_status}; only ACTIVE agents run"
     if overlap == OverlapPolicy.SKIP and unfinished:
         return f"overlap SKIP: the schedule's previous run is still {unfinished[0]}"
+    if overlap == OverlapPolicy.ALLOW and len(unfinished) >= max_concurrent_runs:
+        return f"overlap ALLOW: {len(unfinished)} runs of the schedule have not ended (maxConcurrentRuns {max_concurrent_runs})"
     return None

@@ -163,6 +163,14 @@ class ScheduleInput:
     input: JSON | None = None
     enabled: bool | None = None
     overlap_policy: OverlapPolicy | None = None
+    budget: JSON | None = strawberry.field(
+        default=None,
+        description="Tightens the agent's budget for every run it starts (docs/concepts/budgets.md).",
+    )
+    max_concurrent_runs: int | None = strawberry.field(
+        default=None,
+        description="Overlap ALLOW: at most this many of its runs unfinished at once (default 3).",
+    )
 
     def to_draft(self) -> ScheduleDraft:
         return ScheduleDraft(
@@ -171,6 +179,8 @@ class ScheduleInput:
             input=self.input,
             enabled=self.enabled,
             overlap_policy=self.overlap_policy,
+            budget=self.budget,
+            max_concurrent_runs=self.max_concurrent_runs,
         )
 
 
@@ -181,6 +191,10 @@ class SchedulePatch:
     input: JSON | None = strawberry.UNSET
     enabled: bool | None = strawberry.UNSET
     overlap_policy: OverlapPolicy | None = strawberry.UNSET
+    budget: JSON | None = strawberry.field(default=strawberry.UNSET, description="null clears it.")
+    max_concurrent_runs: int | None = strawberry.field(
+        default=strawberry.UNSET, description="null: the default (3)."
+    )
 
     def to_changes(self) -> ScheduleChanges:
         return ScheduleChanges(
@@ -189,6 +203,8 @@ class SchedulePatch:
             input=_given(self.input),
             enabled=_required(self.enabled, "enabled"),
             overlap_policy=_required(self.overlap_policy, "overlapPolicy"),
+            budget=_given(self.budget),
+            max_concurrent_runs=_given(self.max_concurrent_runs),
         )
 
 

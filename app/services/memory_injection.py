@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from app.db.orm import Agent, AgentVersion, Memory, Run, Workspace
 from app.domain.agent_versions import AgentConfig
@@ -25,6 +26,7 @@ from app.domain.holds import hold_reason
 from app.domain.memory import MemoryCandidate, select_for_injection
 from app.domain.policy import PolicyLink, chain_agent_ids, parse_policy
 from app.domain.run_events import EventType
+from app.domain.runs import RunStatus
 from app.services.memory_search import record_use
 from app.services.runtime import Runtime
 from app.services.transitions import TreeTx
@@ -58,6 +60,9 @@ class PreClaim:
     held: str | None = None
     # The current policy of every agent on the run's chain, root first (live tightening).
     current_policies: list[PolicyLink] = field(default_factory=list)
+    # How many of the run's workspace's runs are RUNNING, read now without a lock (quotas,
+    # docs/concepts/budgets.md#quotas): the claim counts again under a lock near the quota.
+    workspace_running: int = 0
 
 
 async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
@@ -65,8 +70,9 @@ async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
         found = (await session.execute(_FIRST_START, {"b_run": run_id})).first()
         if found is None:
             return PreClaim(None, None)
-        injected_ids, name, status, paused, policy, chain, version, has_memories = found
+        injected_ids, name, status, paused, policy, chain, version, has_memories, running = found
         agent = pinned_config(version, name=name)
+        running = int(running or 0)
         held = hold_reason(agent_name=name, agent_status=status, workspace_paused_reason=paused)
         if chain_agent_ids(chain) == [agent.id]:
             # A root run (or a child of its own agent): its agent's current policy was read
@@ -76,15 +82,15 @@ async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
             policies = await current_policies(session, chain)
         # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
         if injected_ids is not None:
-            return PreClaim(agent, None, held, policies)
+            return PreClaim(agent, None, held, policies, workspace_running=running)
         max_items, max_chars = agent.memory_max_items, agent.memory_max_chars
         # Most agents have no memories: one statement decides it (an index probe), not three.
         if held is not None or max_items <= 0 or max_chars <= 0 or not has_memories:
-            return PreClaim(agent, [], held, policies)
+            return PreClaim(agent, [], held, policies, workspace_running=running)
         found_candidates = await _bounded_candidates(
             session, agent_id=agent.id, max_items=max_items, max_chars=max_chars
         )
-        return PreClaim(agent, found_candidates, held, policies)
+        return PreClaim(agent, found_candidates, held, policies, workspace_running=running)
 
 
 async def current_policies(session: AsyncSession, chain_snapshot: object) -> list[PolicyLink]:
@@ -133,6 +139,7 @@ async def read_pinned(session: AsyncSession, run: Run) -> AgentConfig:
     return pinned_config(found[1], name=found[0])
 
 
+_Running = aliased(Run)
 # Built once (compiled once, cached): the run's first-start check, what holds it, its
 # agent's pinned version (budget and all: the claim uses it), and whether the agent has any
 # memory at all.
@@ -146,6 +153,11 @@ _FIRST_START = (
         Run.policy_chain,
         AgentVersion,
         exists().where(Memory.agent_id == Run.agent_id),
+        # An index range of (workspace_id, status): the workspace's RUNNING runs.
+        select(func.count())
+        .select_from(_Running)
+        .where(_Running.workspace_id == Run.workspace_id, _Running.status == RunStatus.RUNNING.value)
+        .scalar_subquery(),
     )
     .join(Agent, Agent.id == Run.agent_id)
     .join(Workspace, Workspace.id == Run.workspace_id)

@@ -8,16 +8,16 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.clock import now_sql
 from app.db.orm import Agent, Run, RunStep, Workspace
 from app.domain.agent_versions import AgentConfig
 from app.domain.agents import AgentStatus, Role
-from app.domain.budgets import parse_budget, refusal_message, spent
+from app.domain.budgets import concurrency_limit, parse_budget, refusal_message, spent
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
-from app.domain.holds import hold_reason
+from app.domain.holds import hold_reason, quota_reason
 from app.domain.jsonvalue import depth_error
 from app.domain.memory import MemoryCandidate
 from app.domain.model_errors import ModelErrorCode
@@ -202,6 +202,7 @@ async def claim(
     agent = pre.agent
     if candidates is None:
         candidates = pre.candidates or []
+    quota = _QuotaCheck(pre, rt.settings.max_active_runs_per_workspace)
     async with tree_tx(rt, run_id, root_id=root_id) as tx:
         run = await tx.run(run_id)
         if run.status != RunStatus.QUEUED:
@@ -231,6 +232,13 @@ async def claim(
             await tx.set_run_status(run, RunStatus.FAILED, error=refusal_message(exhausted),
                                     error_code=ModelErrorCode.BUDGET_EXCEEDED)  # fmt: skip
             return None
+        over_quota = await quota.reason(tx.session, run)
+        if over_quota is not None:
+            # Held for a slot (docs/concepts/budgets.md#quotas): released when one frees.
+            if run.held_reason != over_quota:
+                run.held_reason = over_quota
+                run.updated_at = tx.now
+            return None
         first_start = run.injected_memory_ids is None
         run.attempt += 1
         run.lease_owner = owner
@@ -251,6 +259,48 @@ async def claim(
         return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps,
                      current_policies=pre.current_policies)  # fmt: skip
     return None  # unreachable; keeps type checkers content about the context manager
+
+
+# A workspace this close to its quota (read without a lock) is counted again under its row's
+# lock: claims racing for its last slots take turns; far from it, claims never wait on it.
+QUOTA_LOCK_MARGIN = 64
+
+
+class _QuotaCheck:
+    """A claim's quotas (docs/concepts/budgets.md#quotas). Exact where it binds: a run whose
+    agent has ``maxConcurrentRuns`` locks the agent's row, and a workspace near its quota its
+    row, then counts; two claims of the same agent take turns, so neither misses the other's
+    slot. Taken after the root's lock, the order ``memory.remember`` takes the agent's in."""
+
+    def __init__(self, pre: memory_injection.PreClaim, workspace_limit: int) -> None:
+        self.pre = pre
+        self.workspace_limit = workspace_limit
+
+    async def reason(self, session: AsyncSession, run: Run) -> str | None:
+        """Why the run must wait for a slot, or None."""
+        workspace_running = self.pre.workspace_running
+        if workspace_running >= self.workspace_limit - QUOTA_LOCK_MARGIN:
+            await session.execute(
+                select(Workspace.id).where(Workspace.id == run.workspace_id).with_for_update()
+            )
+            workspace_running = await _running(session, Run.workspace_id == run.workspace_id)
+        limit = concurrency_limit(run.budget)
+        agent_running = None
+        if limit is not None:
+            await session.execute(select(Agent.id).where(Agent.id == run.agent_id).with_for_update())
+            agent_running = await _running(session, Run.agent_id == run.agent_id)
+        return quota_reason(
+            agent_name=self.pre.agent.name if self.pre.agent is not None else str(run.agent_id),
+            agent_running=agent_running, agent_limit=limit,
+            workspace_running=workspace_running, workspace_limit=self.workspace_limit,
+        )  # fmt: skip
+
+
+async def _running(session: AsyncSession, where: Any) -> int:
+    count = await session.scalar(
+        select(func.count()).select_from(Run).where(where, Run.status == RunStatus.RUNNING.value)
+    )
+    return int(count or 0)
 
 
 @dataclass(frozen=True, slots=True)

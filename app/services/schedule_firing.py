@@ -9,7 +9,8 @@ it costs when nothing is due), then serves each in its own transaction:
    the same way — and every one but the first finds the time moved and does nothing;
 2. work out the fire time to serve (missed ones coalesce into the latest, ``domain.schedules``)
    and whether it starts a run: not for an agent that is not ACTIVE, not under overlap
-   ``SKIP`` while an earlier run of the schedule has not ended;
+   ``SKIP`` while an earlier run of the schedule has not ended, nor under ``ALLOW`` while
+   ``maxConcurrentRuns`` of them have not (docs/concepts/budgets.md#quotas);
 3. in the same transaction: the run (``transitions.NewTree``, the path every run takes:
    policy chain snapshot, RUN_CREATED event; memories are injected when a worker claims it),
    the firing row (unique per schedule and fire time: the database's backstop), and the
@@ -32,12 +33,14 @@ from app.db.clock import db_now
 from app.db.orm import Agent, Run, Schedule, ScheduleFiring, Workspace
 from app.domain.actors import Actor, ActorKind
 from app.domain.agents import OverlapPolicy
+from app.domain.errors import ValidationFailed
 from app.domain.runs import TERMINAL_RUN, RunTrigger
-from app.domain.schedules import FiringOutcome, due, skip_reason
+from app.domain.schedules import DEFAULT_MAX_CONCURRENT_RUNS, FiringOutcome, due, skip_reason
 from app.outages import is_outage
 from app.services import audit
 from app.services.runtime import Runtime
 from app.services.transitions import NewRun, new_tree_tx
+from app.services.transitions.usage import check_budget
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +110,17 @@ async def tick(rt: Runtime, *, batch: int = BATCH) -> TickReport:
             return report
 
 
+def _budget_refusal(rt: Runtime, agent: Agent, budget: dict[str, float]) -> str | None:
+    """Why the schedule's budget no longer fits its agent's (changed since the schedule was
+    written: it would loosen a limit, or limit the cost of an unpriced model), or None."""
+    try:
+        check_budget(rt.settings, agent_name=agent.name, agent_budget=agent.budget or {}, model=agent.model,
+                     tighter=budget, tighter_by="the schedule")  # fmt: skip
+    except ValidationFailed as exc:
+        return f"the schedule's budget: {exc}"
+    return None
+
+
 async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing | None:
     """Serve the schedule's due fire time if ``next_fire_at`` is still ``expected``; None when
     another tick served it first, or it is no longer due (disabled, rescheduled, deleted)."""
@@ -128,12 +142,13 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
             paused = await session.scalar(
                 select(Workspace.paused_reason).where(Workspace.id == schedule.workspace_id)
             )
+            max_concurrent = schedule.max_concurrent_runs or DEFAULT_MAX_CONCURRENT_RUNS
             unfinished = list(
                 await session.scalars(
                     select(Run.status)
                     .where(Run.schedule_id == schedule.id, Run.status.not_in(_TERMINAL))
                     .order_by(Run.id)
-                    .limit(1)
+                    .limit(max_concurrent)
                 )
             )
             reason = skip_reason(
@@ -142,12 +157,15 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
                 overlap=OverlapPolicy(schedule.overlap_policy),
                 unfinished=unfinished,
                 workspace_paused_reason=paused,
+                max_concurrent_runs=max_concurrent,
             )
+            budget = schedule.budget or None
+            if reason is None and budget is not None:
+                reason = _budget_refusal(rt, agent, budget)
             run = None
             if reason is None:
-                new = NewRun(
-                    agent=agent, trigger=RunTrigger.SCHEDULE, input=schedule.input, schedule_id=schedule.id
-                )
+                new = NewRun(agent=agent, trigger=RunTrigger.SCHEDULE, input=schedule.input,
+                             schedule_id=schedule.id, budget=budget, budget_by=f"schedule {schedule.id}")  # fmt: skip
                 run = await tree.create_run(new)
                 schedule.last_fired_at = when.fire_at
             else:

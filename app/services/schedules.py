@@ -12,22 +12,26 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import AgentStatus, OverlapPolicy, Role
 from app.domain.audit import diff as audit_diff
+from app.domain.budgets import parse_budget
 from app.domain.errors import ValidationFailed
 from app.domain.schedules import next_fire_at
 from app.services import audit
 from app.services.auth import Principal
 from app.services.reads import get_owned
 from app.services.runtime import Runtime
+from app.services.transitions.usage import check_budget
 from app.services.validation import KEEP, Keep, check_json_size
 
 MAX_CRON_CHARS = 100
 DEFAULT_TIMEZONE = "UTC"
+MAX_CONCURRENT_RUNS = 1_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +41,8 @@ class ScheduleDraft:
     input: Any = None
     enabled: bool | None = None
     overlap_policy: OverlapPolicy | None = None
+    budget: Any = None  # tightens the agent's for each run (docs/concepts/budgets.md)
+    max_concurrent_runs: int | None = None  # overlap ALLOW: unfinished runs at most
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +52,27 @@ class SchedulePatch:
     input: Any = KEEP
     enabled: bool | Keep = KEEP
     overlap_policy: OverlapPolicy | Keep = KEEP
+    budget: Any = KEEP  # None clears it
+    max_concurrent_runs: int | Keep | None = KEEP  # None: the default
+
+
+def check_max_concurrent_runs(value: int | None) -> int | None:
+    if value is not None and not 1 <= value <= MAX_CONCURRENT_RUNS:
+        raise ValidationFailed(
+            f"maxConcurrentRuns must be between 1 and {MAX_CONCURRENT_RUNS}", field="maxConcurrentRuns"
+        )
+    return value
+
+
+def check_schedule_budget(rt: Runtime, agent: orm.Agent, budget: Any) -> dict[str, float] | None:
+    """A schedule's budget: valid, and tighter than its agent's (``VALIDATION_FAILED`` naming
+    ``budget.<key>`` otherwise). Checked again when it fires: the agent may have changed."""
+    if budget is None:
+        return None
+    checked = parse_budget(budget)
+    check_budget(rt.settings, agent_name=agent.name, agent_budget=agent.budget or {}, model=agent.model,
+                 tighter=checked, tighter_by="the schedule")  # fmt: skip
+    return checked
 
 
 def check_cron(expr: str) -> str:
@@ -96,12 +123,26 @@ async def create_schedule(
         draft.input, max_chars=rt.settings.max_text_chars, max_depth=rt.settings.max_json_depth
     )
     enabled = True if draft.enabled is None else draft.enabled
+    max_concurrent = check_max_concurrent_runs(draft.max_concurrent_runs)
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
-        agent = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
+        # Locked: two creates at the same moment cannot both take the agent's last schedule.
+        agent = await get_owned(
+            session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id, lock=True
+        )
         if agent.status == AgentStatus.ARCHIVED:
             raise ValidationFailed(
                 f"agent {agent.name!r} is ARCHIVED: it cannot be scheduled", field="agentId"
+            )
+        budget = check_schedule_budget(rt, agent, draft.budget)
+        cap = rt.settings.max_schedules_per_agent
+        count = await session.scalar(
+            select(func.count()).select_from(orm.Schedule).where(orm.Schedule.agent_id == agent.id)
+        )
+        if (count or 0) >= cap:
+            raise ValidationFailed(
+                f"agent {agent.name!r} already has {count} schedules (ENVERIF_MAX_SCHEDULES_PER_AGENT {cap})",
+                field="agentId",
             )
         row = orm.Schedule(
             workspace_id=principal.workspace_id,
@@ -111,6 +152,8 @@ async def create_schedule(
             input=run_input,
             enabled=enabled,
             overlap_policy=(draft.overlap_policy or OverlapPolicy.SKIP).value,
+            budget=budget,
+            max_concurrent_runs=max_concurrent,
             next_fire_at=next_fire_at(cron, timezone, after=now) if enabled else None,
             last_fired_at=None,
             created_at=now,
@@ -132,6 +175,8 @@ async def update_schedule(
     timezone = None if isinstance(patch.timezone, Keep) else check_timezone(patch.timezone)
     if patch.input is not KEEP:
         check_input(patch.input, max_chars=rt.settings.max_text_chars, max_depth=rt.settings.max_json_depth)
+    if not isinstance(patch.max_concurrent_runs, Keep):
+        check_max_concurrent_runs(patch.max_concurrent_runs)
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.Schedule, workspace_id=principal.workspace_id, pk=schedule_id)
@@ -147,6 +192,11 @@ async def update_schedule(
             row.input = patch.input
         if not isinstance(patch.overlap_policy, Keep):
             row.overlap_policy = patch.overlap_policy.value
+        if patch.budget is not KEEP:
+            agent = await session.get_one(orm.Agent, row.agent_id)
+            row.budget = check_schedule_budget(rt, agent, patch.budget)
+        if not isinstance(patch.max_concurrent_runs, Keep):
+            row.max_concurrent_runs = patch.max_concurrent_runs
         if timing_changed:
             row.next_fire_at = next_fire_at(row.cron, row.timezone, after=now) if row.enabled else None
         row.updated_at = now
@@ -170,7 +220,8 @@ async def delete_schedule(rt: Runtime, principal: Principal, *, schedule_id: int
 
 def _audited(row: orm.Schedule) -> dict[str, Any]:
     return {"agent_id": row.agent_id, "cron": row.cron, "timezone": row.timezone, "input": row.input,
-            "enabled": row.enabled, "overlap_policy": row.overlap_policy}  # fmt: skip
+            "enabled": row.enabled, "overlap_policy": row.overlap_policy, "budget": row.budget,
+            "max_concurrent_runs": row.max_concurrent_runs}  # fmt: skip
 
 
 async def _audit(

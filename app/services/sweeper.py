@@ -14,6 +14,8 @@
   in-progress, job and retry keys) of runs that ended, are waiting, or have moved on to a
   newer job id (wake count). arq workers read only the head of the queue and skip entries
   marked in progress, so leftovers at the head would otherwise starve every worker.
+- Runs held for a quota whose slot is free again are released (a workspace's quota frees
+  only here; an agent's also at once when one of its runs stops, ``release_quota``).
 
 Lease expiry is compared on the database's clock (``app.db.clock``), never a worker's.
 Every worker process runs ``sweeper_loop`` as its own task on its own timer, not as an arq
@@ -42,7 +44,7 @@ from app.outages import is_outage
 from app.services.approval_webhooks import deliver_due
 from app.services.approvals import expire_overdue
 from app.services.runtime import Runtime
-from app.services.transitions import enqueue_run, tree_tx
+from app.services.transitions import enqueue_run, release_quota, tree_tx
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ class SweepReport:
     out_of_time: int = 0
     expired_approvals: int = 0
     notifications: int = 0
+    quota_released: int = 0  # quota-held runs that fit again (docs/concepts/budgets.md#quotas)
 
 
 async def _job_held_by_dead_worker(rt: Runtime, run_id: int, wake: int) -> bool:
@@ -185,6 +188,7 @@ async def sweep(rt: Runtime) -> SweepReport:
     report.out_of_time = await _end_overdue(rt, now)
     report.expired_approvals = await _expire_approvals(rt, now)
     report.notifications = await deliver_due(rt, now)
+    report.quota_released = await release_quota(rt)
     report.dropped_jobs = await drop_dead_jobs(rt)
     if report.requeued_expired:
         log.warning("sweeper: %d runs had expired leases and were requeued", report.requeued_expired)

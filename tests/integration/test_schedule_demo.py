@@ -19,6 +19,8 @@ from tests.support.workers import spawn_worker
 
 DEMO = """{ agents(first: 20) { edges { node { id name schedules { id cron timezone overlapPolicy } } } } }"""
 STEPS = """query($id: ID!) { run(id: $id) { status result
+  usage { inputTokens outputTokens turns } treeUsage { inputTokens outputTokens runs }
+  budget { name limit used imposedBy }
   steps { seq tool status arguments result childRun { status agent { name } result } approval { status } }
 } }"""
 MEMORIES = """query($id: ID!) { memories(agentId: $id, tags: ["screened"], first: 20) {
@@ -107,6 +109,14 @@ async def test_two_scheduled_runs_the_second_skips_what_the_first_remembered(
     assert delegate["childRun"]["agent"]["name"] == "qualifier"
     assert delegate["childRun"]["status"] == "SUCCEEDED"
     assert first["steps"][5]["approval"]["status"] == "APPROVED"
+    # It is budgeted, and its turns spent (the scripted model says what each turn cost): the
+    # qualifier's turns count in the prospector's tree, under the schedule's tighter tokens.
+    assert first["usage"] == {"inputTokens": 9000, "outputTokens": 640, "turns": 6}
+    assert first["treeUsage"] == {"inputTokens": 10800, "outputTokens": 850, "runs": 2}
+    limits = {b["name"]: b for b in first["budget"]}
+    assert limits["maxTokens"]["limit"] == 16000 and limits["maxTokens"]["used"] == 11650
+    assert limits["maxTokens"]["imposedBy"].startswith("schedule ")
+    assert limits["maxTurns"]["imposedBy"] == "agent 'prospector'"
 
     # Second run: the next page overlaps the first by two domains, which it skips.
     assert second["result"]["skipped"] == ["initech.example", "umbrella.example"]

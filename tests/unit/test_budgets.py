@@ -37,6 +37,7 @@ DEFAULTS = {"maxTurns": (50, "ENVERIF_MAX_TURNS"), "maxTreeRuns": (100, "ENVERIF
         ({"maxTokens": 1000.0}, {"maxTokens": 1000}),
         ({"maxCostUsd": 2}, {"maxCostUsd": 2.0}),
         ({"maxWallS": 0.5, "maxTurns": 3}, {"maxWallS": 0.5, "maxTurns": 3}),
+        ({"maxConcurrentRuns": 2}, {"maxConcurrentRuns": 2}),
     ],
 )
 def test_parse_accepts(budget: Any, parsed: dict[str, float]) -> None:
@@ -59,7 +60,10 @@ def test_parse_accepts(budget: Any, parsed: dict[str, float]) -> None:
         ({"maxCostUsd": 0}, "budget.maxCostUsd"),
         ({"maxWallS": 10**9}, "budget.maxWallS"),
         ({"tokens": 5}, "budget.tokens"),
-        ({"maxConcurrentRuns": 2}, "budget.maxConcurrentRuns"),  # quotas: not supported yet
+        ({"maxConcurrentRuns": 0}, "budget.maxConcurrentRuns"),
+        ({"maxConcurrentRuns": 1.5}, "budget.maxConcurrentRuns"),
+        ({"maxConcurrentRuns": "2"}, "budget.maxConcurrentRuns"),
+        ({"maxConcurrentRuns": 10**6}, "budget.maxConcurrentRuns"),
     ],
 )
 def test_parse_refuses_naming_the_field(budget: Any, field: str) -> None:

@@ -117,3 +117,30 @@ def test_template_and_response_limits_are_checked(
     monkeypatch.setenv(name, value)
     with pytest.raises(ValidationError):
         Settings()
+
+
+@pytest.mark.parametrize(
+    ("raw", "names"),
+    [
+        ("not json", "is not valid JSON"),
+        ('["gpt"]', "must be a JSON object"),
+        ('{"gpt": 3}', "'gpt' must map to prices"),
+        ('{"gpt": {"input": "cheap"}}', "'gpt'.input must be a number"),
+        ('{"gpt": {"input": true}}', "'gpt'.input must be a number"),
+        ('{"gpt": {"input": -1}}', "'gpt'.input must be a number"),
+        ('{"gpt": {"input": 1e9}}', "'gpt'.input must be a number"),
+        ('{"gpt": {"inputs": 1}}', "'gpt'.inputs is not a price"),
+    ],
+)
+def test_model_prices_that_are_not_prices_are_refused_at_start_up(
+    raw: str, names: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENVERIF_MODEL_PRICES", raw)
+    with pytest.raises(ValidationError) as failed:
+        Settings()
+    assert "ENVERIF_MODEL_PRICES" in str(failed.value) and names in str(failed.value)
+
+
+def test_model_prices_parse_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVERIF_MODEL_PRICES", '{"gpt": {"input": 0.15, "output": 0.6}}')
+    assert Settings().model_prices == {"gpt": {"input": 0.15, "output": 0.6}}

@@ -98,6 +98,14 @@ def test_a_very_long_outage_stops_counting_but_still_serves_the_latest() -> None
         ("ACTIVE", OverlapPolicy.SKIP, ["QUEUED"], "still QUEUED"),
         ("PAUSED", OverlapPolicy.ALLOW, [], "is PAUSED"),
         ("ARCHIVED", OverlapPolicy.SKIP, ["RUNNING"], "is ARCHIVED"),
+        # ALLOW: at most DEFAULT_MAX_CONCURRENT_RUNS (3) unfinished runs of the schedule.
+        ("ACTIVE", OverlapPolicy.ALLOW, ["RUNNING", "QUEUED"], None),
+        (
+            "ACTIVE",
+            OverlapPolicy.ALLOW,
+            ["RUNNING", "QUEUED", "WAITING_CHILD"],
+            "overlap ALLOW: 3 runs of the schedule have not ended (maxConcurrentRuns 3)",
+        ),
     ],
 )
 def test_skip_reason(
@@ -108,6 +116,20 @@ def test_skip_reason(
         assert reason is None
     else:
         assert reason is not None and expected in reason
+
+
+@pytest.mark.parametrize(
+    ("unfinished", "cap", "skips"), [(0, 1, False), (1, 1, True), (4, 5, False), (5, 5, True)]
+)
+def test_allow_is_held_to_max_concurrent_runs(unfinished: int, cap: int, skips: bool) -> None:
+    reason = skip_reason(agent_name="a", agent_status="ACTIVE", overlap=OverlapPolicy.ALLOW,
+                         unfinished=["RUNNING"] * unfinished, max_concurrent_runs=cap)  # fmt: skip
+    assert (reason is not None) is skips
+    if skips:
+        assert (
+            reason
+            == f"overlap ALLOW: {unfinished} runs of the schedule have not ended (maxConcurrentRuns {cap})"
+        )
 
 
 ZONES = [

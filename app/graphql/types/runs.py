@@ -145,7 +145,10 @@ class Run(Node):
     )
     cancel_reason: str | None
     held_reason: str | None = strawberry.field(
-        description="Why a QUEUED run is not going on: its agent is paused or archived, or its workspace paused."
+        description=(
+            "Why a QUEUED run is not going on: its agent is paused or archived, its workspace paused, "
+            "or a quota is full (maxConcurrentRuns, ENVERIF_MAX_ACTIVE_RUNS_PER_WORKSPACE)."
+        )
     )
     depth: int = strawberry.field(description="0 for a root run, parent's depth + 1 for a child.")
     policy_chain: JSON = strawberry.field(

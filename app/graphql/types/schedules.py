@@ -12,7 +12,7 @@ from app.db import orm
 from app.domain.agents import OverlapPolicy
 from app.domain.errors import NotFound
 from app.domain.global_ids import object_id
-from app.domain.schedules import FiringOutcome, next_fire_at
+from app.domain.schedules import DEFAULT_MAX_CONCURRENT_RUNS, FiringOutcome, next_fire_at
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
@@ -35,6 +35,12 @@ class Schedule(Node):
     overlap_policy: OverlapPolicy = strawberry.field(
         description="SKIP: do not start while the previous run of this schedule is still going."
     )
+    budget: JSON | None = strawberry.field(
+        description="What tightens the agent's budget for every run it starts (docs/concepts/budgets.md)."
+    )
+    max_concurrent_runs: int = strawberry.field(
+        description="Overlap ALLOW: a fire time starts no run while this many of its runs have not ended."
+    )
     next_fire_at: datetime | None
     last_fired_at: datetime | None = strawberry.field(
         description="The last fire time that started a run (missed fire times coalesce into one)."
@@ -56,6 +62,8 @@ class Schedule(Node):
             input=row.input,
             enabled=row.enabled,
             overlap_policy=OverlapPolicy(row.overlap_policy),
+            budget=row.budget,
+            max_concurrent_runs=row.max_concurrent_runs or DEFAULT_MAX_CONCURRENT_RUNS,
             next_fire_at=row.next_fire_at,
             last_fired_at=row.last_fired_at,
             last_skipped_at=row.last_skipped_at,

@@ -5,7 +5,7 @@ inside a ``TreeTx`` (``tree.py``: locking, events, run states, after-commit work
 (``holds.py``). Nothing else assigns a status."""
 
 from app.services.transitions.creation import NewRun
-from app.services.transitions.holds import Released, release_held
+from app.services.transitions.holds import Released, release_held, release_quota
 from app.services.transitions.outbox import WakeUp, after_commit, enqueue_run
 from app.services.transitions.steps import read_steps, rejection_result
 from app.services.transitions.tree import LeaseLost, NewTree, TreeTx, new_tree_tx, tree_tx
@@ -23,5 +23,6 @@ __all__ = [
     "read_steps",
     "rejection_result",
     "release_held",
+    "release_quota",
     "tree_tx",
 ]

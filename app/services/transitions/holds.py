@@ -7,16 +7,27 @@ reason of the runs it concerns in the same transaction, and enqueues them after 
 Should that enqueue fail, the sweeper enqueues them: they are QUEUED and no longer held. A
 run still held for another reason (its agent is paused in a resumed workspace) is held
 again by its claim.
+
+Quota holds (docs/concepts/budgets.md#quotas) lift as slots free: when a run of an agent
+with ``maxConcurrentRuns`` stops RUNNING, the oldest of that agent's quota-held runs that
+now fit are released right after its transaction commits (``release_quota``), and every
+sweep releases whatever fits (the workspace's quota; a release that failed, or a hold that
+committed just after the run that freed its slot ended).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Run
+from app.domain.budgets import concurrency_limit
+from app.domain.holds import QUOTA_PREFIX, quota_releases
 from app.domain.runs import RunStatus
 from app.services.runtime import Runtime
 from app.services.transitions.outbox import WakeUp, after_commit
@@ -51,3 +62,64 @@ async def release_held(session: AsyncSession, *, workspace_id: int, agent_id: in
     if rows:
         await session.execute(update(Run).where(Run.id.in_([r[0] for r in rows])).values(held_reason=None))
     return Released([WakeUp(run_id, wake, root or run_id) for run_id, wake, root in rows])
+
+
+# Quota-held runs one release looks at, oldest first.
+QUOTA_RELEASE_BATCH = 500
+log = logging.getLogger(__name__)
+
+
+async def release_quota(rt: Runtime, *, agent_ids: Collection[int] | None = None) -> int:
+    """Release the quota-held runs (of ``agent_ids``, else of every agent) that fit now;
+    how many. Its own transaction: it locks only the held runs, never a tree's root."""
+    try:
+        # Mostly there is none: found out with a plain read, so that no write transaction
+        # (on SQLite, the database's write lock) is taken for nothing after every run's end.
+        async with rt.read_sessionmaker() as session:
+            if await session.scalar(_held_stmt(agent_ids).with_only_columns(Run.id).limit(1)) is None:
+                return 0
+        async with rt.sessionmaker() as session, session.begin():
+            released = await _release_quota(session, rt.settings.max_active_runs_per_workspace, agent_ids)
+        await released.enqueue(rt)
+    except Exception:
+        if agent_ids is None:
+            raise
+        # A run's end has committed: its freed slot is not lost, the next sweep releases it.
+        log.warning("quota release for agents %s failed; the sweeper will", sorted(agent_ids), exc_info=True)
+        return 0
+    return len(released.wakeups)
+
+
+async def _release_quota(
+    session: AsyncSession, workspace_limit: int, agent_ids: Collection[int] | None
+) -> Released:
+    stmt = _held_stmt(agent_ids).order_by(Run.id).limit(QUOTA_RELEASE_BATCH).with_for_update()
+    rows = list(await session.execute(stmt))
+    if not rows:
+        return Released()
+    running = Run.status == RunStatus.RUNNING.value
+    workspace_running = await _counts(session, Run.workspace_id, {r.workspace_id for r in rows}, running)
+    agent_running = await _counts(session, Run.agent_id, {r.agent_id for r in rows}, running)
+    held = [(r.id, r.workspace_id, r.agent_id, concurrency_limit(r.budget)) for r in rows]
+    ids = set(quota_releases(held, workspace_running=workspace_running, agent_running=agent_running,
+                             workspace_limit=workspace_limit))  # fmt: skip
+    if not ids:
+        return Released()
+    await session.execute(update(Run).where(Run.id.in_(sorted(ids))).values(held_reason=None))
+    return Released([WakeUp(r.id, r.wake_count, r.root_run_id or r.id) for r in rows if r.id in ids])
+
+
+def _held_stmt(agent_ids: Collection[int] | None) -> Select[Any]:
+    stmt = select(Run.id, Run.workspace_id, Run.agent_id, Run.budget, Run.wake_count, Run.root_run_id).where(
+        Run.status == RunStatus.QUEUED.value, Run.held_reason.like(f"{QUOTA_PREFIX}%")
+    )
+    if agent_ids is not None:
+        stmt = stmt.where(Run.agent_id.in_(sorted(agent_ids)))
+    return stmt
+
+
+async def _counts(session: AsyncSession, column: Any, ids: set[int], where: Any) -> dict[int, int]:
+    rows = await session.execute(
+        select(column, func.count()).where(column.in_(sorted(ids)), where).group_by(column)
+    )
+    return {key: int(count) for key, count in rows}

@@ -119,6 +119,13 @@ class StepWrites:
         if final:
             payload["final"] = True
         self.emit(run, EventType.STEP_FINISHED, status=step.status, step_id=step.id, payload=payload)
+        budget_event = _BUDGET_EVENTS.get(step.error_code or "")
+        if budget_event is not None:
+            # A refusal a live view shows as such, with what the model read.
+            error = step.result.get("error", {}) if isinstance(step.result, dict) else {}
+            self.emit(run, budget_event, step_id=step.id, payload={
+                "seq": step.seq, "tool": step.tool, "refused": True, "message": error.get("message"),
+            })  # fmt: skip
 
     def step_started(self, run: Run, step: RunStep) -> None:
         # Tool, decision and approval id ride along so a live view can draw the step from its
@@ -363,6 +370,12 @@ class StepWrites:
             approval.decided_at = self.now
             self.emit(run, EventType.APPROVAL_DECIDED, step_id=approval.step_id,
                       payload={"approvalId": approval.id, "status": approval.status, "reason": approval.reason})  # fmt: skip
+
+
+_BUDGET_EVENTS = {
+    ModelErrorCode.BUDGET_EXCEEDED.value: EventType.BUDGET_EXCEEDED,
+    ModelErrorCode.LOOP_DETECTED.value: EventType.LOOP_DETECTED,
+}
 
 
 def rejection_result(reason: str | None) -> dict[str, object]:

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.clock import db_now, now_sql
 from app.db.orm import Agent, Run, RunEvent, RunStep
+from app.domain.budgets import concurrency_limit
 from app.domain.errors import NotFound
 from app.domain.global_ids import to_global_id
 from app.domain.run_events import EventType
@@ -46,6 +47,7 @@ from app.domain.runs import (
 from app.events.publish import EventMessage
 from app.services.runtime import Runtime
 from app.services.transitions.creation import NewRun, RunCreation, insert_run
+from app.services.transitions.holds import release_quota
 from app.services.transitions.outbox import WakeUp, after_commit
 from app.services.transitions.steps import StepWrites
 from app.services.transitions.usage import UsageWrites
@@ -74,6 +76,9 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
         # seen resuming during its own end (docs/concepts/runs.md).
         self._ending: set[int] = set()
         self._awaiting = []
+        # Agents with a concurrency quota one of whose runs stopped RUNNING here: their
+        # quota-held runs are released after commit (docs/concepts/budgets.md#quotas).
+        self.quota_freed: set[int] = set()
 
     # -- locking -------------------------------------------------------------------------
 
@@ -209,9 +214,14 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
         if to is not RunStatus.RUNNING:
             run.lease_owner = None
             run.lease_expires_at = None
+            if current is RunStatus.RUNNING and concurrency_limit(run.budget) is not None:
+                self.quota_freed.add(run.agent_id)
         if reason is not None and "reason" not in payload:
             payload["reason"] = reason
         self.emit(run, EventType.RUN_STATUS_CHANGED, status=to.value, payload=payload)
+        if error_code == EventType.BUDGET_EXCEEDED.value:
+            # The run ran out (docs/concepts/budgets.md): said on its own, for live views.
+            self.emit(run, EventType.BUDGET_EXCEEDED, payload={"ended": True, "message": error})
         if to in TERMINAL_RUN:
             if not quiet:
                 await self.close_open_work(run, to, reason or error)
@@ -318,6 +328,8 @@ async def tree_tx(
         # After commit, and never cut short: the renewer of a worker whose run just ended
         # must not cancel what tells the world it ended (engine.loop keeps it from trying).
         await after_commit(rt, tx.events, tx.wakeups)
+        if tx.quota_freed:
+            await release_quota(rt, agent_ids=tx.quota_freed)
 
 
 class NewTree:

@@ -1,0 +1,138 @@
+"""Quotas (docs/concepts/budgets.md#quotas): runs over an agent's ``maxConcurrentRuns`` or
+the workspace's ENVERIF_MAX_ACTIVE_RUNS_PER_WORKSPACE wait QUEUED with ``heldReason`` naming
+the quota, and go on as slots free; schedules are capped per agent, and an ``ALLOW``
+schedule's runs by its ``maxConcurrentRuns``. GraphQL, real workers, both databases."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import stop_worker
+from tests.integration.test_schedule_firing import A_YEAR, YEARLY
+from tests.support.graphql import pk
+from tests.support.runs import scripted_agent, start_run
+from tests.support.schedules import CREATE_SCHEDULE, create_schedule, get_schedule, make_due, tick_cli
+from tests.support.servers import sink_server
+
+ALLOW = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
+RUNS = "query($ids: [ID!]!) { nodes(ids: $ids) { ... on Run { id status heldReason } } }"
+
+
+def _one_slow_call(url: str) -> list[dict[str, Any]]:
+    return [{"call": "webhook.post", "args": {"url": url + "/hook", "payload": {}}}, {"final": "done"}]
+
+
+async def _watch(gql: Any, token: str, ids: list[str], timeout_s: float = 40.0) -> tuple[int, set[str]]:
+    """Poll the runs until all ended: the most seen RUNNING at once, and every heldReason."""
+    most, reasons = 0, set()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runs = (await gql.ok(RUNS, {"ids": ids}, token=token))["nodes"]
+        most = max(most, sum(1 for r in runs if r["status"] == "RUNNING"))
+        reasons |= {r["heldReason"] for r in runs if r["heldReason"]}
+        if all(r["status"] in {"SUCCEEDED", "FAILED", "CANCELLED"} for r in runs):
+            assert all(r["status"] == "SUCCEEDED" and r["heldReason"] is None for r in runs), runs
+            return most, reasons
+        assert time.monotonic() < deadline, runs
+        await asyncio.sleep(0.03)
+
+
+@pytest.mark.usefixtures("worker")
+async def test_an_agents_quota_holds_runs_and_releases_them_as_slots_free(gql, workspace) -> None:
+    async with sink_server(delay_s=0.6) as (sink, url):
+        agent = await scripted_agent(gql, workspace.admin, name="quota-scout", steps=_one_slow_call(url),
+                                     policy=ALLOW, budget={"maxConcurrentRuns": 2})  # fmt: skip
+        runs = [await start_run(gql, workspace.operator, agent) for _ in range(5)]
+        most, reasons = await _watch(gql, workspace.viewer, runs)
+    assert most == 2
+    assert reasons == {"quota: agent 'quota-scout' has 2 runs running (budget.maxConcurrentRuns 2)"}
+    assert len(sink.deliveries) == 5
+
+
+@pytest.fixture
+async def one_slot_worker(settings) -> AsyncIterator[Any]:
+    """A worker of a deployment that lets one run of a workspace run at a time."""
+    from workers.main import build_worker
+
+    w = build_worker(settings.model_copy(update={"max_active_runs_per_workspace": 1}), handle_signals=False)
+    task = asyncio.create_task(w.main())
+    yield w
+    await stop_worker(w, task)
+
+
+@pytest.mark.usefixtures("one_slot_worker")
+async def test_the_workspace_quota_holds_runs_of_every_agent_until_the_sweeper_frees_a_slot(
+    gql, make_workspace
+) -> None:
+    workspace, other = await make_workspace(), await make_workspace()
+    async with sink_server(delay_s=0.5) as (sink, url):
+        agents = [await scripted_agent(gql, workspace.admin, steps=_one_slow_call(url), policy=ALLOW)
+                  for _ in range(3)]  # fmt: skip
+        runs = [await start_run(gql, workspace.operator, a) for a in agents]
+        # Another workspace's quota is its own: its run is never held by this one's.
+        elsewhere = await scripted_agent(gql, other.admin, steps=_one_slow_call(url), policy=ALLOW)
+        theirs = await start_run(gql, other.operator, elsewhere)
+        most, reasons = await _watch(gql, workspace.viewer, runs)
+        _, their_reasons = await _watch(gql, other.viewer, [theirs])
+    assert most == 1
+    assert reasons == {"quota: the workspace has 1 runs running (ENVERIF_MAX_ACTIVE_RUNS_PER_WORKSPACE 1)"}
+    assert their_reasons == set()
+    assert len(sink.deliveries) == 4
+
+
+CANCEL_AGENT_RUNS = """
+mutation($agentId: ID!) { cancelRuns(filter: {agentId: $agentId}, reason: "test over") { id } }
+"""
+SCHEDULE_CAPS = (
+    "query($id: ID!) { node(id: $id) { ... on Schedule { overlapPolicy maxConcurrentRuns budget } } }"
+)
+RUN_BUDGET = "query($id: ID!) { run(id: $id) { budget { name limit imposedBy } } }"
+
+
+async def test_a_schedule_flood_is_held_to_its_caps(gql, workspace, settings, sessionmaker) -> None:
+    """No worker: the runs stay QUEUED, which is unfinished as much as running is."""
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "done"}])
+    for bad, field in [
+        ({"maxConcurrentRuns": 0}, "maxConcurrentRuns"),
+        ({"maxConcurrentRuns": 10**6}, "maxConcurrentRuns"),
+        ({"budget": {"maxTokens": -1}}, "budget.maxTokens"),
+        ({"budget": {"maxTurns": "many"}}, "budget.maxTurns"),
+        ({"budget": {"maxTurns": 51}}, "budget.maxTurns"),  # looser than the deployment's 50
+        ({"budget": {"maxCostUsd": 1}}, "budget.maxCostUsd"),  # the scripted model has no price
+    ]:
+        err = await gql.error(CREATE_SCHEDULE, {"agentId": agent, "input": {"cron": YEARLY, **bad}},
+                              token=workspace.operator)  # fmt: skip
+        assert err["extensions"]["code"] == "VALIDATION_FAILED", (bad, err)
+        assert err["extensions"]["field"] == field, (bad, err)
+    flood = await create_schedule(gql, workspace.operator, agent, cron=YEARLY, overlapPolicy="ALLOW",
+                                  maxConcurrentRuns=2, budget={"maxTurns": 4})  # fmt: skip
+    caps = (await gql.ok(SCHEDULE_CAPS, {"id": flood["id"]}, token=workspace.viewer))["node"]
+    assert caps == {"overlapPolicy": "ALLOW", "maxConcurrentRuns": 2, "budget": {"maxTurns": 4}}
+    # An agent has at most ENVERIF_MAX_SCHEDULES_PER_AGENT (20) schedules.
+    for _ in range(settings.max_schedules_per_agent - 1):
+        await create_schedule(gql, workspace.operator, agent, cron=YEARLY, enabled=False)
+    err = await gql.error(
+        CREATE_SCHEDULE, {"agentId": agent, "input": {"cron": YEARLY}}, token=workspace.operator
+    )
+    assert (err["extensions"]["code"], err["extensions"]["field"]) == ("VALIDATION_FAILED", "agentId")
+    assert "ENVERIF_MAX_SCHEDULES_PER_AGENT 20" in err["message"]
+    try:
+        for _ in range(4):
+            await make_due(sessionmaker, flood, ago=A_YEAR)
+            await tick_cli(settings)
+        state = await get_schedule(gql, workspace.viewer, flood["id"])
+        assert [f["outcome"] for f in state["firings"]] == ["SKIPPED", "SKIPPED", "FIRED", "FIRED"]
+        assert state["firings"][0]["reason"] == (
+            "overlap ALLOW: 2 runs of the schedule have not ended (maxConcurrentRuns 2)"
+        )
+        assert len(state["runs"]) == 2
+        budget = (await gql.ok(RUN_BUDGET, {"id": state["runs"][0]["id"]}, token=workspace.viewer))["run"]
+        [turns] = [b for b in budget["budget"] if b["name"] == "maxTurns"]
+        assert turns == {"name": "maxTurns", "limit": 4, "imposedBy": f"schedule {pk(flood['id'])}"}
+    finally:
+        await gql.ok(CANCEL_AGENT_RUNS, {"agentId": agent}, token=workspace.operator)
