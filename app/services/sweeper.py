@@ -12,6 +12,8 @@
   in-progress, job and retry keys) of runs that ended, are waiting, or have moved on to a
   newer job id (wake count). arq workers read only the head of the queue and skip entries
   marked in progress, so leftovers at the head would otherwise starve every worker.
+- Audit events appended since the last sweep are sealed into their workspace's hash chain
+  (``services.audit``), so none stays unsealed longer than about an interval.
 
 Lease expiry is compared on the database's clock (``app.db.clock``), never a worker's.
 Every worker process runs ``sweeper_loop`` as its own task on its own timer, not as an arq
@@ -37,6 +39,7 @@ from app.domain.model_errors import ModelErrorCode
 from app.domain.runs import CANCELLABLE_RUN, RunStatus
 from app.keys import queue_name, run_job_id, run_job_prefix, sweeper_turn_key
 from app.outages import is_outage
+from app.services import audit
 from app.services.runtime import Runtime
 from app.services.transitions import enqueue_run, tree_tx
 
@@ -59,6 +62,7 @@ class SweepReport:
     reissued: int = 0
     dropped_jobs: int = 0
     out_of_time: int = 0
+    sealed_audit: int = 0
 
 
 async def _job_held_by_dead_worker(rt: Runtime, run_id: int, wake: int) -> bool:
@@ -163,6 +167,7 @@ async def sweep(rt: Runtime) -> SweepReport:
             report.reenqueued += 1
     report.out_of_time = await _end_overdue(rt, now)
     report.dropped_jobs = await drop_dead_jobs(rt)
+    report.sealed_audit = await audit.seal_pending(rt.sessionmaker)
     if report.requeued_expired:
         log.warning("sweeper: %d runs had expired leases and were requeued", report.requeued_expired)
     if report.dropped_jobs:

@@ -4,12 +4,18 @@ GraphQL over HTTP and the CLI, on the leg's database."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 
+from app.db import orm
+from app.domain.actors import Actor, ActorKind
+from app.services import audit
+from app.services.sweeper import sweep
 from tests.support.cli import Enverif, in_thread
 from tests.support.graphql import create_memory
 from tests.support.runs import CANCEL_RUN, scripted_agent, start_run
@@ -121,6 +127,8 @@ async def test_cli_changes_are_recorded_as_the_cli_and_verify_catches_an_edit(
 async def test_verify_catches_a_removed_event(gql, workspace, enverif: Enverif, sessionmaker) -> None:
     await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
     await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    sealed = await in_thread(enverif, "audit", "verify", "--workspace", workspace.name)  # seals them
+    assert sealed.returncode == 0, sealed.stdout
     async with sessionmaker() as session, session.begin():
         await session.execute(
             text("DELETE FROM audit_events WHERE workspace_id = :w AND seq = 3"), {"w": workspace.id}
@@ -136,3 +144,108 @@ async def test_verify_catches_a_removed_event(gql, workspace, enverif: Enverif, 
         )
     tail = await in_thread(enverif, "audit", "verify", "--workspace", workspace.name, "--json")
     assert tail.returncode == 1 and json.loads(tail.stdout)["broken_seq"] == 3, (last, tail.stdout)
+
+
+async def _verify(enverif: Enverif, workspace: Any) -> dict[str, Any]:
+    done = await in_thread(enverif, "audit", "verify", "--workspace", workspace.name, "--json")
+    return {"exit": done.returncode, **json.loads(done.stdout)}
+
+
+async def test_prune_removes_the_oldest_events_and_verify_goes_on_from_the_checkpoint(
+    gql, workspace, enverif: Enverif, sessionmaker
+) -> None:
+    await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    kept_before = len(await _events(gql, workspace.operator))  # seals them
+    await asyncio.sleep(0.2)
+    cutoff = datetime.now(UTC)
+    await asyncio.sleep(0.2)
+    newer = await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
+
+    done = await in_thread(enverif, "audit", "prune", "--workspace", workspace.name,
+                           "--before", cutoff.isoformat(), "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pruned = json.loads(done.stdout)
+    assert pruned["pruned"] == kept_before and pruned["through_seq"] == kept_before, pruned
+    events = await _events(gql, workspace.operator)
+    assert [e["action"] for e in events] == ["audit.prune", "agent.create"]
+    checkpoint, survivor = events
+    assert survivor["objectId"] == newer and survivor["seq"] == kept_before + 1
+    assert checkpoint["actor"]["kind"] == "CLI" and checkpoint["diff"]["checkpoint"]["seq"] == kept_before
+    assert checkpoint["diff"]["checkpoint"]["hash"] == survivor["prevHash"]
+    assert await _verify(enverif, workspace) == {
+        "exit": 0, "workspace": workspace.name, "ok": True, "events": 2, "broken_seq": None, "why": None,
+    }  # fmt: skip
+
+    # Nothing older: nothing removed and nothing recorded.
+    none = await in_thread(enverif, "audit", "prune", "--workspace", workspace.name, "--before", "2020-01-01")
+    assert none.returncode == 0 and "no audit events older" in none.stdout, none.stdout
+    assert len(await _events(gql, workspace.operator)) == 2
+
+    # A later prune removes the earlier checkpoint too; the chain still holds.
+    future = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    again = await in_thread(
+        enverif, "audit", "prune", "--workspace", workspace.name, "--before", future, "--json"
+    )
+    assert json.loads(again.stdout)["pruned"] == 2, again.stdout
+    [only] = await _events(gql, workspace.operator)
+    assert only["action"] == "audit.prune" and only["diff"]["checkpoint"]["seq"] == kept_before + 2
+    assert (await _verify(enverif, workspace))["ok"] is True
+
+    bad = await in_thread(enverif, "audit", "prune", "--workspace", workspace.name, "--before", "last week")
+    assert bad.returncode == 2 and "not an ISO date" in bad.stderr, bad.stderr
+
+
+async def test_verify_catches_events_removed_after_a_prune(
+    gql, workspace, enverif: Enverif, sessionmaker
+) -> None:
+    for _ in range(2):
+        await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    await _events(gql, workspace.operator)
+    await asyncio.sleep(0.2)
+    cutoff = datetime.now(UTC).isoformat()
+    await asyncio.sleep(0.2)
+    for _ in range(2):
+        await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
+    done = await in_thread(
+        enverif, "audit", "prune", "--workspace", workspace.name, "--before", cutoff, "--json"
+    )
+    through = json.loads(done.stdout)["through_seq"]
+    async with sessionmaker() as session, session.begin():
+        await session.execute(
+            text("DELETE FROM audit_events WHERE workspace_id = :w AND seq = :s"),
+            {"w": workspace.id, "s": through + 1},
+        )
+    broken = await _verify(enverif, workspace)
+    assert broken["exit"] == 1 and broken["broken_seq"] == through + 1, broken
+
+
+async def test_an_append_is_one_statement_and_the_sweeper_seals_it(
+    workspace, engine, sessionmaker, runtime
+) -> None:
+    statements: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    async with sessionmaker() as session, session.begin():
+        await session.execute(text("SELECT 1"))  # the transaction is open before counting
+        event.listen(engine.sync_engine, "before_cursor_execute", count)
+        try:
+            row = await audit.append(
+                session, workspace_id=workspace.id, actor=Actor(ActorKind.SYSTEM, None, "test"),
+                action="agent.update", object_type="Agent", object_id=None, summary="counted",
+            )  # fmt: skip
+            await session.flush()
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", count)
+    assert len(statements) == 1 and statements[0].lstrip().upper().startswith("INSERT"), statements
+    report = await sweep(runtime)
+    assert report.sealed_audit >= 1
+    async with sessionmaker() as session:
+        sealed = await session.get(orm.AuditEvent, row.id)
+        assert sealed is not None and sealed.seq is not None and sealed.hash is not None
+        unsealed = await session.scalar(
+            text("SELECT COUNT(*) FROM audit_events WHERE workspace_id = :w AND seq IS NULL"),
+            {"w": workspace.id},
+        )
+    assert unsealed == 0
