@@ -141,7 +141,7 @@ async def _list(rt: Runtime, spec: ServerSpec) -> list[Any]:
         raise ValidationFailed(f"could not list the server's tools: {describe(exc)}", field=field) from None
 
 
-def _replace_tools(session: AsyncSession, row: orm.McpServer, tools: list[ListedTool]) -> None:
+def replace_tools(session: AsyncSession, row: orm.McpServer, tools: list[ListedTool]) -> None:
     for tool in tools:
         session.add(
             orm.McpTool(
@@ -242,7 +242,7 @@ async def create_server(rt: Runtime, principal: Principal, draft: ServerDraft) -
         async with rt.sessionmaker() as session, session.begin():
             session.add(row)
             await session.flush()
-            _replace_tools(session, row, tools)
+            replace_tools(session, row, tools)
             await _record(session, principal, row, "mcp_server.create",
                           f"registered MCP server {name!r} ({len(tools)} tools)", {},
                           _audited(row, sorted(t.name for t in tools)))  # fmt: skip
@@ -293,7 +293,7 @@ async def update_server(
         if listed is not None:
             tools, skipped = usable_tools(row.name, listed)
             await session.execute(delete(orm.McpTool).where(orm.McpTool.server_id == row.id))
-            _replace_tools(session, row, tools)
+            replace_tools(session, row, tools)
             row.last_synced_at, row.last_error = now, _skipped_note(skipped)
             after_tools = sorted(t.name for t in tools)
         row.updated_at = now
@@ -328,7 +328,7 @@ async def sync_server(rt: Runtime, principal: Principal, *, server_id: int) -> o
         else:
             tools, skipped = usable_tools(row.name, listed)
             await session.execute(delete(orm.McpTool).where(orm.McpTool.server_id == row.id))
-            _replace_tools(session, row, tools)
+            replace_tools(session, row, tools)
             row.last_synced_at, row.last_error = now, _skipped_note(skipped)
             summary = f"synced MCP server {row.name!r} ({len(tools)} tools)"
             after = {"tools": sorted(t.name for t in tools), "lastError": row.last_error}
