@@ -10,6 +10,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import event, text
 
 from app.db import orm
@@ -18,8 +19,8 @@ from app.services import audit
 from app.services.sweeper import sweep
 from tests.support.cli import Enverif, in_thread
 from tests.support.graphql import create_memory
-from tests.support.runs import CANCEL_RUN, scripted_agent, start_run
-from tests.support.schedules import create_schedule
+from tests.support.runs import CANCEL_RUN, DECIDE, scripted_agent, start_run, wait_run
+from tests.support.schedules import create_schedule, make_due, tick_cli
 
 EVENTS = """
 query($first: Int, $action: String, $objectId: ID, $actorKind: ActorKind) {
@@ -249,3 +250,110 @@ async def test_an_append_is_one_statement_and_the_sweeper_seals_it(
             {"w": workspace.id},
         )
     assert unsealed == 0
+
+
+UPDATE_MEMORY = "mutation($id: ID!, $input: MemoryPatch!) { updateMemory(id: $id, input: $input) { id } }"
+DELETE_MEMORY = "mutation($id: ID!) { deleteMemory(id: $id) }"
+UPDATE_SCHEDULE = (
+    "mutation($id: ID!, $input: SchedulePatch!) { updateSchedule(id: $id, input: $input) { id } }"
+)
+DELETE_SCHEDULE = "mutation($id: ID!) { deleteSchedule(id: $id) }"
+CREATE_TOKEN = 'mutation { createApiToken(input: {role: "viewer", name: "short-lived"}) { apiToken { id } } }'
+REVOKE_TOKEN = "mutation($id: ID!) { revokeApiToken(id: $id) { id } }"
+CANCEL_RUNS = "mutation($agentId: ID!) { cancelRuns(filter: {agentId: $agentId}) { id } }"
+DECIDED = "query($id: ID!) { node(id: $id) { ... on Approval { status decidedBy { kind id name } } } }"
+
+
+@pytest.mark.usefixtures("worker")
+async def test_the_other_changes_each_write_one_event_with_their_actor(
+    gql, workspace, enverif: Enverif, settings, sessionmaker
+) -> None:
+    """The changes the first test leaves out: memory and schedule edits and deletes, a token
+    revoked, an approval decided, cancelRuns, a schedule firing, and CLI runs and tokens."""
+    seq = max(e["seq"] for e in await _events(gql, workspace.operator))
+    # A webhook post that is refused, so nothing is sent anywhere.
+    steps = [
+        {"call": "webhook.post", "args": {"url": "http://127.0.0.1:9/hook", "payload": {}}},
+        {"final": "x"},
+    ]
+    agent = await scripted_agent(gql, workspace.admin, steps=steps)
+    seq = (await _one_new(gql, workspace, seq))["seq"]
+    memory = await create_memory(gql, workspace.operator, agent, key="k", value="v", tags=["a"])
+    seq = (await _one_new(gql, workspace, seq))["seq"]
+    schedule = await create_schedule(gql, workspace.operator, agent, cron="0 0 1 1 *")
+    seq = (await _one_new(gql, workspace, seq))["seq"]
+    token = (await gql.ok(CREATE_TOKEN, token=workspace.admin))["createApiToken"]["apiToken"]["id"]
+    seq = (await _one_new(gql, workspace, seq))["seq"]
+    run = await start_run(gql, workspace.operator, agent)
+    seq = (await _one_new(gql, workspace, seq))["seq"]
+    [approval] = (await wait_run(gql, workspace.viewer, run, "WAITING_APPROVAL"))["pendingApprovals"]
+
+    api_changes = [
+        ("memory.update", lambda: gql.ok(UPDATE_MEMORY, {"id": memory["id"], "input": {
+            "key": "k2", "tags": ["a", "b"], "importance": 0.9}}, token=workspace.operator)),
+        ("memory.delete", lambda: gql.ok(DELETE_MEMORY, {"id": memory["id"]}, token=workspace.operator)),
+        ("schedule.update", lambda: gql.ok(UPDATE_SCHEDULE, {"id": schedule["id"], "input": {"cron": "0 0 2 1 *"}},
+                                           token=workspace.operator)),
+        ("token.revoke", lambda: gql.ok(REVOKE_TOKEN, {"id": token}, token=workspace.admin)),
+        ("approval.decide", lambda: gql.ok(DECIDE, {"id": approval["id"], "approve": False}, token=workspace.operator)),
+    ]  # fmt: skip
+    seen: dict[str, dict[str, Any]] = {}
+    for action, change in api_changes:
+        await change()
+        event = await _one_new(gql, workspace, seq)
+        assert event["action"] == action and event["actor"]["kind"] == "TOKEN" and event["actor"]["name"], (
+            event
+        )
+        seen[action], seq = event, event["seq"]
+    assert seen["memory.update"]["diff"]["key"] == {"before": "k", "after": "k2"}
+    assert seen["memory.update"]["diff"]["tags"] == {"before": ["a"], "after": ["a", "b"]}
+    assert seen["memory.update"]["diff"]["importance"]["after"] == 0.9
+    decided = (await gql.ok(DECIDED, {"id": approval["id"]}, token=workspace.operator))["node"]
+    assert decided["status"] == "REJECTED" and decided["decidedBy"]["kind"] == "TOKEN", decided
+    assert decided["decidedBy"]["name"] == seen["approval.decide"]["actor"]["name"]
+    await wait_run(gql, workspace.viewer, run)
+
+    # A schedule firing is recorded as the schedule.
+    await make_due(sessionmaker, schedule, ago=timedelta(days=400))
+    await tick_cli(settings)
+    fired = await _one_new(gql, workspace, seq)
+    assert fired["action"] == "schedule.fire" and fired["actor"]["kind"] == "SCHEDULE", fired
+    seq = fired["seq"]
+    await gql.ok(DELETE_SCHEDULE, {"id": schedule["id"]}, token=workspace.operator)
+    seq = (await _one_new(gql, workspace, seq))["seq"]
+
+    # cancelRuns: one run.cancel per run it cancels. (The workspace is paused: runs stay queued.)
+    await gql.ok('mutation { pauseWorkspace(reason: "drill") { pausedAt } }', token=workspace.admin)
+    queued = [await start_run(gql, workspace.operator, agent) for _ in range(2)]
+    seq = max(e["seq"] for e in await _events(gql, workspace.operator))
+    cancelled = (await gql.ok(CANCEL_RUNS, {"agentId": agent}, token=workspace.operator))["cancelRuns"]
+    assert set(queued) <= {r["id"] for r in cancelled}  # and the schedule's run, held too
+    cancels = [e for e in await _events(gql, workspace.operator) if e["seq"] > seq]
+    assert sorted(e["objectId"] for e in cancels) == sorted(r["id"] for r in cancelled)
+    assert {(e["action"], e["actor"]["kind"]) for e in cancels} == {("run.cancel", "TOKEN")}
+    seq = max(e["seq"] for e in cancels)
+
+    # The CLI's changes are the CLI's.
+    await gql.ok("mutation { resumeWorkspace { pausedAt } }", token=workspace.admin)
+    seq = (await _one_new(gql, workspace, seq))["seq"]
+    name = (await gql.ok("query($id: ID!) { node(id: $id) { ... on Agent { name } } }", {"id": agent},
+                         token=workspace.operator))["node"]["name"]  # fmt: skip
+    ws = ("--workspace", workspace.name)
+    started = await in_thread(enverif, "runs", "start", *ws, "--agent", name, "--json")
+    assert started.returncode == 0, started.stderr
+    cli_run = json.loads(started.stdout)["run_id"]
+    cli_changes = [
+        ("run.cancel", ("runs", "cancel", cli_run, *ws)),
+        ("token.create", ("token", "create", *ws, "--role", "viewer", "--name", "cli-made")),
+        ("token.revoke", ("token", "revoke", *ws, "--name", "cli-made")),
+    ]
+    start_event = await _one_new(gql, workspace, seq)
+    assert (start_event["action"], start_event["actor"]["kind"]) == ("run.start", "CLI")
+    seq = start_event["seq"]
+    for action, args in cli_changes:
+        done = await in_thread(enverif, *args)
+        assert done.returncode == 0, done.stderr
+        event = await _one_new(gql, workspace, seq)
+        assert (event["action"], event["actor"]["kind"]) == (action, "CLI"), event
+        seq = event["seq"]
+    assert (await _verify(enverif, workspace))["ok"] is True
