@@ -357,3 +357,23 @@ async def test_the_other_changes_each_write_one_event_with_their_actor(
         assert (event["action"], event["actor"]["kind"]) == (action, "CLI"), event
         seq = event["seq"]
     assert (await _verify(enverif, workspace))["ok"] is True
+
+
+async def test_concurrent_changes_and_readers_leave_one_gap_free_chain(
+    gql, workspace, enverif: Enverif
+) -> None:
+    """Appends take no lock and readers seal as they come: however they interleave, every
+    event is sealed once, numbered without a gap, and the chain verifies."""
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}])
+
+    async def change(i: int) -> None:
+        await create_memory(gql, workspace.operator, agent, key=f"k{i}", value=f"v{i}")
+
+    async def read() -> None:
+        await _events(gql, workspace.operator)
+
+    await asyncio.gather(*(change(i) for i in range(16)), *(read() for _ in range(8)))
+    events = await _events(gql, workspace.operator)
+    assert sorted(e["seq"] for e in events) == list(range(1, len(events) + 1))
+    assert sum(e["action"] == "memory.create" for e in events) == 16
+    assert (await _verify(enverif, workspace))["ok"] is True
