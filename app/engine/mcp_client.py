@@ -23,12 +23,17 @@ Errors::
     McpUnavailable   no session could be had, or it broke under the call (after one reopen)
     McpTooLarge      the answer was larger than a stored result may be
     mcp.shared.exceptions.MCPError   the server answered the request with a JSON-RPC error
+                                     (``mcp_error()``)
+
+The SDK is imported when a session first opens, not with this module: importing it costs
+about a second of CPU, which every API, worker and CLI process would otherwise pay at start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Iterable
@@ -36,22 +41,21 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, Implementation, PaginatedRequestParams, Tool
-
 from app.domain.mcp import Transport
 from app.engine.net import URLRefused, guarded_mcp_client
 
 if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import CallToolResult, Tool
+
     from app.db.orm import McpServer
     from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
-CLIENT_INFO = Implementation(name="enverif", version="0.1")
+CLIENT_NAME, CLIENT_VERSION = "enverif", "0.1"
 # A server listing more tools than this is cut off: each becomes a prompt entry.
 MAX_TOOLS = 500
 # How long closing a session may take before it is abandoned (a stdio server that hangs).
@@ -59,6 +63,14 @@ CLOSE_WAIT_S = 5.0
 # JSON-RPC codes that mean "this session is gone", not "this request was refused".
 _CONNECTION_CLOSED = -32000
 _INVALID_REQUEST = -32600
+
+
+@functools.cache
+def mcp_error() -> type[MCPError]:
+    """The SDK's ``MCPError`` (a JSON-RPC error answer), imported on first use."""
+    from mcp.shared.exceptions import MCPError
+
+    return MCPError
 
 
 class McpRefused(Exception):
@@ -114,6 +126,8 @@ def header_values(spec: ServerSpec, settings: Settings) -> dict[str, str]:
 
 
 def _stdio_parameters(spec: ServerSpec, settings: Settings) -> StdioServerParameters:
+    from mcp.client.stdio import StdioServerParameters
+
     if not spec.command or spec.command[0] not in settings.mcp_stdio_commands:
         program = spec.command[0] if spec.command else ""
         raise McpRefused(f"{program!r} is not in ENVERIF_MCP_STDIO_COMMANDS")
@@ -125,6 +139,11 @@ async def _open(
     spec: ServerSpec, settings: Settings, stack: AsyncExitStack, *, timeout_s: float
 ) -> ClientSession:
     """Open and initialise a session inside ``stack`` (which closes it)."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.types import Implementation
+
     if spec.transport is Transport.STDIO:
         params = _stdio_parameters(spec, settings)
         # A server's stderr is its own business, not the worker's log (opening /dev/null
@@ -143,7 +162,9 @@ async def _open(
         read, write = await stack.enter_async_context(
             streamable_http_client(spec.url, http_client=http, max_sse_event_size=max_event)
         )
-    session = await stack.enter_async_context(ClientSession(read, write, client_info=CLIENT_INFO))
+    session = await stack.enter_async_context(
+        ClientSession(read, write, client_info=Implementation(name=CLIENT_NAME, version=CLIENT_VERSION))
+    )
     await session.initialize()
     return session
 
@@ -161,7 +182,7 @@ def describe(exc: BaseException) -> str:
     exc = first_cause(exc)
     if isinstance(exc, McpRefused | McpUnavailable | URLRefused):
         return str(exc)
-    if isinstance(exc, MCPError):
+    if isinstance(exc, mcp_error()):
         return f"the server answered with error {exc.code}: {exc.message}"
     if isinstance(exc, OSError | TimeoutError):
         return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -170,6 +191,8 @@ def describe(exc: BaseException) -> str:
 
 async def list_tools(spec: ServerSpec, settings: Settings, *, timeout_s: float) -> list[Tool]:
     """One session, just long enough to list the server's tools (what a sync does)."""
+    from mcp.types import PaginatedRequestParams
+
     try:
         async with asyncio.timeout(timeout_s), AsyncExitStack() as stack:
             session = await _open(spec, settings, stack, timeout_s=timeout_s)
@@ -186,11 +209,11 @@ async def list_tools(spec: ServerSpec, settings: Settings, *, timeout_s: float) 
             return tools[:MAX_TOOLS]
     except TimeoutError:
         raise McpUnavailable(f"no answer within {timeout_s:g} s") from None
-    except (McpRefused, MCPError):
+    except (McpRefused, mcp_error()):
         raise
     except Exception as exc:
         cause = first_cause(exc)
-        if isinstance(cause, McpRefused | MCPError):
+        if isinstance(cause, McpRefused | mcp_error()):
             raise cause from None
         raise McpUnavailable(f"the server could not be reached: {describe(cause)}") from None
 
@@ -236,7 +259,7 @@ class _Session:
 
 def _session_gone(exc: BaseException) -> bool:
     """True when the error says the session (not the request) is gone: worth a reopen."""
-    if isinstance(exc, MCPError):
+    if isinstance(exc, mcp_error()):
         return exc.code == _CONNECTION_CLOSED or (
             exc.code == _INVALID_REQUEST and "session" in exc.message.lower()
         )
@@ -302,7 +325,7 @@ class McpConnections:
                 if exc is None:
                     return call.result()
                 error = first_cause(exc)
-                if isinstance(error, MCPError) and "byte limit" in error.message:
+                if isinstance(error, mcp_error()) and "byte limit" in error.message:
                     raise McpTooLarge(error.message) from None
                 if not _session_gone(error):
                     raise error

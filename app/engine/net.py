@@ -26,8 +26,10 @@ Errors::
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
+import ssl
 from collections.abc import Iterable
 from typing import Any
 
@@ -182,14 +184,21 @@ class _NoCookies(httpx.Cookies):
         return None
 
 
-class _CookielessClient(httpx.AsyncClient):
-    """An ``httpx.AsyncClient`` that never stores or sends cookies (see the module docstring).
-    httpx's client always keeps a jar; this one's stays empty, which also saves parsing every
-    response's headers into a cookie jar."""
+class _NoCookies2(httpx2.Cookies):
+    def extract_cookies(self, response: httpx2.Response) -> None:
+        return None
+
+
+class _Cookieless:
+    """Mixed into an ``AsyncClient`` (of either httpx) that never stores or sends cookies (see
+    the module docstring). httpx's client always keeps a jar; this one's stays empty, which
+    also saves parsing every response's headers into a cookie jar."""
+
+    _no_cookies: Any
 
     @property
-    def cookies(self) -> httpx.Cookies:
-        return _NO_COOKIES
+    def cookies(self) -> Any:
+        return self._no_cookies
 
     @cookies.setter
     def cookies(self, cookies: Any) -> None:
@@ -197,7 +206,49 @@ class _CookielessClient(httpx.AsyncClient):
             raise ValueError("this client keeps no cookies")
 
 
-_NO_COOKIES = _NoCookies()
+class _CookielessClient(_Cookieless, httpx.AsyncClient):
+    _no_cookies = _NoCookies()
+
+
+class _CookielessClient2(_Cookieless, httpx2.AsyncClient):
+    _no_cookies = _NoCookies2()
+
+
+@functools.cache
+def _ssl_context(http: Any) -> ssl.SSLContext:
+    """One verifying TLS context per process for each httpx, shared by every client: loading
+    the CA bundle costs about 50 ms of CPU, which each new client paid twice."""
+    context: ssl.SSLContext = http.create_ssl_context(trust_env=False)
+    return context
+
+
+def _guarded_transport(
+    settings: Settings,
+    *,
+    http: Any,
+    core: Any,
+    backend: type[_PublicOnly],
+    timeout_s: float,
+    max_connections: int,
+) -> Any:
+    """An ``AsyncHTTPTransport`` of ``http`` (httpx or httpx2) whose connections open through
+    ``backend`` unless private networks are allowed.
+
+    trust_env=False: a proxy from the environment would make the address check meaningless (we
+    would vet the proxy, not the target) and would leak traffic through it. httpx has no public
+    hook for the network backend, so the pool it built is swapped for one that uses ours (both
+    httpx versions are pinned; tests cover the refusal end to end)."""
+    ssl_context = _ssl_context(http)
+    transport = http.AsyncHTTPTransport(verify=ssl_context, trust_env=False)
+    if not settings.http_allow_private_networks:
+        transport._pool = core.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=max_connections,
+            max_keepalive_connections=max(1, max_connections // 2),
+            keepalive_expiry=5.0,
+            network_backend=backend(core.AnyIOBackend(), resolve_timeout_s=timeout_s),
+        )
+    return transport
 
 
 def guarded_client(
@@ -214,19 +265,14 @@ def guarded_client(
     Redirects are not followed unless a request asks for it (httpx's default), and when
     one is, the redirect target is checked again as its connection opens.
     """
-    # trust_env=False: a proxy from the environment would make the address check meaningless
-    # (we would vet the proxy, not the target) and would leak traffic through it.
-    transport = httpx.AsyncHTTPTransport(trust_env=False)
-    if not settings.http_allow_private_networks:
-        # httpx has no public hook for the network backend; swap the pool it built for one
-        # that uses ours (httpx is pinned to 0.28.x; tests cover the refusal end to end).
-        transport._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
-            max_connections=max_connections,
-            max_keepalive_connections=max(1, max_connections // 2),
-            keepalive_expiry=5.0,
-            network_backend=_PublicOnlyBackend(httpcore.AnyIOBackend(), resolve_timeout_s=timeout_s),
-        )
+    transport = _guarded_transport(
+        settings,
+        http=httpx,
+        core=httpcore,
+        backend=_PublicOnlyBackend,
+        timeout_s=timeout_s,
+        max_connections=max_connections,
+    )
     return _CookielessClient(
         transport=transport,
         timeout=httpx.Timeout(timeout_s),
@@ -248,27 +294,6 @@ async def read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks), False
-
-
-class _NoCookies2(httpx2.Cookies):
-    def extract_cookies(self, response: httpx2.Response) -> None:
-        return None
-
-
-_NO_COOKIES2 = _NoCookies2()
-
-
-class _CookielessClient2(httpx2.AsyncClient):
-    """``_CookielessClient`` for httpx2."""
-
-    @property
-    def cookies(self) -> httpx2.Cookies:
-        return _NO_COOKIES2
-
-    @cookies.setter
-    def cookies(self, cookies: Any) -> None:
-        if cookies:
-            raise ValueError("this client keeps no cookies")
 
 
 def guarded_sdk_client(
@@ -305,15 +330,13 @@ def guarded_mcp_client(
 def _guarded_transport2(
     settings: Settings, *, timeout_s: float, max_connections: int
 ) -> httpx2.AsyncHTTPTransport:
-    """``guarded_client``'s transport on httpx2: the pool httpx2 built, swapped for one on
-    our backend (httpx2 is pinned; tests cover the refusal end to end)."""
-    transport = httpx2.AsyncHTTPTransport(trust_env=False)
-    if not settings.http_allow_private_networks:
-        transport._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=httpx2.create_ssl_context(trust_env=False),
-            max_connections=max_connections,
-            max_keepalive_connections=max(1, max_connections // 2),
-            keepalive_expiry=5.0,
-            network_backend=_PublicOnlyBackend2(httpcore2.AnyIOBackend(), resolve_timeout_s=timeout_s),
-        )
+    """``_guarded_transport`` on httpx2, for the vendors' SDKs and MCP."""
+    transport: httpx2.AsyncHTTPTransport = _guarded_transport(
+        settings,
+        http=httpx2,
+        core=httpcore2,
+        backend=_PublicOnlyBackend2,
+        timeout_s=timeout_s,
+        max_connections=max_connections,
+    )
     return transport

@@ -32,8 +32,6 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import httpx2
-
 from app.domain.provider_errors import ProviderErrorCode as Code
 from app.domain.provider_keys import Endpoint
 from app.engine.base import (
@@ -272,16 +270,13 @@ class _Stream:
 # -- the SDK over the guarded client ------------------------------------------------------
 
 
-def _sdk() -> tuple[Any, type[Any]]:
-    return remote.sdk("anthropic", "AsyncAnthropic", _SENT_HEADERS, "x-api-key", "")
-
-
 class AnthropicProvider(remote.SDKModel):
     """The provider (the class: ``validate``, ``create``) and a run's model (an instance)."""
 
     name = PROVIDER
     default_base_url = DEFAULT_BASE_URL
     default_key_env = DEFAULT_API_KEY_ENV
+    sdk_spec = ("anthropic", "AsyncAnthropic", _SENT_HEADERS, "x-api-key", "")
 
     @classmethod
     def check_config(
@@ -291,13 +286,6 @@ class AnthropicProvider(remote.SDKModel):
 
     def build(self, ctx: TurnContext, names: FunctionNames) -> dict[str, Any]:
         return build_request(ctx, self._config, names)
-
-    def sdk_errors(self) -> tuple[type[Exception], type[Exception]]:
-        sdk = _sdk()[0]
-        return sdk.APIStatusError, sdk.APIConnectionError
-
-    def sdk_client(self, key: str, http: httpx2.AsyncClient) -> Any:
-        return _sdk()[1](self._destination, key, http, self._settings.provider_timeout_s)
 
     def status(self, exc: Any) -> ProviderError | remote.Retryable:
         if exc.status_code >= 400:
@@ -312,18 +300,11 @@ class AnthropicProvider(remote.SDKModel):
             f"anthropic: stream error ({kind}) from {self._destination.shown}", code=Code.PROVIDER_FAILED
         )
 
-    async def whole(self, client: Any, body: dict[str, Any], names: FunctionNames) -> Turn:
-        async with client.messages.with_streaming_response.create(**body) as response:
-            data = await self.read_whole(response.iter_bytes())
+    def endpoint(self, client: Any) -> Any:
+        return client.messages
+
+    def parse(self, data: Any, names: FunctionNames) -> Turn:
         return parse_response(data, names)
 
-    async def streamed(
-        self, client: Any, body: dict[str, Any], names: FunctionNames, ctx: TurnContext
-    ) -> Turn:
-        async with client.messages.with_streaming_response.create(**body, stream=True) as response:
-            if remote.is_json(response.headers):  # a server that does not stream answered whole
-                return parse_response(await self.read_whole(response.iter_bytes()), names)
-            state = _Stream(self.capped_text())
-            async for event in await response.parse():
-                await state.add(event, ctx)
-        return state.turn(names)
+    def stream_state(self) -> remote.StreamState:
+        return _Stream(self.capped_text())

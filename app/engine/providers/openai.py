@@ -31,8 +31,6 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import httpx2
-
 from app.domain.provider_errors import ProviderErrorCode as Code
 from app.domain.provider_keys import Endpoint
 from app.engine.base import (
@@ -292,16 +290,14 @@ class _Stream:
 # -- the SDK over the guarded client ------------------------------------------------------
 
 
-def _sdk() -> tuple[Any, type[Any]]:
-    return remote.sdk("openai", "AsyncOpenAI", _SENT_HEADERS, "authorization", "Bearer ")
-
-
 class OpenAIProvider(remote.SDKModel):
     """The provider (the class: ``validate``, ``create``) and a run's model (an instance)."""
 
     name = PROVIDER
     default_base_url = DEFAULT_BASE_URL
     default_key_env = DEFAULT_API_KEY_ENV
+    sdk_spec = ("openai", "AsyncOpenAI", _SENT_HEADERS, "authorization", "Bearer ")
+    stream_args = {"stream": True, "stream_options": {"include_usage": True}}
 
     @classmethod
     def check_config(
@@ -312,27 +308,11 @@ class OpenAIProvider(remote.SDKModel):
     def build(self, ctx: TurnContext, names: FunctionNames) -> dict[str, Any]:
         return build_request(ctx, self._config, names)
 
-    def sdk_errors(self) -> tuple[type[Exception], type[Exception]]:
-        sdk = _sdk()[0]
-        return sdk.APIStatusError, sdk.APIConnectionError
+    def endpoint(self, client: Any) -> Any:
+        return client.chat.completions
 
-    def sdk_client(self, key: str, http: httpx2.AsyncClient) -> Any:
-        return _sdk()[1](self._destination, key, http, self._settings.provider_timeout_s)
-
-    async def whole(self, client: Any, body: dict[str, Any], names: FunctionNames) -> Turn:
-        async with client.chat.completions.with_streaming_response.create(**body) as response:
-            data = await self.read_whole(response.iter_bytes())
+    def parse(self, data: Any, names: FunctionNames) -> Turn:
         return parse_response(data, names)
 
-    async def streamed(
-        self, client: Any, body: dict[str, Any], names: FunctionNames, ctx: TurnContext
-    ) -> Turn:
-        async with client.chat.completions.with_streaming_response.create(
-            **{**body, "stream": True, "stream_options": {"include_usage": True}}
-        ) as response:
-            if remote.is_json(response.headers):  # a server that does not stream answered whole
-                return parse_response(await self.read_whole(response.iter_bytes()), names)
-            state = _Stream(self.capped_text())
-            async for chunk in await response.parse():
-                await state.add(chunk, ctx)
-        return state.turn(names)
+    def stream_state(self) -> remote.StreamState:
+        return _Stream(self.capped_text())

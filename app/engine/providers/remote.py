@@ -35,7 +35,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import httpx2
@@ -462,15 +462,26 @@ def only_headers(request: Any, allowed: frozenset[str], credential: tuple[str, s
     request.headers[credential[0]] = credential[1]
 
 
+class StreamState(Protocol):
+    """A streamed answer as it arrives: one vendor event at a time, then the turn."""
+
+    async def add(self, event: Any, ctx: TurnContext) -> None: ...
+
+    def turn(self, names: FunctionNames) -> Turn: ...
+
+
 class SDKModel:
     """What the two SDK providers share: the provider (the class: ``validate``, ``create``)
-    and a run's model (an instance). A subclass names its vendor and supplies the request
-    (``build``), the SDK client (``sdk_client``), the two ways of asking (``whole``,
-    ``streamed``) and the SDK's two error classes."""
+    and a run's model (an instance). A subclass names its vendor and its SDK (``sdk_spec``:
+    the arguments of ``sdk``), and supplies the request (``build``), the SDK's resource to ask
+    (``endpoint``), the extra arguments of a streamed call (``stream_args``) and how an answer
+    reads: whole (``parse``) or as a stream of events (``stream_state``)."""
 
-    name: str  # the SDK is imported only when a model is asked for a turn (see ``_sdk``)
+    name: str
     default_base_url: str
     default_key_env: str
+    sdk_spec: tuple[str, str, frozenset[str], str, str]  # imported when a model first asks (``sdk``)
+    stream_args: Mapping[str, Any] = {"stream": True}
     fast: bool = False  # every turn is a network call: the loop records results before asking
 
     def __init__(
@@ -512,20 +523,44 @@ class SDKModel:
     def build(self, ctx: TurnContext, names: FunctionNames) -> dict[str, Any]:
         raise NotImplementedError
 
-    def sdk_client(self, key: str, http: httpx2.AsyncClient) -> Any:
+    def endpoint(self, client: Any) -> Any:
+        """The SDK client's resource whose ``create`` asks for a turn."""
         raise NotImplementedError
+
+    def parse(self, data: Any, names: FunctionNames) -> Turn:
+        """A whole answer (a JSON document) as a turn."""
+        raise NotImplementedError
+
+    def stream_state(self) -> StreamState:
+        raise NotImplementedError
+
+    # -- the SDK --
+
+    def sdk_client(self, key: str, http: httpx2.AsyncClient) -> Any:
+        return sdk(*self.sdk_spec)[1](self._destination, key, http, self._settings.provider_timeout_s)
 
     def sdk_errors(self) -> tuple[type[Exception], type[Exception]]:
         """The SDK's status error and connection error (timeouts included)."""
-        raise NotImplementedError
+        module = sdk(*self.sdk_spec)[0]
+        return module.APIStatusError, module.APIConnectionError
 
     async def whole(self, client: Any, body: dict[str, Any], names: FunctionNames) -> Turn:
-        raise NotImplementedError
+        async with self.endpoint(client).with_streaming_response.create(**body) as response:
+            data = await self.read_whole(response.iter_bytes())
+        return self.parse(data, names)
 
     async def streamed(
         self, client: Any, body: dict[str, Any], names: FunctionNames, ctx: TurnContext
     ) -> Turn:
-        raise NotImplementedError
+        async with self.endpoint(client).with_streaming_response.create(
+            **{**body, **self.stream_args}
+        ) as response:
+            if is_json(response.headers):  # a server that does not stream answered whole
+                return self.parse(await self.read_whole(response.iter_bytes()), names)
+            state = self.stream_state()
+            async for event in await response.parse():
+                await state.add(event, ctx)
+        return state.turn(names)
 
     def status(self, exc: Any) -> ProviderError | Retryable:
         """What an SDK status error means (``status_failure`` unless the vendor knows better)."""

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jsonschema
-from mcp.shared.exceptions import MCPError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -35,6 +34,7 @@ from app.engine.mcp_client import (
     McpUnavailable,
     ServerSpec,
     describe,
+    mcp_error,
 )
 
 # What the model reads of a failed tool's text, at most (the message is capped again).
@@ -102,7 +102,7 @@ class McpTool:
             raise ToolError(ModelErrorCode.TOO_LARGE, f"{self.name}: {exc}") from None
         except McpUnavailable as exc:
             raise ToolError(ModelErrorCode.MCP_ERROR, f"{self.name}: {exc}") from None
-        except MCPError as exc:
+        except mcp_error() as exc:
             raise ToolError(ModelErrorCode.MCP_ERROR, f"{self.name}: {describe(exc)}") from None
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         content = dumped.get("content", [])
