@@ -69,11 +69,16 @@ def create_app(settings: Settings) -> Starlette:
     ]
     if with_graphiql:
         routes.extend(graphiql_page.routes())  # the page's scripts and styles, vendored
+    also_running: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None
     if settings.dev_mode:
-        # Only the dev stack serves these (in-memory webhook sink, demo page).
+        # Only the dev stack serves these (in-memory webhook sink, demo page, demo CRM).
+        from app.dev.crm import DemoCrm
         from app.dev.routes import routes as dev_routes
 
+        crm = DemoCrm()
         routes.extend(dev_routes)
+        routes.extend(crm.routes())
+        also_running = crm.running
     middleware = [
         Middleware(
             BodySizeLimit,
@@ -88,7 +93,7 @@ def create_app(settings: Settings) -> Starlette:
     return Starlette(
         routes=routes,
         middleware=middleware,
-        lifespan=_lifespan(settings),
+        lifespan=_lifespan(settings, also_running),
     )
 
 
@@ -119,34 +124,46 @@ def cors_middleware(origins: tuple[str, ...]) -> Middleware:
     )
 
 
-def _lifespan(settings: Settings) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+def _lifespan(
+    settings: Settings, also_running: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None
+) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+    """``also_running``: what runs as long as the app does besides the runtime (the dev
+    stack's demo CRM)."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        runtime = await open_runtime(settings)
-        try:
-            subscriber = RedisSubscriber(settings)
-            hub = EventHub(runtime, subscriber, queue_max=settings.subscription_queue_max)
-            output_hub = OutputHub(
-                subscriber, runtime.redis, settings.redis_prefix, queue_max=settings.subscription_queue_max
-            )
-            runtime.token_cache = TokenCache(settings, subscriber)
-            # Bounded: with Redis away the process still starts; live events and the token
-            # cache follow once the subscriber is in place.
-            await subscriber.start()
-            try:
-                app.state.runtime = runtime
-                app.state.event_hub = hub
-                app.state.output_hub = output_hub
-                app.state.token_checks = TokenChecks()
-                app.state.socket_counts = SocketCounts()
+        async with also_running() if also_running is not None else contextlib.nullcontext():
+            async with _serving(app, settings):
                 yield
-            finally:
-                await subscriber.stop()
-                hub.stop()
-        finally:
-            await runtime.close()
 
     return lifespan
+
+
+@contextlib.asynccontextmanager
+async def _serving(app: Starlette, settings: Settings) -> AsyncIterator[None]:
+    runtime = await open_runtime(settings)
+    try:
+        subscriber = RedisSubscriber(settings)
+        hub = EventHub(runtime, subscriber, queue_max=settings.subscription_queue_max)
+        output_hub = OutputHub(
+            subscriber, runtime.redis, settings.redis_prefix, queue_max=settings.subscription_queue_max
+        )
+        runtime.token_cache = TokenCache(settings, subscriber)
+        # Bounded: with Redis away the process still starts; live events and the token
+        # cache follow once the subscriber is in place.
+        await subscriber.start()
+        try:
+            app.state.runtime = runtime
+            app.state.event_hub = hub
+            app.state.output_hub = output_hub
+            app.state.token_checks = TokenChecks()
+            app.state.socket_counts = SocketCounts()
+            yield
+        finally:
+            await subscriber.stop()
+            hub.stop()
+    finally:
+        await runtime.close()
 
 
 async def healthz(request: Request) -> JSONResponse:

@@ -530,9 +530,9 @@ class McpTool(Base):
 
 
 class AuditHead(Base):
-    """Where a workspace's audit chain stands: its last seq and hash. Locked (FOR UPDATE) by
-    each append as the last lock of its transaction, so appends in a workspace are numbered
-    in commit order and no lock cycle can form around it (``services.audit``)."""
+    """Where a workspace's audit chain stands: its last sealed seq and hash. Locked (FOR
+    UPDATE) only by the sealer, never by an append, so sealers of a workspace take turns
+    while changes never wait on it (``services.audit``)."""
 
     __tablename__ = "audit_heads"
 
@@ -544,17 +544,20 @@ class AuditHead(Base):
 
 
 class AuditEvent(Base):
-    """Append-only, numbered by ``seq`` per workspace, hash-chained (``app.domain.audit``)."""
+    """Append-only, hash-chained per workspace (``app.domain.audit``). Inserted unsealed
+    (``seq``, ``prev_hash`` and ``hash`` null) by the change's transaction; the sealer numbers
+    and chains it soon after and nothing else ever updates it (``services.audit``)."""
 
     __tablename__ = "audit_events"
     __table_args__ = (
         UniqueConstraint("workspace_id", "seq"),
         Index("ix_audit_events_workspace_id_object_id", "workspace_id", "object_id"),
+        Index("ix_audit_events_seq", "seq"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
-    seq: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int | None] = mapped_column(Integer)
     at: Mapped[datetime]
     actor_kind: Mapped[str] = mapped_column(String(16))
     actor_id: Mapped[int | None] = mapped_column(Id)
@@ -564,8 +567,8 @@ class AuditEvent(Base):
     object_id: Mapped[int | None] = mapped_column(Id)
     summary: Mapped[str] = mapped_column(Text)
     diff: Mapped[Any | None] = mapped_column(JSON)
-    prev_hash: Mapped[str] = mapped_column(String(64))
-    hash: Mapped[str] = mapped_column(String(64))
+    prev_hash: Mapped[str | None] = mapped_column(String(64))
+    hash: Mapped[str | None] = mapped_column(String(64))
 
 
 class RunEvent(Base):

@@ -2,7 +2,8 @@
 (``demo.toml``); this module reads them and writes them into the database.
 
 Seeding is idempotent: the ``demo`` workspace and its agents are reused when present (the
-agents are put back to their demo definition, whose URLs carry this start's port), and a
+agents are put back to their demo definition, whose URLs carry this start's port; so is the
+``crm`` MCP server's url, and its tools are listed from ``app.dev.crm`` in-process), and a
 fresh admin token is minted on every start because tokens are stored hashed and cannot be
 shown again. Memories and schedules are written once and then left as the demo's runs and
 operators changed them.
@@ -20,7 +21,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.clock import utcnow
-from app.db.orm import Agent, Memory, Schedule, Workspace
+from app.db.orm import Agent, McpServer, McpTool, Memory, Schedule, Workspace
+from app.dev import crm
 from app.domain.actors import SYSTEM
 from app.domain.agent_versions import VERSIONED_FIELDS, changes_configuration
 from app.domain.agents import (
@@ -32,10 +34,12 @@ from app.domain.agents import (
 )
 from app.domain.budgets import parse_budget
 from app.domain.errors import Conflict
+from app.domain.mcp import Transport
 from app.domain.policy import validate_policy
 from app.domain.schedules import next_fire_at
 from app.services import auth, memories
 from app.services.agents import version_row
+from app.services.mcp_servers import replace_tools, usable_tools
 
 DEMO_WORKSPACE = "demo"
 DEV_TOKEN_NAME = "enverif dev"
@@ -53,6 +57,12 @@ class DemoAgent:
     tools: list[str]
     policy: dict[str, Any] = field(default_factory=dict)
     budget: dict[str, Any] = field(default_factory=dict)  # docs/concepts/budgets.md
+
+
+@dataclass(frozen=True)
+class DemoMcpServer:
+    name: str
+    url: str
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,10 @@ def _with_base_url(value: Any, base_url: str) -> Any:
 def demo_agents(base_url: str) -> list[DemoAgent]:
     """The demo agents; ``base_url`` is where this dev stack answers (its /dev routes)."""
     return [DemoAgent(**_with_base_url(spec, base_url)) for spec in _demo_data()["agents"]]
+
+
+def demo_mcp_servers(base_url: str) -> list[DemoMcpServer]:
+    return [DemoMcpServer(**_with_base_url(spec, base_url)) for spec in _demo_data().get("mcp_servers", [])]
 
 
 def demo_memories() -> list[DemoMemory]:
@@ -145,6 +159,9 @@ async def seed_demo(
     assert workspace is not None
 
     specs = demo_agents(base_url)
+    async with sessionmaker() as session, session.begin():
+        for server in demo_mcp_servers(base_url):
+            await _upsert_mcp_server(session, workspace_id=workspace.id, spec=server)
     async with sessionmaker() as session:
         for spec in specs:
             await _upsert_agent(session, workspace_id=workspace.id, spec=spec)
@@ -193,6 +210,29 @@ async def _upsert_agent(session: AsyncSession, *, workspace_id: int, spec: DemoA
         if changes_configuration(current, wanted):
             agent.version += 1
             session.add(version_row(agent, SYSTEM, now))
+
+
+async def _upsert_mcp_server(session: AsyncSession, *, workspace_id: int, spec: DemoMcpServer) -> None:
+    """The server at this start's url, with the tools its definitions list; ``enabled`` and
+    ``toolRisk`` stay as an operator left them."""
+    if spec.name != crm.SERVER_NAME:
+        raise ValueError(f"demo.toml: the dev stack serves no MCP server named {spec.name!r}")
+    tools, skipped = usable_tools(spec.name, await crm.tool_list())
+    assert not skipped, skipped  # the demo's own tools are all offerable
+    now = utcnow()
+    row = await session.scalar(
+        select(McpServer).where(McpServer.workspace_id == workspace_id, McpServer.name == spec.name)
+    )
+    if row is None:
+        row = McpServer(
+            workspace_id=workspace_id, name=spec.name, transport=Transport.STREAMABLE_HTTP.value, url=spec.url,
+            command=None, enabled=True, headers={}, tool_risk={}, created_at=now,
+        )  # fmt: skip
+        session.add(row)
+    row.url, row.last_synced_at, row.last_error, row.updated_at = spec.url, now, None, now
+    await session.flush()
+    await session.execute(delete(McpTool).where(McpTool.server_id == row.id))
+    replace_tools(session, row, tools)
 
 
 async def _agent_named(session: AsyncSession, *, workspace_id: int, name: str) -> Agent | None:

@@ -43,7 +43,9 @@ async def _node_of(type_name: str, pk: int, loaders: Loaders, principal: Princip
         case "AuditEvent":
             if not principal.role.allows(Role.OPERATOR):
                 return None  # the audit trail is for operators and admins
-            return _maybe(await loaders.audit_event.load(pk), AuditEvent.from_row)
+            event = await loaders.audit_event.load(pk)
+            sealed = event if event is not None and event.seq is not None else None  # sealed soon
+            return _maybe(sealed, AuditEvent.from_row)
         case "AgentVersion":
             return _maybe(await loaders.version_by_id.load(pk), AgentVersion.from_row)
         case "Run":

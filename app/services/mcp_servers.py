@@ -8,12 +8,13 @@ server keeps the tools of its last good sync and ``lastError`` says why. A liste
 cannot become an agent tool (a name with a dot or a slash, an input schema that is not JSON
 Schema) is left out, and ``lastError`` names it.
 
-The listing is I/O and runs outside any transaction; its result is written in one.
+The listing is I/O and runs outside any transaction; its result is written in one, with its
+audit event (``mcp_server.create|update|sync|delete``; a ``toolRisk`` override is in the
+event's diff and named in its summary: it changes what runs without asking).
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.clock import utcnow
 from app.db import orm
 from app.domain.agents import Role
+from app.domain.audit import diff as audit_diff
 from app.domain.errors import Conflict, NotFound, ValidationFailed
 from app.domain.jsonvalue import NotStorable, depth_error, strict_json
 from app.domain.mcp import (
@@ -37,12 +39,11 @@ from app.domain.mcp import (
 )
 from app.domain.model_errors import ModelErrorCode
 from app.engine.mcp_client import McpRefused, McpUnavailable, ServerSpec, describe, list_tools
+from app.services import audit
 from app.services.auth import Principal
 from app.services.reads import Page, PageRequest, fetch_page, get_owned
 from app.services.runtime import Runtime
 from app.services.validation import KEEP, Keep
-
-log = logging.getLogger(__name__)
 
 MAX_DESCRIPTION_CHARS = 4_000
 MAX_SCHEMA_BYTES = 65_536
@@ -140,7 +141,7 @@ async def _list(rt: Runtime, spec: ServerSpec) -> list[Any]:
         raise ValidationFailed(f"could not list the server's tools: {describe(exc)}", field=field) from None
 
 
-def _replace_tools(session: AsyncSession, row: orm.McpServer, tools: list[ListedTool]) -> None:
+def replace_tools(session: AsyncSession, row: orm.McpServer, tools: list[ListedTool]) -> None:
     for tool in tools:
         session.add(
             orm.McpTool(
@@ -154,16 +155,38 @@ def _replace_tools(session: AsyncSession, row: orm.McpServer, tools: list[Listed
         )
 
 
-def _audit_risk(principal: Principal, server: str, before: dict[str, str], after: dict[str, str]) -> None:
-    """A change of a tool's risk class changes what runs without asking: it is logged with
-    who did it (the API token), the one audit trail there is today."""
-    for tool in sorted(set(before) | set(after)):
-        if before.get(tool) != after.get(tool):
-            log.warning(
-                "audit: workspace %s token %s set the risk of mcp.%s.%s from %s to %s",
-                principal.workspace_id, principal.token_id, server, tool,
-                before.get(tool, "its annotations"), after.get(tool, "its annotations"),
-            )  # fmt: skip
+def _audited(row: orm.McpServer, tools: list[str]) -> dict[str, Any]:
+    return {
+        "name": row.name, "transport": row.transport, "url": row.url, "command": row.command,
+        "enabled": row.enabled, "headers": row.headers or {}, "toolRisk": row.tool_risk or {}, "tools": tools,
+    }  # fmt: skip
+
+
+def _risk_changes(server: str, before: dict[str, Any], after: dict[str, Any]) -> str:
+    """``; risk of mcp.crm.create_lead: its annotations -> READ`` for each override changed."""
+    changed = [
+        f"mcp.{server}.{tool}: {before.get(tool, 'its annotations')} -> {after.get(tool, 'its annotations')}"
+        for tool in sorted(set(before) | set(after))
+        if before.get(tool) != after.get(tool)
+    ]
+    return f"; risk of {', '.join(changed)}" if changed else ""
+
+
+async def _record(
+    session: AsyncSession, principal: Principal, row: orm.McpServer, action: str, summary: str,
+    before: dict[str, Any], after: dict[str, Any],
+) -> None:  # fmt: skip
+    if after:  # a removal drops the overrides with the server; no need to name them
+        summary += _risk_changes(row.name, before.get("toolRisk", {}), after.get("toolRisk", {}))
+    await audit.append(
+        session, workspace_id=row.workspace_id, actor=principal.actor, action=action, object_type="McpServer",
+        object_id=row.id, summary=summary, diff=audit_diff(before, after),
+    )  # fmt: skip
+
+
+async def _tool_names(session: AsyncSession, server_id: int) -> list[str]:
+    stmt = select(orm.McpTool.name).where(orm.McpTool.server_id == server_id).order_by(orm.McpTool.name)
+    return list(await session.scalars(stmt))
 
 
 def _spec(row_id: int, workspace_id: int, name: str, transport: Transport, url: str | None,
@@ -219,10 +242,12 @@ async def create_server(rt: Runtime, principal: Principal, draft: ServerDraft) -
         async with rt.sessionmaker() as session, session.begin():
             session.add(row)
             await session.flush()
-            _replace_tools(session, row, tools)
+            replace_tools(session, row, tools)
+            await _record(session, principal, row, "mcp_server.create",
+                          f"registered MCP server {name!r} ({len(tools)} tools)", {},
+                          _audited(row, sorted(t.name for t in tools)))  # fmt: skip
     except IntegrityError:
         raise Conflict(f"an MCP server named {name!r} exists already", field="name") from None
-    _audit_risk(principal, name, {}, tool_risk)
     return row
 
 
@@ -260,17 +285,22 @@ async def update_server(
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.McpServer, workspace_id=principal.workspace_id, pk=server_id)
-        before = dict(row.tool_risk or {})
+        before = _audited(row, await _tool_names(session, row.id))
+        after_tools = before["tools"]
         row.url, row.command, row.headers, row.tool_risk = url, command, headers, tool_risk
         if not isinstance(patch.enabled, Keep):
             row.enabled = patch.enabled
         if listed is not None:
             tools, skipped = usable_tools(row.name, listed)
             await session.execute(delete(orm.McpTool).where(orm.McpTool.server_id == row.id))
-            _replace_tools(session, row, tools)
+            replace_tools(session, row, tools)
             row.last_synced_at, row.last_error = now, _skipped_note(skipped)
+            after_tools = sorted(t.name for t in tools)
         row.updated_at = now
-    _audit_risk(principal, row.name, before, tool_risk)
+        after = _audited(row, after_tools)
+        if after != before:  # an update that changes nothing records nothing
+            await _record(session, principal, row, "mcp_server.update", f"updated MCP server {row.name!r}",
+                          before, after)  # fmt: skip
     return row
 
 
@@ -290,14 +320,20 @@ async def sync_server(rt: Runtime, principal: Principal, *, server_id: int) -> o
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.McpServer, workspace_id=principal.workspace_id, pk=server_id)
+        before = {"tools": await _tool_names(session, row.id), "lastError": row.last_error}
         if listed is None:
             row.last_error = error
+            summary = f"synced MCP server {row.name!r}: it failed, the last good tools stay"
+            after = {**before, "lastError": row.last_error}
         else:
             tools, skipped = usable_tools(row.name, listed)
             await session.execute(delete(orm.McpTool).where(orm.McpTool.server_id == row.id))
-            _replace_tools(session, row, tools)
+            replace_tools(session, row, tools)
             row.last_synced_at, row.last_error = now, _skipped_note(skipped)
+            summary = f"synced MCP server {row.name!r} ({len(tools)} tools)"
+            after = {"tools": sorted(t.name for t in tools), "lastError": row.last_error}
         row.updated_at = now
+        await _record(session, principal, row, "mcp_server.sync", summary, before, after)
     return row
 
 
@@ -305,8 +341,12 @@ async def delete_server(rt: Runtime, principal: Principal, *, server_id: int) ->
     principal.require(Role.ADMIN)
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.McpServer, workspace_id=principal.workspace_id, pk=server_id)
+        before = _audited(row, await _tool_names(session, row.id))
         await session.execute(delete(orm.McpTool).where(orm.McpTool.server_id == row.id))
         await session.delete(row)
+        await _record(
+            session, principal, row, "mcp_server.delete", f"removed MCP server {row.name!r}", before, {}
+        )
     return server_id
 
 

@@ -16,6 +16,8 @@
   marked in progress, so leftovers at the head would otherwise starve every worker.
 - Runs held for a quota whose slot is free again are released (a workspace's quota frees
   only here; an agent's also at once when one of its runs stops, ``release_quota``).
+- Audit events appended since the last sweep are sealed into their workspace's hash chain
+  (``services.audit``), so none stays unsealed longer than about an interval.
 
 Lease expiry is compared on the database's clock (``app.db.clock``), never a worker's.
 Every worker process runs ``sweeper_loop`` as its own task on its own timer, not as an arq
@@ -41,6 +43,7 @@ from app.domain.model_errors import ModelErrorCode
 from app.domain.runs import CANCELLABLE_RUN, ApprovalStatus, RunStatus
 from app.keys import queue_name, run_job_id, run_job_prefix, sweeper_turn_key
 from app.outages import is_outage
+from app.services import audit
 from app.services.approval_webhooks import deliver_due
 from app.services.approvals import expire_overdue
 from app.services.runtime import Runtime
@@ -68,6 +71,7 @@ class SweepReport:
     expired_approvals: int = 0
     notifications: int = 0
     quota_released: int = 0  # quota-held runs that fit again (docs/concepts/budgets.md#quotas)
+    sealed_audit: int = 0
 
 
 async def _job_held_by_dead_worker(rt: Runtime, run_id: int, wake: int) -> bool:
@@ -190,6 +194,7 @@ async def sweep(rt: Runtime) -> SweepReport:
     report.notifications = await deliver_due(rt, now)
     report.quota_released = await release_quota(rt)
     report.dropped_jobs = await drop_dead_jobs(rt)
+    report.sealed_audit = await audit.seal_pending(rt.sessionmaker)
     if report.requeued_expired:
         log.warning("sweeper: %d runs had expired leases and were requeued", report.requeued_expired)
     if report.dropped_jobs:

@@ -43,6 +43,14 @@ async def test_add_list_sync_and_remove_a_server(enverif: Enverif, workspace: An
     empty = await in_thread(enverif, "mcp", "list", *ws)
     assert "has no MCP servers" in empty.stdout
 
+    audited = await in_thread(enverif, "audit", "list", *ws, "--json")
+    events = [e for e in json.loads(audited.stdout)["events"] if e["action"].startswith("mcp_server.")]
+    assert [e["action"] for e in events] == [
+        "mcp_server.delete", "mcp_server.sync", "mcp_server.sync", "mcp_server.create",
+    ]  # fmt: skip
+    assert {e["actor"] for e in events} == {events[0]["actor"]} and events[0]["actor"].startswith("CLI")
+    assert "it failed" in events[1]["summary"]
+
 
 async def test_refusals_are_one_line_errors(enverif: Enverif, workspace: Any, tmp_path: Path) -> None:
     ws = ("--workspace", workspace.name)

@@ -208,6 +208,46 @@ def test_dev_researcher_demo_waits_for_approval_then_succeeds(dev_home: Path) ->
         stack.kill()
 
 
+CRM = """{ mcpServers(first: 5) { edges { node { id name url enabled lastError tools { name risk } } } } }"""
+SYNC_CRM = "mutation($id: ID!) { syncMcpServer(id: $id) { lastError tools { name } } }"
+
+
+def test_dev_prospector_creates_its_leads_in_the_demo_crm_over_mcp_after_approval(dev_home: Path) -> None:
+    stack = DevStack(dev_home).start()
+    try:
+        [crm] = [e["node"] for e in stack.gql(CRM)["mcpServers"]["edges"]]
+        assert (crm["name"], crm["url"], crm["enabled"], crm["lastError"]) == (
+            "crm", f"{stack.url}/dev/crm/mcp", True, None,
+        )  # fmt: skip
+        assert {t["name"]: t["risk"] for t in crm["tools"]} == {
+            "mcp.crm.search_companies": "READ",
+            "mcp.crm.create_lead": "EXTERNAL_WRITE",
+            "mcp.crm.send_email": "EXTERNAL_WRITE",
+        }
+        # The stack's own MCP server answers over the network, as any registered one.
+        synced = stack.gql(SYNC_CRM, {"id": crm["id"]})["syncMcpServer"]
+        assert synced["lastError"] is None and len(synced["tools"]) == 3
+
+        run_id = stack.gql(START_RUN, {"agent": stack.agent_ids()["prospector"]})["startRun"]["id"]
+        waiting = stack.wait_run(run_id, "WAITING_APPROVAL", "FAILED", "SUCCEEDED")
+        assert waiting["status"] == "WAITING_APPROVAL", waiting
+        assert waiting["steps"][-1]["tool"] == "mcp.crm.create_lead"
+        assert httpx.get(f"{stack.url}/dev/crm/leads", timeout=5).json()["leads"] == []  # held
+        [pending] = [
+            e["node"] for e in stack.gql(PENDING)["approvals"]["edges"] if e["node"]["run"]["id"] == run_id
+        ]
+        stack.gql(DECIDE, {"id": pending["id"]})
+        done = stack.wait_run(run_id, "SUCCEEDED", "FAILED")
+        assert done["status"] == "SUCCEEDED", done
+        held = httpx.get(f"{stack.url}/dev/crm/leads", timeout=5).json()
+        assert [lead["domain"] for lead in held["leads"]] == done["result"]["qualified"] != []
+        assert list(held["callsPerKey"].values()) == [1]
+        assert stack.stop(signal.SIGTERM) == 0, stack.output()
+    finally:
+        stack.kill()
+    assert "Traceback" not in stack.output(), stack.output()
+
+
 TREE = """
 query($id: ID!) { run(id: $id) { status result
   children { id status delegation { task } parent { id } }

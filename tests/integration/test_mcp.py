@@ -284,6 +284,37 @@ async def test_sync_lists_again_and_keeps_the_tools_when_the_server_is_down(gql,
     assert synced["lastSyncedAt"] > server["lastSyncedAt"]
 
 
+AUDIT = """query($objectId: ID) { auditEvents(first: 20, objectId: $objectId) {
+  edges { node { action summary diff actor { kind name } } } } }"""
+
+
+async def test_every_server_change_is_audited_with_its_actor_and_risk_overrides_named(
+    gql, workspace, crm
+) -> None:
+    server = await register(gql, workspace.admin, transport="STREAMABLE_HTTP", url=crm.url,
+                            toolRisk={"send_email": "DESTRUCTIVE"})  # fmt: skip
+    name, sid = server["name"], server["id"]
+    override = {"search_companies": "EXTERNAL_WRITE"}
+    await gql.ok(UPDATE, {"id": sid, "input": {"toolRisk": override}}, token=workspace.admin)
+    await gql.ok(UPDATE, {"id": sid, "input": {"toolRisk": override}}, token=workspace.admin)  # no change
+    await gql.ok(SYNC, {"id": sid}, token=workspace.admin)
+    await gql.ok(DELETE, {"id": sid}, token=workspace.admin)
+    data = await gql.ok(AUDIT, {"objectId": sid}, token=workspace.operator)
+    events = [e["node"] for e in data["auditEvents"]["edges"]][::-1]
+    assert [e["action"] for e in events] == [
+        "mcp_server.create", "mcp_server.update", "mcp_server.sync", "mcp_server.delete",
+    ]  # fmt: skip
+    assert all(e["actor"]["kind"] == "TOKEN" and e["actor"]["name"] for e in events), events
+    created, updated, synced, deleted = events
+    assert created["diff"]["toolRisk"] == {"before": None, "after": {"send_email": "DESTRUCTIVE"}}
+    assert f"mcp.{name}.send_email: its annotations -> DESTRUCTIVE" in created["summary"]
+    assert updated["diff"] == {"toolRisk": {"before": {"send_email": "DESTRUCTIVE"}, "after": override}}
+    assert f"mcp.{name}.search_companies: its annotations -> EXTERNAL_WRITE" in updated["summary"]
+    assert f"mcp.{name}.send_email: DESTRUCTIVE -> its annotations" in updated["summary"]
+    assert synced["diff"] is None and "tools" in synced["summary"]  # the same tools: nothing changed
+    assert deleted["diff"]["url"] == {"before": crm.url, "after": None}
+
+
 # -- runs ---------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """The demo's scheduled agent end to end (README: "A scheduled agent"): two scheduled runs of
 ``prospector`` on real workers; the second skips the domains the first remembered, and each
-run's post to the webhook waits for an operator's approval."""
+run's leads go to the demo CRM, a real MCP server (app/dev/crm.py) on loopback, through
+``mcp.crm.create_lead`` once an operator approved the call."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import httpx
 from starlette.applications import Starlette
 
 from app.dev import routes as dev_routes
+from app.dev.crm import DemoCrm
 from app.dev.demo import seed_demo
+from tests.support.graphql import pk
 from tests.support.runs import DECIDE, wait_run
 from tests.support.schedules import get_schedule, make_due, tick_cli
 from tests.support.servers import serve
@@ -21,7 +24,7 @@ DEMO = """{ agents(first: 20) { edges { node { id name schedules { id cron timez
 STEPS = """query($id: ID!) { run(id: $id) { status result
   usage { inputTokens outputTokens turns } treeUsage { inputTokens outputTokens runs }
   budget { name limit used imposedBy }
-  steps { seq tool status arguments result childRun { status agent { name } result } approval { status } }
+  steps { id seq tool status arguments result childRun { status agent { name } result } approval { status } }
 } }"""
 MEMORIES = """query($id: ID!) { memories(agentId: $id, tags: ["screened"], first: 20) {
   edges { node { key value tags sourceRun { id } } } } }"""
@@ -44,26 +47,28 @@ async def _scheduled_run(
     return str(run["id"])
 
 
-async def _through_approval(gql: Any, token: str, run_id: str, webhook: Any) -> dict[str, Any]:
-    """Wait for the run's post to be held for approval, check nothing was posted meanwhile,
-    approve it, and return the finished run."""
-    deliveries_before = len((await webhook())["deliveries"])
+async def _through_approval(gql: Any, token: str, run_id: str, crm: DemoCrm) -> dict[str, Any]:
+    """Wait for the run's call to the CRM to be held for approval, check nothing reached the
+    CRM meanwhile, approve it, and return the finished run."""
+    calls_before = len(crm.state.by_key)
     waiting = await wait_run(gql, token, run_id, {"WAITING_APPROVAL", "FAILED", "SUCCEEDED"}, timeout_s=60)
     assert waiting["status"] == "WAITING_APPROVAL", waiting
     [approval] = waiting["pendingApprovals"]
-    assert approval["tool"] == "webhook.post"
-    assert len((await webhook())["deliveries"]) == deliveries_before  # held, not sent
+    assert approval["tool"] == "mcp.crm.create_lead"
+    assert len(crm.state.by_key) == calls_before  # held, not sent
     await gql.ok(DECIDE, {"id": approval["id"], "approve": True}, token=token)
     done = await wait_run(gql, token, run_id, timeout_s=60)
     assert done["status"] == "SUCCEEDED", done
-    assert len((await webhook())["deliveries"]) == deliveries_before + 1
+    assert len(crm.state.by_key) == calls_before + 1
     return (await gql.ok(STEPS, {"id": run_id}, token=token))["run"]
 
 
 async def test_two_scheduled_runs_the_second_skips_what_the_first_remembered(
     gql, settings, sessionmaker, processes
 ) -> None:
-    async with serve(Starlette(routes=dev_routes.routes)) as url:
+    crm = DemoCrm()
+    dev_app = Starlette(routes=[*dev_routes.routes, *crm.routes()], lifespan=lambda _: crm.running())
+    async with serve(dev_app, lifespan="on") as url:
         seed = await seed_demo(sessionmaker, base_url=url, reset=True)
         token = seed.token
         agents = {e["node"]["name"]: e["node"] for e in (await gql.ok(DEMO, token=token))["agents"]["edges"]}
@@ -75,16 +80,12 @@ async def test_two_scheduled_runs_the_second_skips_what_the_first_remembered(
         schedule["cron"] = "0 0 1 1 *"
         processes.append(spawn_worker(settings))
 
+        first_id = await _scheduled_run(gql, token, settings, sessionmaker, schedule)
+        first = await _through_approval(gql, token, first_id, crm)
+        second_id = await _scheduled_run(gql, token, settings, sessionmaker, schedule)
+        second = await _through_approval(gql, token, second_id, crm)
         async with httpx.AsyncClient(base_url=url) as http:
-
-            async def webhook() -> Any:
-                return (await http.get("/dev/webhook")).json()
-
-            first_id = await _scheduled_run(gql, token, settings, sessionmaker, schedule)
-            first = await _through_approval(gql, token, first_id, webhook)
-            second_id = await _scheduled_run(gql, token, settings, sessionmaker, schedule)
-            second = await _through_approval(gql, token, second_id, webhook)
-            deliveries = (await webhook())["deliveries"]
+            held = (await http.get("/dev/crm/leads")).json()
 
     # First run: the feed's first page, nothing screened before; two of four qualify.
     assert first["result"]["screened"] == [
@@ -102,7 +103,7 @@ async def test_two_scheduled_runs_the_second_skips_what_the_first_remembered(
         "agents.delegate",
         "memory.remember",
         "memory.remember",
-        "webhook.post",
+        "mcp.crm.create_lead",
         None,
     ]
     delegate = first["steps"][2]
@@ -126,9 +127,16 @@ async def test_two_scheduled_runs_the_second_skips_what_the_first_remembered(
     assert second["result"]["report"].startswith("Screened 2 new candidates, skipped 2 already screened")
     assert second["steps"][5]["approval"]["status"] == "APPROVED"
 
-    # What each run posted (after its approval), and what it remembered for the next one.
-    posted = [[lead["domain"] for lead in d["payload"]["qualifiedLeads"]] for d in deliveries]
-    assert posted == [["northwind.example", "initech.example"], ["hooli.example"]]
+    # The leads each run created in the CRM (after its approval, once per step), and what it
+    # remembered for the next one.
+    assert [lead["domain"] for lead in held["leads"]] == [
+        "northwind.example",
+        "initech.example",
+        "hooli.example",
+    ]
+    assert held["callsPerKey"] == {str(pk(first["steps"][5]["id"])): 1, str(pk(second["steps"][5]["id"])): 1}
+    assert first["result"]["leads"] == ["lead-1", "lead-2"] and second["result"]["leads"] == ["lead-3"]
+    assert second["result"]["report"].endswith("leads created in the CRM: 1.")
     memories = (await gql.ok(MEMORIES, {"id": agents["prospector"]["id"]}, token=token))["memories"]["edges"]
     remembered = {m["node"]["key"]: m["node"]["value"] for m in memories}
     assert len(remembered) == 4

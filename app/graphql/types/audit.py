@@ -25,7 +25,9 @@ MAX_ACTION_CHARS = 40
 )
 class AuditEvent(Node):
     id: strawberry.ID
-    seq: int = strawberry.field(description="1, 2, ... per workspace, in commit order.")
+    seq: int = strawberry.field(
+        description="1, 2, ... per workspace, in the order events were sealed (soon after commit)."
+    )
     at: datetime
     action: str = strawberry.field(description="Dotted: agent.update, token.revoke, run.cancel, ...")
     object_type: str
@@ -40,6 +42,8 @@ class AuditEvent(Node):
 
     @classmethod
     def from_row(cls, row: orm.AuditEvent) -> AuditEvent:
+        # Only sealed events are listed or served by id (``services.audit``).
+        assert row.seq is not None and row.hash is not None and row.prev_hash is not None
         object_id = (
             None if row.object_id is None else strawberry.ID(to_global_id(row.object_type, row.object_id))
         )
@@ -94,6 +98,7 @@ async def audit_connection(
     found = audit.AuditFilter(
         action=action, object_type=object_type, object_id=object_pk, actor_kind=actor_kind, since=since
     )
+    await audit.seal(info.context.runtime.sessionmaker, workspace_id=principal.workspace_id)
     async with info.context.session() as session:
         page = await audit.list_events(
             session, workspace_id=principal.workspace_id, filter=found, page=request
