@@ -49,7 +49,7 @@ from app.domain.errors import Unauthenticated
 from app.domain.tokens import seconds_until_next_check
 from app.graphql.context import Context
 from app.graphql.errors import INTERNAL_CODE
-from app.graphql.hardening import REQUEST_ERROR_CODE
+from app.graphql.hardening import REQUEST_ERROR_CODE, too_large
 from app.outages import is_outage
 from app.services.auth import Principal, recheck
 from app.services.runtime import Runtime
@@ -114,7 +114,21 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
     _closer: asyncio.Task[None] | None = None
 
     async def send_message(self, message: Any) -> None:
-        await super().send_message(with_error_codes(message))
+        await super().send_message(self._within_limit(with_error_codes(message)))
+
+    def _within_limit(self, message: Any) -> Any:
+        """A ``next`` message over ENVERIF_MAX_RESPONSE_BYTES carries, in place of its payload,
+        the error an HTTP response that size gets: a socket carries no larger result than a
+        request does (an event too big is refused, the subscription goes on)."""
+        limit = getattr(self.view, "max_response_bytes", None)
+        if limit is None or not isinstance(message, dict) or message.get("type") != "next":
+            return message
+        # The view's encoding: a shared event's text is encoded once for every socket (and
+        # cached); JSON escapes every non-ASCII character, so characters are bytes.
+        size = len(self.view.encode_json(message))
+        if size <= limit:
+            return message
+        return {**message, "payload": {"data": None, "errors": [too_large(size, limit)]}}
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         self.context.close_websocket = self._close_soon

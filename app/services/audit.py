@@ -88,7 +88,7 @@ class AuditFilter:
     since: datetime | None = None
 
 
-def _filtered(workspace_id: int, f: AuditFilter) -> Select[AuditEvent]:
+def events_query(workspace_id: int, f: AuditFilter) -> Select[AuditEvent]:
     stmt = select(AuditEvent).where(AuditEvent.workspace_id == workspace_id)
     if f.action is not None:
         stmt = stmt.where(AuditEvent.action == f.action)
@@ -107,7 +107,7 @@ async def list_events(
     session: AsyncSession, *, workspace_id: int, filter: AuditFilter, page: PageRequest
 ) -> Page[AuditEvent]:
     """Newest first."""
-    return await fetch_page(session, _filtered(workspace_id, filter), id_column=AuditEvent.id, page=page)
+    return await fetch_page(session, events_query(workspace_id, filter), id_column=AuditEvent.id, page=page)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ from app.db import orm
 from app.domain.agents import Role
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
-from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.graphql.types.node import Connection, Node, keyset_connection
 from app.services import auth
+from app.services.reads import PageRequest
 
 
 @strawberry.type(name="ApiToken", description="An API token of your workspace (admins only).")
@@ -59,14 +60,13 @@ class ApiTokenConnection(Connection[ApiToken]):
     pass
 
 
-async def api_token_connection(info: Info, *, first: int | None, after: str | None) -> ApiTokenConnection:
+async def api_token_connection(info: Info, *, page: PageRequest) -> ApiTokenConnection:
     principal = await info.context.principal()
     principal.require(Role.ADMIN)
-    request = page_request(first, after, info.context.settings)
-    async with info.context.session() as session:
-        page = await auth.list_tokens(session, workspace_id=principal.workspace_id, page=request)
-    edges, page_info = build_edges(page, request, ApiToken.from_row)
-    return ApiTokenConnection(edges=edges, page_info=page_info)
+    stmt = auth.tokens_query(principal.workspace_id)
+    return await keyset_connection(
+        info, ApiTokenConnection, stmt, page, ApiToken.from_row, id_column=orm.ApiToken.id
+    )
 
 
 async def api_token_node(info: Info, pk: int) -> ApiToken:
