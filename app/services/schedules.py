@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
+from app.domain import input_schema
 from app.domain.agents import AgentStatus, OverlapPolicy, Role
 from app.domain.audit import diff as audit_diff
 from app.domain.errors import ValidationFailed
@@ -103,6 +104,7 @@ async def create_schedule(
             raise ValidationFailed(
                 f"agent {agent.name!r} is ARCHIVED: it cannot be scheduled", field="agentId"
             )
+        input_schema.check_input(agent.input_schema, run_input)
         row = orm.Schedule(
             workspace_id=principal.workspace_id,
             agent_id=agent.id,
@@ -144,6 +146,8 @@ async def update_schedule(
         if not isinstance(patch.enabled, Keep) and patch.enabled != row.enabled:
             row.enabled, timing_changed = patch.enabled, True
         if patch.input is not KEEP:
+            agent = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=row.agent_id)
+            input_schema.check_input(agent.input_schema, patch.input)
             row.input = patch.input
         if not isinstance(patch.overlap_policy, Keep):
             row.overlap_policy = patch.overlap_policy.value

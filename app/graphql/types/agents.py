@@ -92,6 +92,12 @@ class Agent(Node):
     budget: JSON = strawberry.field(
         description="Budget limits (maxTokens, maxCostUsd, maxTurns, ...); unset keys take the deployment's defaults."
     )
+    input_schema: JSON | None = strawberry.field(
+        description=(
+            "The JSON Schema (2020-12) a run's input must match, checked at startRun and when a "
+            "schedule is written (VALIDATION_FAILED naming the input's path); null: any input."
+        )
+    )
     version: int = strawberry.field(description="The current version: what a run started now is pinned to.")
     created_at: datetime
     updated_at: datetime
@@ -114,6 +120,7 @@ class Agent(Node):
                 max_chars=row.memory_max_chars,
             ),
             budget=JSON(row.budget or {}),
+            input_schema=None if row.input_schema is None else JSON(row.input_schema),
             version=row.version,
             created_at=row.created_at,
             updated_at=row.updated_at,

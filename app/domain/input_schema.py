@@ -1,0 +1,68 @@
+"""An agent's input schema (JSON Schema 2020-12): what a run's input must look like.
+
+Declared on the agent (``inputSchema``, a versioned field: docs/concepts/versions.md) and
+checked where an input enters, ``startRun`` and a schedule's ``input``, so that a wrong input
+is a ``VALIDATION_FAILED`` naming its path (``extensions.field``: ``input.customer.email``,
+``input.items.0``) instead of a run that fails later. ``format`` is an annotation, as the
+2020-12 default says; ``$ref`` resolves only inside the schema (nothing is fetched).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, best_match
+
+from app.domain.errors import ValidationFailed
+
+# A schema describes an input, it is not a document store: 64 KB is far more than any needs.
+MAX_SCHEMA_BYTES = 65_536
+
+
+def check_schema(schema: Any, *, field: str = "inputSchema") -> dict[str, Any] | None:
+    """``schema`` if it is a valid JSON Schema 2020-12 object (None: no schema)."""
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise ValidationFailed(f"{field} must be a JSON Schema object", field=field)
+    if len(json.dumps(schema, default=str)) > MAX_SCHEMA_BYTES:
+        raise ValidationFailed(f"{field} is larger than {MAX_SCHEMA_BYTES} bytes", field=field)
+    if any(not ref.startswith("#") for ref in _references(schema)):
+        raise ValidationFailed(f'{field} may refer only inside itself ($ref: "#/$defs/...")', field=field)
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = "".join(f"[{p!r}]" for p in exc.absolute_path)
+        raise ValidationFailed(
+            f"{field}{where} is not valid JSON Schema 2020-12: {exc.message}", field=field
+        ) from None
+    return schema
+
+
+def check_input(schema: dict[str, Any] | None, value: Any, *, field: str = "input") -> None:
+    """Refuse ``value`` that ``schema`` does not describe, naming the path of its most
+    relevant error: ``field`` followed by the keys and indexes down to it."""
+    if not schema:
+        return
+    error = best_match(Draft202012Validator(schema).iter_errors(value))
+    if error is None:
+        return
+    path = ".".join([field, *(str(part) for part in error.absolute_path)])
+    raise ValidationFailed(f"{path}: {error.message[:500]}", field=path)
+
+
+def _references(value: Any) -> list[str]:
+    """Every ``$ref``/``$dynamicRef`` in a schema: a reference to anything but the schema
+    itself could never resolve (nothing is fetched) and would fail every run's input."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found += [str(node[k]) for k in ("$ref", "$dynamicRef") if k in node]
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
