@@ -94,7 +94,7 @@ class Query:
     @strawberry.field
     async def viewer(self, info: Info) -> Viewer:
         principal = await info.context.principal()
-        return Viewer(workspace_id=principal.workspace_id, role=principal.role.value)
+        return Viewer(workspace_id=principal.workspace_id, role=principal.role.value, access=principal.role)
 
     @strawberry.field(
         description=(

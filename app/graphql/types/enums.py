@@ -9,7 +9,7 @@ from __future__ import annotations
 import strawberry
 
 from app.domain.actors import ActorKind
-from app.domain.agents import AgentStatus, OverlapPolicy
+from app.domain.agents import AgentStatus, OverlapPolicy, Role
 from app.domain.mcp import Transport
 from app.domain.policy import Decision, RiskClass
 from app.domain.run_events import EventType
@@ -19,6 +19,11 @@ from app.services.memories import RevisionAction
 
 strawberry.enum(ActorKind, name="ActorKind", description="Who did something: docs/concepts/audit.md.")
 strawberry.enum(AgentStatus, name="AgentStatus")
+strawberry.enum(
+    Role,
+    name="Role",
+    description="What a token may do: VIEWER reads, OPERATOR runs and decides, ADMIN configures.",
+)
 strawberry.enum(OverlapPolicy, name="OverlapPolicy")
 strawberry.enum(Decision, name="PolicyDecision")
 strawberry.enum(RunStatus, name="RunStatus")
@@ -38,6 +43,7 @@ __all__ = [
     "FiringOutcome",
     "OverlapPolicy",
     "RevisionAction",
+    "Role",
     "RunStatus",
     "RunTrigger",
     "StepStatus",

@@ -7,9 +7,10 @@ from datetime import datetime
 import strawberry
 
 from app.db import orm
-from app.domain.agents import Role
+from app.domain.errors import ValidationFailed
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
+from app.graphql.types.enums import Role
 from app.graphql.types.node import Connection, Node, keyset_connection
 from app.services import auth
 from app.services.reads import PageRequest
@@ -19,7 +20,11 @@ from app.services.reads import PageRequest
 class ApiToken(Node):
     id: strawberry.ID
     name: str = strawberry.field(description="Unique in the workspace.")
-    role: str = strawberry.field(description="viewer, operator or admin.")
+    role: str = strawberry.field(
+        description="viewer, operator or admin.",
+        deprecation_reason="Use `access`, the same role as the Role enum.",
+    )
+    access: Role = strawberry.field(description="The token's role.")
     created_at: datetime
     expires_at: datetime | None = strawberry.field(description="Null: never expires.")
     last_used_at: datetime | None = strawberry.field(
@@ -33,6 +38,7 @@ class ApiToken(Node):
             id=strawberry.ID(to_global_id("ApiToken", row.id)),
             name=row.name,
             role=row.role,
+            access=Role(row.role),
             created_at=row.created_at,
             expires_at=row.expires_at,
             last_used_at=row.last_used_at,
@@ -48,11 +54,29 @@ class CreatedApiToken:
 
 @strawberry.input(name="CreateApiTokenInput")
 class CreateApiTokenInput:
-    role: str = strawberry.field(description="viewer, operator or admin.")
+    access: Role | None = strawberry.field(
+        default=None, description="The token's role (or the older `role`)."
+    )
+    role: str | None = strawberry.field(
+        default=None,
+        description="viewer, operator or admin.",
+        deprecation_reason="Use `access`, the same role as the Role enum.",
+    )
     name: str = strawberry.field(description="Unique in the workspace.")
     expires_at: datetime | None = strawberry.field(
         default=None, description="When the token stops working; must be in the future."
     )
+
+    def chosen_role(self) -> Role:
+        """``access``, or the deprecated ``role`` string; one of them, and the same if both."""
+        if self.access is None and self.role is None:
+            raise ValidationFailed(
+                "give the token a role: access (VIEWER, OPERATOR or ADMIN)", field="access"
+            )
+        parsed = None if self.role is None else auth.parse_role(self.role)
+        if self.access is not None and parsed is not None and parsed is not self.access:
+            raise ValidationFailed("access and role name different roles; give access only", field="access")
+        return self.access or parsed  # type: ignore[return-value]
 
 
 @strawberry.type(name="ApiTokenConnection")
