@@ -7,7 +7,10 @@ graphql-transport-ws handler here checks the token again
   new operation, the socket is closed at once;
 * on a timer, in one watcher task per connection: every ``ws_token_recheck_s`` and, for a
   token with an expiry, exactly at ``expiresAt``. A dead token's operations are cancelled
-  first (so no further event goes out), then the socket is closed with 4403.
+  first (so no further event goes out), each gets an ``error`` message with
+  ``extensions.code`` ``UNAUTHENTICATED`` (the protocol has error messages for operations
+  only, so a refused ``connection_init`` gets the close code alone), then the socket is
+  closed with 4403.
 
 Every check reads the token row from the database by id, so it does not matter which API
 process the revocation went through: nothing here is state another process needs. The
@@ -35,6 +38,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from graphql import GraphQLError
@@ -141,7 +145,7 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
             try:
                 await self.context.recheck_token()
             except Unauthenticated as exc:
-                await self._close_for(exc.message)
+                await self._close_for(exc.message, refused=[*self.operations, message["id"]])
                 return
             except Exception as exc:
                 if not is_outage(exc):
@@ -185,14 +189,18 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
             try:
                 await self.context.recheck_token()
             except Unauthenticated as exc:
-                await self._close_for(exc.message)
+                await self._close_for(exc.message, refused=list(self.operations))
                 return
             except Exception:
                 # The database is unreachable: keep the socket (its events come from Redis and
                 # the log alike) and ask again next time rather than drop every client at once.
                 logger.warning("websocket token re-check failed; retrying", exc_info=True)
 
-    async def _close_for(self, reason: str, *, code: int = CLOSE_TOKEN_REFUSED) -> None:
+    async def _close_for(
+        self, reason: str, *, code: int = CLOSE_TOKEN_REFUSED, refused: Sequence[str] = ()
+    ) -> None:
+        """``refused``: the operations told why with an UNAUTHENTICATED ``error`` message
+        (after they are cancelled, before the close frame)."""
         # Operations first: once cancelled, nothing more is sent to a dead token's holder, and
         # no operation task races the close frame with a late send.
         tasks = [op.task for op in self.operations.values() if op.task is not None]
@@ -201,6 +209,10 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
         for task in tasks:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
+        error = GraphQLError(reason, extensions={"code": Unauthenticated.code})
+        for operation_id in dict.fromkeys(refused):
+            with contextlib.suppress(Exception):
+                await self.send_message({"id": operation_id, "type": "error", "payload": [error.formatted]})
         with contextlib.suppress(Exception):
             # A close reason is at most 123 bytes on the wire.
             await self.websocket.close(code=code, reason=reason[:120])
