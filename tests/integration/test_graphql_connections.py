@@ -243,11 +243,15 @@ async def test_revisions_page_and_the_list_holds_one_page(
             for i in range(1, 5):
                 await gql.ok(update, {"id": memory["id"], "v": f"v{i}"}, token=workspace.operator)
             query = """query($id: ID!, $after: String) { node(id: $id) { ... on Memory {
-              revisions { newValue }
+              revisions { newValue actor { kind id } apiTokenId }
               revisionsConnection(first: 3, after: $after) { totalCount edges { node { newValue } }
                 pageInfo { hasNextPage endCursor } } } } }"""
             first = (await gql.ok(query, {"id": memory["id"]}, token=workspace.viewer))["node"]
             assert [r["newValue"] for r in first["revisions"]] == ["v0", "v1", "v2"]
+            # issue 27 item 9: who made a change is an object, as `sourceRun` is.
+            assert {(r["actor"]["kind"], r["actor"]["id"]) for r in first["revisions"]} == {
+                ("TOKEN", first["revisions"][0]["apiTokenId"])
+            }
             page = first["revisionsConnection"]
             assert page["totalCount"] == 5 and page["pageInfo"]["hasNextPage"] is True
             after = page["pageInfo"]["endCursor"]

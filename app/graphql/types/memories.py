@@ -10,13 +10,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
+from app.domain import actors
 from app.domain.errors import NotFound
 from app.domain.global_ids import object_id
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.agents import Agent
 from app.graphql.types.node import OLDEST, Connection, Node, Paged, first_page, keyset_connection
-from app.graphql.types.runs import Run
+from app.graphql.types.runs import LazyActor, Run
 from app.services import memory_search, reads
 from app.services.memories import RevisionAction
 from app.services.reads import PageRequest
@@ -45,7 +46,8 @@ class MemoryRevision:
     new_importance: float | None
     by_operator: bool = strawberry.field(description="True when an API token (not a run) made the change.")
     api_token_id: strawberry.ID | None = strawberry.field(
-        description="The ApiToken (global id) that made the change; null when a run made it."
+        description="The ApiToken (global id) that made the change; null when a run made it.",
+        deprecation_reason="Use `actor`, an object like `sourceRun`.",
     )
     at: datetime
     row: strawberry.Private[orm.MemoryRevision]
@@ -74,6 +76,16 @@ class MemoryRevision:
     @strawberry.field(description="The run that made the change; null when an operator did.")
     async def source_run(self, info: Info) -> Run | None:
         return await _source_run(info, self.row.run_id)
+
+    @strawberry.field(description="Who made the change: the API token, or the run; null for the CLI.")
+    async def actor(self, info: Info) -> LazyActor | None:
+        from app.graphql.types.versions import Actor  # circular: versions import agents
+
+        if self.row.token_id is not None:
+            return await Actor.of(info, actors.Actor(actors.ActorKind.TOKEN, self.row.token_id).to_json())
+        if self.row.run_id is not None:
+            return await Actor.of(info, actors.Actor(actors.ActorKind.RUN, self.row.run_id).to_json())
+        return None
 
 
 @strawberry.type(name="Memory")
