@@ -74,20 +74,15 @@ class Loaders:
         self.approval = self._by_id(orm.Approval)
         self.memory = self._by_id(orm.Memory)
         self.schedule = self._by_id(orm.Schedule)
-        self.children = self._grouped(orm.Run, orm.Run.parent_run_id, order=orm.Run.id, prime=self.run)
         # A whole run tree by its root id: descendants, subtree approvals and ancestors'
         # lookups all come from this one query per tree.
         self.tree = self._grouped(orm.Run, orm.Run.root_run_id, order=orm.Run.id, prime=self.run)
-        self.steps = self._grouped(orm.RunStep, orm.RunStep.run_id, order=orm.RunStep.seq, prime=self.step)
         self.pending_approvals = self._grouped(
             orm.Approval,
             orm.Approval.root_run_id,
             order=orm.Approval.id,
             prime=self.approval,
             where=(orm.Approval.status == ApprovalStatus.PENDING.value,),
-        )
-        self.revisions = self._grouped(
-            orm.MemoryRevision, orm.MemoryRevision.memory_id, order=orm.MemoryRevision.id
         )
         self.schedules = self._grouped(
             orm.Schedule, orm.Schedule.agent_id, order=orm.Schedule.id, prime=self.schedule
