@@ -14,8 +14,14 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from app.domain.errors import ValidationFailed
+
+# The schema's own address, for resolving its "#/..." references (nothing is fetched).
+_BASE = "urn:enverif:input-schema"
 
 # A schema describes an input, it is not a document store: 64 KB is far more than any needs.
 MAX_SCHEMA_BYTES = 65_536
@@ -38,6 +44,20 @@ def check_schema(schema: Any, *, field: str = "inputSchema") -> dict[str, Any] |
         raise ValidationFailed(
             f"{field}{where} is not valid JSON Schema 2020-12: {exc.message}", field=field
         ) from None
+    resolver = Registry().with_resource(_BASE, DRAFT202012.create_resource(schema)).resolver(base_uri=_BASE)
+    for ref in _references(schema):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            raise ValidationFailed(
+                f"{field} refers to {ref!r}, which it does not hold", field=field
+            ) from None
+    # A reference that leads back to itself without reading the input ({"$ref": "#"}) would
+    # recurse on every input: tried once here, on null, so that it is refused now.
+    try:
+        any(Draft202012Validator(schema).iter_errors(None))
+    except (RecursionError, Unresolvable):
+        raise ValidationFailed(f"{field} refers to itself without end", field=field) from None
     return schema
 
 
@@ -46,7 +66,14 @@ def check_input(schema: dict[str, Any] | None, value: Any, *, field: str = "inpu
     relevant error: ``field`` followed by the keys and indexes down to it."""
     if not schema:
         return
-    error = best_match(Draft202012Validator(schema).iter_errors(value))
+    try:
+        error = best_match(Draft202012Validator(schema).iter_errors(value))
+    except (RecursionError, Unresolvable):
+        # A schema this module's check let through that still cannot be applied (a loop only
+        # some inputs reach): the input cannot be judged, so it is not taken.
+        raise ValidationFailed(
+            f"{field} cannot be checked: the agent's inputSchema loops", field=field
+        ) from None
     if error is None:
         return
     path = ".".join([field, *(str(part) for part in error.absolute_path)])

@@ -38,7 +38,15 @@ def test_the_refusal_names_the_path(value: Any, field: str) -> None:
 
 @pytest.mark.parametrize(
     "schema",
-    [{"type": 3}, {"$ref": "other.json"}, {"$defs": {"x": {"$dynamicRef": "https://127.0.0.1/x"}}}, "s", 1],
+    [
+        {"type": 3},
+        {"$ref": "other.json"},
+        {"$defs": {"x": {"$dynamicRef": "https://127.0.0.1/x"}}},
+        "s",
+        1,
+        {"$ref": "#/$defs/nope"},  # a reference to nothing: every input would fail to check
+        {"$ref": "#"},  # a loop that reads no input
+    ],
 )
 def test_what_is_no_schema_is_refused(schema: Any) -> None:
     with pytest.raises(ValidationFailed) as caught:
@@ -52,3 +60,22 @@ def test_what_is_no_schema_is_refused(schema: Any) -> None:
 def test_no_schema_or_an_empty_one_takes_anything(value: Any) -> None:
     check_input(None, value)
     check_input(check_schema({}), value)
+
+
+def test_a_loop_only_some_inputs_reach_refuses_those_inputs_not_the_server() -> None:
+    loop = {
+        "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+        "properties": {"x": {"$ref": "#/$defs/a"}},
+    }
+    check_input(check_schema(loop), {"y": 1})  # never reaches the loop
+    with pytest.raises(ValidationFailed) as caught:
+        check_input(loop, {"x": 1})
+    assert caught.value.field == "input"
+
+
+def test_recursive_schemas_that_read_the_input_work() -> None:
+    tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}}
+    check_input(check_schema(tree), {"kids": [{"kids": [{"kids": []}]}]})
+    with pytest.raises(ValidationFailed) as caught:
+        check_input(tree, {"kids": [{"kids": [3]}]})
+    assert caught.value.field == "input.kids.0.kids.0"
