@@ -25,6 +25,9 @@ _BASE = "urn:enverif:input-schema"
 
 # A schema describes an input, it is not a document store: 64 KB is far more than any needs.
 MAX_SCHEMA_BYTES = 65_536
+# Python's re backtracks: one pattern such as "(a+)+$" and a 100 KB input would hold the API
+# process for minutes, every tenant's requests with it.
+REFUSED_KEYWORDS = frozenset({"pattern", "patternProperties"})
 
 
 def check_schema(schema: Any, *, field: str = "inputSchema") -> dict[str, Any] | None:
@@ -35,6 +38,12 @@ def check_schema(schema: Any, *, field: str = "inputSchema") -> dict[str, Any] |
         raise ValidationFailed(f"{field} must be a JSON Schema object", field=field)
     if len(json.dumps(schema, default=str)) > MAX_SCHEMA_BYTES:
         raise ValidationFailed(f"{field} is larger than {MAX_SCHEMA_BYTES} bytes", field=field)
+    if _keywords(schema) & REFUSED_KEYWORDS:
+        raise ValidationFailed(
+            f"{field} may not use pattern or patternProperties: a regular expression applied to "
+            "every input can take the server's time without bound (use enum, format or lengths)",
+            field=field,
+        )
     if any(not ref.startswith("#") for ref in _references(schema)):
         raise ValidationFailed(f'{field} may refer only inside itself ($ref: "#/$defs/...")', field=field)
     try:
@@ -93,3 +102,24 @@ def _references(value: Any) -> list[str]:
         elif isinstance(node, list):
             stack.extend(node)
     return found
+
+
+def _keywords(value: Any) -> set[str]:
+    """Every keyword a schema uses, at any depth (the names under ``properties``, ``$defs``
+    and the like are names, not keywords)."""
+    found: set[str] = set()
+    stack: list[tuple[Any, bool]] = [(value, True)]  # (node, whether its keys are keywords)
+    while stack:
+        node, keywords = stack.pop()
+        if isinstance(node, dict):
+            if keywords:
+                found.update(str(k) for k in node)
+            for key, item in node.items():
+                stack.append((item, not (keywords and key in _NAMED_SCHEMAS)))
+        elif isinstance(node, list):
+            stack.extend((item, True) for item in node)
+    return found
+
+
+# Keywords whose value maps names to schemas.
+_NAMED_SCHEMAS = frozenset({"properties", "$defs", "definitions", "dependentSchemas", "patternProperties"})

@@ -46,6 +46,8 @@ def test_the_refusal_names_the_path(value: Any, field: str) -> None:
         1,
         {"$ref": "#/$defs/nope"},  # a reference to nothing: every input would fail to check
         {"$ref": "#"},  # a loop that reads no input
+        {"properties": {"a": {"pattern": "(a+)+$"}}},  # a regular expression: unbounded time
+        {"patternProperties": {"^x": {}}},
     ],
 )
 def test_what_is_no_schema_is_refused(schema: Any) -> None:
@@ -79,3 +81,7 @@ def test_recursive_schemas_that_read_the_input_work() -> None:
     with pytest.raises(ValidationFailed) as caught:
         check_input(tree, {"kids": [{"kids": [3]}]})
     assert caught.value.field == "input.kids.0.kids.0"
+
+
+def test_a_property_may_be_called_pattern() -> None:
+    assert check_schema({"properties": {"pattern": {"type": "string"}}}) is not None
