@@ -146,6 +146,8 @@ class Agent(Base):
     memory_max_chars: Mapped[int] = mapped_column(Integer)
     # Budget limits (docs/concepts/budgets.md), checked by app.domain.budgets.parse_budget.
     budget: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # JSON Schema 2020-12 a run's input must match (app/domain/input_schema.py); None: any.
+    input_schema: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # The current version's number (``agent_versions``): what a run created now is pinned to.
     version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime]

@@ -26,6 +26,7 @@ VERSIONED_FIELDS: tuple[str, ...] = (
     "memory_max_items",
     "memory_max_chars",
     "budget",
+    "input_schema",
 )
 
 

@@ -6,8 +6,13 @@ is 153 bytes and asks for 10,000 runs per level. So every document is priced bef
 
 * a connection field costs its page size (``first``, or the default page size when omitted)
   for each parent, and what is selected inside its ``edges`` is multiplied by that size;
-* a plain list of objects (``Run.children``, ``Run.steps`` ...) has no page size, so it is
-  priced at ``unpaged_list_size`` items per parent — an estimate, not a bound;
+* a connection's page size is ``first`` or ``last``;
+* a list of objects that is a connection's first page (``Run.children``, ``Run.steps``,
+  ``Run.descendants``, ``Memory.revisions``) holds at most ``max_page_size`` items, fewer
+  where the deployment bounds the list (ENVERIF_MAX_CHILDREN_PER_RUN, ENVERIF_MAX_TREE_RUNS,
+  ENVERIF_MAX_TURNS x ENVERIF_MAX_CALLS_PER_TURN), and is priced at that real bound
+  (``list_sizes``); any other list of objects (a run's path, its pending approvals:
+  bounded by the tree's depth and size) at ``unpaged_list_size`` per parent;
 * a single object (``Run.agent``) costs 1 per parent; scalars and introspection are free
   (introspection never touches the database).
 
@@ -21,7 +26,7 @@ linear time.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from graphql import (
@@ -51,25 +56,44 @@ from app.graphql.types.node import DEFAULT_PAGE_SIZE
 from app.settings import Settings
 
 VALIDATION_FAILED = "VALIDATION_FAILED"
-# What a list without a page size (Run.steps, Run.children, Memory.revisions ...) is assumed
-# to hold per parent. Most runs have a handful of steps and children; a deep nesting of such
-# lists still multiplies quickly past the limit (10 * 10 * 10 * 10 = 10,000).
+# What a list without a page size (Run.path, Run.pendingApprovals ...) is assumed to hold per
+# parent; a deep nesting of such lists still multiplies quickly past the limit.
 UNPAGED_LIST_SIZE = 10
+# The lists that are their connection's first page, read at the largest page size (the
+# fields beside them are `<name>Connection`: app/graphql/types/node.py first_page).
+FIRST_PAGE_LISTS = (("Run", "children"), ("Run", "descendants"), ("Run", "steps"), ("Memory", "revisions"))
+
+
+def list_sizes(settings: Settings) -> dict[tuple[str, str], int]:
+    """What each first-page list can hold under ``settings``: the page, or less where the
+    deployment bounds the list itself."""
+    page = settings.max_page_size
+    return {
+        ("Run", "children"): min(page, settings.max_children_per_run),
+        ("Run", "descendants"): min(page, max(settings.max_tree_runs - 1, 0)),
+        ("Run", "steps"): min(page, settings.max_turns * settings.max_calls_per_turn),
+        ("Memory", "revisions"): page,
+    }
 
 
 @dataclass(frozen=True, slots=True)
 class CostModel:
     default_page_size: int = DEFAULT_PAGE_SIZE
     unpaged_list_size: int = UNPAGED_LIST_SIZE
+    # What each first-page list (FIRST_PAGE_LISTS) holds at most: list_sizes(settings).
+    list_sizes: Mapping[tuple[str, str], int] = field(
+        default_factory=lambda: list_sizes(Settings.model_construct())
+    )
     # When set, a `first` outside 0..max_page_size is refused (PageSizeOutOfRange) rather
     # than priced: the resolver would refuse it anyway, and this names the real problem.
     max_page_size: int | None = None
 
 
 class PageSizeOutOfRange(Exception):
-    def __init__(self, max_page_size: int) -> None:
-        super().__init__(f"first must be between 0 and {max_page_size}")
+    def __init__(self, max_page_size: int, name: str = "first") -> None:
+        super().__init__(f"{name} must be between 0 and {max_page_size}")
         self.message = str(self)
+        self.field = name
 
 
 def query_cost(
@@ -171,12 +195,12 @@ class _Pricer:
             return self.selections(node.selection_set, named, page=None)
         inner = 1 + self.selections(node.selection_set, named, page=None)
         if is_list_type(get_nullable_type(definition.type)):
-            return self.model.unpaged_list_size * inner
+            return self.model.list_sizes.get((parent.name, name), self.model.unpaged_list_size) * inner
         return inner
 
     def page_size(self, node: FieldNode) -> int:
         for argument in node.arguments or ():
-            if argument.name.value != "first":
+            if argument.name.value not in ("first", "last"):
                 continue
             value: Any = None
             if isinstance(argument.value, IntValueNode):
@@ -187,7 +211,7 @@ class _Pricer:
                 break  # null, or not an Int: variable coercion reports it; priced as the default
             limit = self.model.max_page_size
             if limit is not None and not 0 <= value <= limit:
-                raise PageSizeOutOfRange(limit)
+                raise PageSizeOutOfRange(limit, argument.name.value)
             # Without a cap, a negative `first` is priced as the default (the resolver refuses it).
             if value >= 0:
                 return value
@@ -239,11 +263,15 @@ class QueryCostLimiter(SchemaExtension):
                     ec.graphql_document,
                     variables=ec.variables,
                     operation_name=ec.operation_name,
-                    model=CostModel(default_page_size=page, max_page_size=settings.max_page_size),
+                    model=CostModel(
+                        default_page_size=page,
+                        list_sizes=list_sizes(settings),
+                        max_page_size=settings.max_page_size,
+                    ),
                 )
             except PageSizeOutOfRange as exc:
                 raise GraphQLError(
-                    exc.message, extensions={"code": VALIDATION_FAILED, "field": "first"}
+                    exc.message, extensions={"code": VALIDATION_FAILED, "field": exc.field}
                 ) from None
             if cost > limit:
                 # Raised, not returned: strawberry turns an exception from on_execute into the

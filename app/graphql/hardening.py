@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Final
+from typing import Any, Final
 
 from graphql import ExecutionResult as GraphQLExecutionResult
 from graphql import OperationDefinitionNode
@@ -28,6 +28,17 @@ from app.domain.errors import EnverifError, ValidationFailed
 from app.graphql.errors import is_unexpected
 
 REQUEST_ERROR_CODE: Final = ValidationFailed.code
+
+
+def too_large(size: int, limit: int) -> dict[str, Any]:
+    """The one error that replaces a response (or a websocket ``next`` payload) of ``size``
+    bytes over ENVERIF_MAX_RESPONSE_BYTES: refused whole, never cut short."""
+    message = (
+        f"the response is {size} bytes, over the limit of {limit} (ask for smaller pages or fewer fields)"
+    )
+    return {"message": message, "extensions": {"code": REQUEST_ERROR_CODE}}
+
+
 # graphql-core appends suggestions as one or more sentences: "Did you mean 'agents'?",
 # "Did you mean the enum value 'ACTIVE'?", "Did you mean 'a', 'b', or 'c'?".
 _SUGGESTION = re.compile(r"\s*Did you mean [^?]*\?")

@@ -5,9 +5,10 @@ treat it as opaque; we decode it only to find the table and the row. Anything th
 decode to a known type and a positive integer is simply *not found*: a malformed id and
 another workspace's id get the same answer, so ids reveal nothing.
 
-A cursor is base64url of ``"cursor:<int>"``: the id of the last row of a page, because every
-connection pages by id (keyset pagination, newest first). A malformed cursor is the client's
-mistake in a named argument, so it is a ``VALIDATION_FAILED`` naming ``after``.
+A cursor is base64url of ``"cursor:<Type.field>:<ORDER>:<int>"``: the id of a row, because
+every connection pages by id (keyset pagination), bound to the list and ordering it came
+from. A malformed or foreign cursor is the client's mistake in a named argument, so it is a
+``VALIDATION_FAILED`` naming ``after`` or ``before``.
 """
 
 from __future__ import annotations
@@ -35,15 +36,19 @@ def from_global_id(value: str, expected: str, *, field: str | None = None) -> in
     return parsed[1]
 
 
-def to_cursor(pk: int) -> str:
-    return encode_text(f"{_CURSOR_PREFIX}{pk}")
+def to_cursor(scope: str, pk: int) -> str:
+    """``scope``: the connection and ordering the row was read from (``Query.runs:NEWEST_FIRST``)."""
+    return encode_text(f"{_CURSOR_PREFIX}{scope}:{pk}")
 
 
-def from_cursor(value: str, *, field: str = "after") -> int:
+def from_cursor(value: str, scope: str, *, field: str = "after") -> int:
+    """The row a cursor of ``scope`` names; any other cursor (another list's, the other
+    ordering's, or none of ours) is VALIDATION_FAILED naming ``field``."""
     decoded = decode_text(value)
+    prefix = f"{_CURSOR_PREFIX}{scope}:"
     pk = None
-    if decoded is not None and decoded.startswith(_CURSOR_PREFIX):
-        pk = parse_pk(decoded[len(_CURSOR_PREFIX) :])
+    if decoded is not None and decoded.startswith(prefix):
+        pk = parse_pk(decoded[len(prefix) :])
     if pk is None:
-        raise ValidationFailed(f"'{field}' is not a cursor returned by this connection", field=field)
+        raise ValidationFailed(f"'{field}' is not a cursor of this list in this order", field=field)
     return pk

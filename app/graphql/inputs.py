@@ -80,6 +80,10 @@ class CreateAgentInput:
     budget: JSON | None = strawberry.field(
         default=None, description="Budget limits (docs/concepts/budgets.md)."
     )
+    input_schema: JSON | None = strawberry.field(
+        default=None,
+        description="JSON Schema 2020-12 a run's input must match (startRun, schedules); none: any input.",
+    )
 
     def to_draft(self) -> AgentDraft:
         budget = self.memory_budget
@@ -94,6 +98,7 @@ class CreateAgentInput:
             memory_max_chars=None if budget is None else _or_none(budget.max_chars),
             status=self.status,
             budget=self.budget,
+            input_schema=self.input_schema,
         )
 
 
@@ -109,6 +114,9 @@ class UpdateAgentInput:
     status: AgentStatus | None = strawberry.UNSET
     budget: JSON | None = strawberry.field(
         default=strawberry.UNSET, description="null: no budget of its own."
+    )
+    input_schema: JSON | None = strawberry.field(
+        default=strawberry.UNSET, description="JSON Schema 2020-12 for run inputs; null: any input."
     )
 
     def to_patch(self) -> AgentPatch:
@@ -126,6 +134,7 @@ class UpdateAgentInput:
             memory_max_chars=_required(budget.max_chars, "memoryBudget.maxChars"),
             status=_required(self.status, "status"),
             budget=KEEP if self.budget is strawberry.UNSET else self.budget,
+            input_schema=KEEP if self.input_schema is strawberry.UNSET else self.input_schema,
         )
 
 

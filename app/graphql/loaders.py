@@ -14,18 +14,20 @@ websocket, or one emitted subscription event (``Context.fresh_loaders``).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 from strawberry.dataloader import DataLoader
 
 from app.db import orm
 from app.domain.runs import ApprovalStatus, RunStatus
 from app.services import reads
+from app.services.memories import RevisionAction
 from app.services.reads import Page, PageRequest
 
 # Bounds the IN (...) list of one query; a bigger batch becomes several queries.
@@ -34,10 +36,29 @@ MAX_BATCH = 500
 M = TypeVar("M", bound=orm.Base)
 F = TypeVar("F", bound=Hashable)
 
-# A per-parent page is asked for with (parent id, page, filters): parents that share a page
-# request and filters are loaded together in one statement.
-RunsKey = tuple[int, PageRequest, tuple[RunStatus, ...]]
-MemoriesKey = tuple[int, PageRequest, tuple[str | None, tuple[str, ...]]]
+MemoriesFilter = tuple[str | None, tuple[str, ...]]
+C = TypeVar("C")
+
+
+@dataclass(frozen=True, slots=True)
+class Pages(Generic[M, F]):
+    """Pages of a per-parent connection (an agent's runs, a run's steps ...), asked for with
+    (parent id, page, filters): parents that share a page request and filters load together
+    in one statement, and so do their counts."""
+
+    pages: DataLoader[tuple[int, PageRequest, F], Page[M]]
+    counts: DataLoader[tuple[int, F], int]
+
+    async def connection(
+        self, cls: type[C], parent: int, page: PageRequest, filters: F, convert: Callable[[M], Any]
+    ) -> C:
+        found = await self.pages.load((parent, page, filters))
+
+        async def count() -> int:
+            return await self.counts.load((parent, filters))
+
+        connection: C = cls.of(found, page, convert, count)  # type: ignore[attr-defined]
+        return connection
 
 
 class Loaders:
@@ -53,11 +74,9 @@ class Loaders:
         self.approval = self._by_id(orm.Approval)
         self.memory = self._by_id(orm.Memory)
         self.schedule = self._by_id(orm.Schedule)
-        self.children = self._grouped(orm.Run, orm.Run.parent_run_id, order=orm.Run.id, prime=self.run)
         # A whole run tree by its root id: descendants, subtree approvals and ancestors'
         # lookups all come from this one query per tree.
         self.tree = self._grouped(orm.Run, orm.Run.root_run_id, order=orm.Run.id, prime=self.run)
-        self.steps = self._grouped(orm.RunStep, orm.RunStep.run_id, order=orm.RunStep.seq, prime=self.step)
         self.pending_approvals = self._grouped(
             orm.Approval,
             orm.Approval.root_run_id,
@@ -65,18 +84,27 @@ class Loaders:
             prime=self.approval,
             where=(orm.Approval.status == ApprovalStatus.PENDING.value,),
         )
-        self.revisions = self._grouped(
-            orm.MemoryRevision, orm.MemoryRevision.memory_id, order=orm.MemoryRevision.id
-        )
         self.schedules = self._grouped(
             orm.Schedule, orm.Schedule.agent_id, order=orm.Schedule.id, prime=self.schedule
         )
 
-        self.agent_runs: DataLoader[RunsKey, Page[orm.Run]] = self._pages(
-            self._runs_per_agent, prime=self.run
+        self.agent_runs: Pages[orm.Run, tuple[RunStatus, ...]] = self._per_parent(
+            orm.Run,
+            orm.Run.agent_id,
+            lambda _, statuses: reads.runs_query(self.workspace_id, reads.RunFilter(statuses=statuses)),
+            prime=self.run,
         )
-        self.agent_memories: DataLoader[MemoriesKey, Page[orm.Memory]] = self._pages(
-            self._memories_per_agent, prime=self.memory
+        self.agent_memories: Pages[orm.Memory, MemoriesFilter] = self._per_parent(
+            orm.Memory, orm.Memory.agent_id, self._memories, prime=self.memory
+        )
+        self.run_steps: Pages[orm.RunStep, None] = self._per_parent(
+            orm.RunStep, orm.RunStep.run_id, self._scoped(orm.RunStep), prime=self.step
+        )
+        self.run_children: Pages[orm.Run, None] = self._per_parent(
+            orm.Run, orm.Run.parent_run_id, self._scoped(orm.Run), prime=self.run
+        )
+        self.memory_revisions: Pages[orm.MemoryRevision, None] = self._per_parent(
+            orm.MemoryRevision, orm.MemoryRevision.memory_id, self._revisions
         )
         self.token = self._by_id(orm.ApiToken)
         self.version_by_id = self._by_id(orm.AgentVersion)
@@ -85,35 +113,38 @@ class Loaders:
         self.agent_version: DataLoader[tuple[int, int], orm.AgentVersion | None] = DataLoader(
             load_fn=self._agent_versions, max_batch_size=MAX_BATCH
         )
-        self.agent_version_pages: DataLoader[tuple[int, PageRequest, None], Page[orm.AgentVersion]] = (
-            self._pages(self._versions_per_agent, prime=None)
+        self.agent_version_pages: Pages[orm.AgentVersion, None] = self._per_parent(
+            orm.AgentVersion, orm.AgentVersion.agent_id, self._scoped(orm.AgentVersion)
         )
         self.firing = self._by_id(orm.ScheduleFiring)
-        self.schedule_runs: DataLoader[tuple[int, PageRequest, None], Page[orm.Run]] = self._pages(
-            self._per_schedule(orm.Run), prime=self.run
+        self.schedule_runs: Pages[orm.Run, None] = self._per_parent(
+            orm.Run, orm.Run.schedule_id, self._scoped(orm.Run), prime=self.run
         )
-        self.schedule_firings: DataLoader[tuple[int, PageRequest, None], Page[orm.ScheduleFiring]] = (
-            self._pages(self._per_schedule(orm.ScheduleFiring), prime=self.firing)
-        )
-
-    async def _runs_per_agent(
-        self, session: AsyncSession, agent_ids: list[int], page: PageRequest, statuses: tuple[RunStatus, ...]
-    ) -> dict[int, Page[orm.Run]]:
-        return await reads.list_runs_per_agent(
-            session, workspace_id=self.workspace_id, agent_ids=agent_ids, page=page, statuses=statuses
+        self.schedule_firings: Pages[orm.ScheduleFiring, None] = self._per_parent(
+            orm.ScheduleFiring,
+            orm.ScheduleFiring.schedule_id,
+            self._scoped(orm.ScheduleFiring),
+            prime=self.firing,
         )
 
-    async def _memories_per_agent(
-        self,
-        session: AsyncSession,
-        agent_ids: list[int],
-        page: PageRequest,
-        search: tuple[str | None, tuple[str, ...]],
-    ) -> dict[int, Page[orm.Memory]]:
+    def _memories(self, session: AsyncSession, search: MemoriesFilter) -> Select[orm.Memory]:
         query, tags = search
-        return await reads.list_memories_per_agent(
-            session, workspace_id=self.workspace_id, agent_ids=agent_ids, page=page, query=query, tags=tags
+        return reads.memories_of_agents(session, workspace_id=self.workspace_id, query=query, tags=tags)
+
+    def _scoped(self, model: type[M]) -> Callable[[AsyncSession, None], Select[M]]:
+        return lambda _session, _filters: select(model).where(model.workspace_id == self.workspace_id)  # type: ignore[attr-defined]
+
+    def _revisions(self, _session: AsyncSession, _filters: None) -> Select[orm.MemoryRevision]:
+        """A memory's history. SQLite hands a deleted newest row's id to the next insert (no
+        AUTOINCREMENT), so the history under an id may start with an earlier memory's, ending
+        in its DELETE: only what came after the last DELETE is this memory's."""
+        revision, earlier = orm.MemoryRevision, aliased(orm.MemoryRevision)
+        last_delete = (
+            select(func.coalesce(func.max(earlier.id), 0))
+            .where(earlier.memory_id == revision.memory_id, earlier.action == RevisionAction.DELETE.value)
+            .scalar_subquery()
         )
+        return select(revision).where(revision.workspace_id == self.workspace_id, revision.id > last_delete)
 
     async def _agent_versions(self, keys: Sequence[tuple[int, int]]) -> list[orm.AgentVersion | None]:
         agent_ids = sorted({agent for agent, _ in keys})
@@ -125,65 +156,57 @@ class Loaders:
         found = {(row.agent_id, row.version): row for row in await self._select(stmt)}
         return [found.get(key) for key in keys]
 
-    async def _versions_per_agent(
-        self, session: AsyncSession, agent_ids: list[int], page: PageRequest, _: None
-    ) -> dict[int, Page[orm.AgentVersion]]:
-        """Newest first, per agent."""
-        return await reads.fetch_pages_by_parent(
-            session,
-            orm.AgentVersion,
-            select(orm.AgentVersion).where(orm.AgentVersion.workspace_id == self.workspace_id),
-            parent_column=orm.AgentVersion.agent_id,
-            parent_ids=agent_ids,
-            id_column=orm.AgentVersion.id,
-            page=page,
-        )
-
-    def _per_schedule(
-        self, model: type[M]
-    ) -> Callable[[AsyncSession, list[int], PageRequest, None], Awaitable[dict[int, Page[M]]]]:
-        """Newest first, per schedule: its runs, its firings."""
-
-        async def fetch(
-            session: AsyncSession, schedule_ids: list[int], page: PageRequest, _: None
-        ) -> dict[int, Page[M]]:
-            return await reads.fetch_pages_by_parent(
-                session,
-                model,
-                select(model).where(model.workspace_id == self.workspace_id),  # type: ignore[attr-defined]
-                parent_column=model.schedule_id,  # type: ignore[attr-defined]
-                parent_ids=schedule_ids,
-                id_column=model.id,  # type: ignore[attr-defined]
-                page=page,
-            )
-
-        return fetch
-
-    def _pages(
+    def _per_parent(
         self,
-        fetch: Callable[[AsyncSession, list[int], PageRequest, F], Awaitable[dict[int, Page[M]]]],
+        model: type[M],
+        parent_column: InstrumentedAttribute[Any],
+        query: Callable[[AsyncSession, F], Select[M]],
         *,
-        prime: DataLoader[int, M | None] | None,
-    ) -> DataLoader[tuple[int, PageRequest, F], Page[M]]:
-        """Pages of a per-parent connection: one statement per distinct (page, filters)."""
+        prime: DataLoader[int, M | None] | None = None,
+    ) -> Pages[M, F]:
+        """A per-parent connection: one statement per distinct (page, filters) for its pages,
+        and one per distinct filters for its counts."""
+        id_column: InstrumentedAttribute[int] = model.id  # type: ignore[attr-defined]
 
-        async def load(keys: Sequence[tuple[int, PageRequest, F]]) -> list[Page[M]]:
+        async def pages(keys: Sequence[tuple[int, PageRequest, F]]) -> list[Page[M]]:
             groups: dict[tuple[PageRequest, F], list[int]] = defaultdict(list)
             for parent, page, filters in keys:
                 groups[(page, filters)].append(parent)
             found: dict[tuple[int, PageRequest, F], Page[M]] = {}
             for (page, filters), parents in groups.items():
                 async with self._sessionmaker() as session:
-                    pages = await fetch(session, parents, page, filters)
-                for parent, result in pages.items():
+                    by_parent = await reads.fetch_pages_by_parent(
+                        session,
+                        model,
+                        query(session, filters),
+                        parent_column=parent_column,
+                        parent_ids=parents,
+                        id_column=id_column,
+                        page=page,
+                    )
+                for parent, result in by_parent.items():
                     found[(parent, page, filters)] = result
-                    if prime is None:
-                        continue
-                    for row in result.rows:
-                        prime.prime(row.id, row)  # type: ignore[attr-defined]
+                    for row in result.rows if prime is not None else ():
+                        prime.prime(row.id, row)  # type: ignore[union-attr, attr-defined]
             return [found[key] for key in keys]
 
-        return DataLoader(load_fn=load, max_batch_size=MAX_BATCH)
+        async def counts(keys: Sequence[tuple[int, F]]) -> list[int]:
+            groups: dict[F, list[int]] = defaultdict(list)
+            for parent, filters in keys:
+                groups[filters].append(parent)
+            found: dict[tuple[int, F], int] = {}
+            for filters, parents in groups.items():
+                async with self._sessionmaker() as session:
+                    by_parent = await reads.count_rows_by_parent(
+                        session, query(session, filters), parent_column=parent_column, parent_ids=parents
+                    )
+                found.update({(parent, filters): n for parent, n in by_parent.items()})
+            return [found[key] for key in keys]
+
+        return Pages(
+            DataLoader(load_fn=pages, max_batch_size=MAX_BATCH),
+            DataLoader(load_fn=counts, max_batch_size=MAX_BATCH),
+        )
 
     async def _select(self, stmt: Any) -> list[Any]:
         async with self._sessionmaker() as session:

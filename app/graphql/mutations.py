@@ -259,7 +259,7 @@ class Mutation:
         issued = await auth.create_api_token(
             info.context.runtime,
             principal,
-            role=auth.parse_role(input.role),
+            role=input.chosen_role(),
             name=input.name,
             expires_at=input.expires_at,
         )

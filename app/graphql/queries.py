@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import strawberry
 
 from app.db import orm
 from app.domain.actors import ActorKind
 from app.domain.agents import AgentStatus, Role
-from app.domain.errors import NotFound
-from app.domain.runs import ApprovalStatus, RunStatus
+from app.domain.errors import NotFound, ValidationFailed
+from app.domain.runs import ApprovalStatus, RunStatus, RunTrigger
 from app.graphql.context import Info
 from app.graphql.ids import from_global_id, parse_global_id
 from app.graphql.loaders import Loaders
@@ -22,7 +22,7 @@ from app.graphql.types.approvals import Approval, ApprovalConnection, approval_c
 from app.graphql.types.audit import AuditEvent, AuditEventConnection, audit_connection
 from app.graphql.types.mcp import McpServer, McpServerConnection, mcp_server_connection
 from app.graphql.types.memories import Memory, MemoryConnection, memory_connection
-from app.graphql.types.node import Node
+from app.graphql.types.node import Node, Paged
 from app.graphql.types.policy_preview import PolicyPreview
 from app.graphql.types.runs import Run, RunConnection, RunStep, run_connection
 from app.graphql.types.schedules import Schedule
@@ -31,6 +31,7 @@ from app.graphql.types.versions import AgentVersion
 from app.graphql.types.workspace import Viewer, Workspace
 from app.services import policy_preview, reads
 from app.services.auth import Principal
+from app.services.reads import PageRequest, RunFilter
 
 R = TypeVar("R")
 
@@ -96,7 +97,7 @@ class Query:
     @strawberry.field
     async def viewer(self, info: Info) -> Viewer:
         principal = await info.context.principal()
-        return Viewer(workspace_id=principal.workspace_id, role=principal.role.value)
+        return Viewer(workspace_id=principal.workspace_id, role=principal.role.value, access=principal.role)
 
     @strawberry.field(
         description=(
@@ -108,15 +109,20 @@ class Query:
     async def node(self, info: Info, id: strawberry.ID) -> Node | None:
         return await _node(info, id)
 
-    @strawberry.field
+    @strawberry.field(description="The workspace's agents, newest first.", extensions=[Paged()])
     async def agents(
         self,
         info: Info,
-        first: int | None = None,
-        after: str | None = None,
-        status: AgentStatus | None = None,
+        page: PageRequest,
+        status: Annotated[
+            AgentStatus | None, strawberry.argument(deprecation_reason="Use `statuses`, which takes a list.")
+        ] = None,
+        statuses: Annotated[
+            list[AgentStatus] | None, strawberry.argument(description="Agents in any of these statuses.")
+        ] = None,
     ) -> AgentConnection:
-        return await agent_connection(info, first=first, after=after, status=status)
+        wanted = [*(statuses or ()), *([status] if status is not None else ())]
+        return await agent_connection(info, page=page, statuses=wanted)
 
     @strawberry.field
     async def agent(self, info: Info, id: strawberry.ID) -> Agent | None:
@@ -154,53 +160,70 @@ class Query:
             raise NotFound("no run with this id", field="id")
         return Run.from_row(row)
 
-    @strawberry.field(description="Runs, newest first; rootsOnly leaves out delegated child runs.")
+    @strawberry.field(
+        description=(
+            "Runs, newest first; rootsOnly leaves out delegated child runs. Filters combine: "
+            "a run must match every one given."
+        ),
+        extensions=[Paged()],
+    )
     async def runs(
         self,
         info: Info,
-        first: int | None = None,
-        after: str | None = None,
+        page: PageRequest,
         status: list[RunStatus] | None = None,
         agent_id: strawberry.ID | None = None,
         roots_only: bool | None = None,
+        trigger: Annotated[
+            list[RunTrigger] | None, strawberry.argument(description="Runs started in any of these ways.")
+        ] = None,
+        created_after: Annotated[
+            datetime | None, strawberry.argument(description="Runs created after this instant (exclusive).")
+        ] = None,
+        created_before: Annotated[
+            datetime | None, strawberry.argument(description="Runs created before this instant (exclusive).")
+        ] = None,
     ) -> RunConnection:
-        loaders = await info.context.loaders()
-        agent_pk = None
-        if agent_id is not None:
-            agent_pk = from_global_id(agent_id, "Agent", field="agentId")
-            if await loaders.agent.load(agent_pk) is None:
-                raise NotFound("no agent with this id", field="agentId")
-        return await run_connection(
-            info, first=first, after=after, statuses=status, agent_id=agent_pk, roots_only=bool(roots_only)
+        agent_pk = None if agent_id is None else await _agent_pk(info, agent_id)
+        found = RunFilter(
+            statuses=status,
+            agent_id=agent_pk,
+            roots_only=bool(roots_only),
+            triggers=trigger,
+            created_after=_aware(created_after, "createdAfter"),
+            created_before=_aware(created_before, "createdBefore"),
         )
+        return await run_connection(info, page=page, filter=found)
 
     @strawberry.field(
         description=(
             "An agent's memories carrying all of `tags`. Without `query`: newest first. With `query`: "
             "full-text search over key, value and tags (each word matches as a prefix; memories "
             "holding every word, or any word when fewer than 200 hold them all), best first by "
-            "relevance, importance and recency; at most 200 results."
-        )
+            "relevance, importance and recency; at most 200 results (`orderBy` applies without "
+            "`query` only)."
+        ),
+        extensions=[Paged()],
     )
     async def memories(
         self,
         info: Info,
         agent_id: strawberry.ID,
+        page: PageRequest,
         query: str | None = None,
         tags: list[str] | None = None,
-        first: int | None = None,
-        after: str | None = None,
     ) -> MemoryConnection:
         await info.context.principal()
         pk = from_global_id(agent_id, "Agent", field="agentId")
-        return await memory_connection(info, agent_id=pk, query=query, tags=tags, first=first, after=after)
+        return await memory_connection(info, agent_id=pk, query=query, tags=tags, page=page)
 
-    @strawberry.field(description="The workspace's audit trail, newest first (operators and admins).")
+    @strawberry.field(
+        description="The workspace's audit trail, newest first (operators and admins).", extensions=[Paged()]
+    )
     async def audit_events(
         self,
         info: Info,
-        first: int | None = None,
-        after: str | None = None,
+        page: PageRequest,
         action: str | None = None,
         object_id: strawberry.ID | None = None,
         actor_kind: ActorKind | None = None,
@@ -208,35 +231,46 @@ class Query:
     ) -> AuditEventConnection:
         return await audit_connection(
             info,
-            first=first,
-            after=after,
+            page=page,
             action=action,
             object_id=object_id,
             actor_kind=actor_kind,
             since=since,
         )
 
-    @strawberry.field
+    @strawberry.field(description="Approvals, newest first. Filters combine.", extensions=[Paged()])
     async def approvals(
         self,
         info: Info,
+        page: PageRequest,
         status: ApprovalStatus | None = None,
-        first: int | None = None,
-        after: str | None = None,
+        run_id: Annotated[
+            strawberry.ID | None,
+            strawberry.argument(description="The approvals this run asked for (not its children's)."),
+        ] = None,
+        agent_id: Annotated[
+            strawberry.ID | None,
+            strawberry.argument(description="The approvals runs of this agent asked for."),
+        ] = None,
     ) -> ApprovalConnection:
-        return await approval_connection(info, status=status, first=first, after=after)
+        run_pk = None
+        if run_id is not None:
+            run_pk = from_global_id(run_id, "Run", field="runId")
+            if await (await info.context.loaders()).run.load(run_pk) is None:
+                raise NotFound("no run with this id", field="runId")
+        agent_pk = None if agent_id is None else await _agent_pk(info, agent_id)
+        return await approval_connection(info, page=page, status=status, run_id=run_pk, agent_id=agent_pk)
 
-    @strawberry.field(description="The workspace's MCP servers, newest first.")
-    async def mcp_servers(
-        self, info: Info, first: int | None = None, after: str | None = None
-    ) -> McpServerConnection:
-        return await mcp_server_connection(info, first=first, after=after)
+    @strawberry.field(description="The workspace's MCP servers, newest first.", extensions=[Paged()])
+    async def mcp_servers(self, info: Info, page: PageRequest) -> McpServerConnection:
+        return await mcp_server_connection(info, page=page)
 
-    @strawberry.field(description="The workspace's API tokens, newest first, revoked ones too (admins only).")
-    async def api_tokens(
-        self, info: Info, first: int | None = None, after: str | None = None
-    ) -> ApiTokenConnection:
-        return await api_token_connection(info, first=first, after=after)
+    @strawberry.field(
+        description="The workspace's API tokens, newest first, revoked ones too (admins only).",
+        extensions=[Paged()],
+    )
+    async def api_tokens(self, info: Info, page: PageRequest) -> ApiTokenConnection:
+        return await api_token_connection(info, page=page)
 
     @strawberry.field(
         description="What would be decided for a call of `tool` in a new run down `agentIds` (root first, "
@@ -247,3 +281,17 @@ class Query:
         ids = [from_global_id(i, "Agent", field="agentIds") for i in agent_ids]
         preview = await policy_preview.preview(info.context.runtime, principal, tool=tool, agent_ids=ids)
         return PolicyPreview.from_preview(preview)
+
+
+async def _agent_pk(info: Info, agent_id: str) -> int:
+    """The workspace's agent behind an ``agentId`` argument, or NOT_FOUND naming it."""
+    pk = from_global_id(agent_id, "Agent", field="agentId")
+    if await (await info.context.loaders()).agent.load(pk) is None:
+        raise NotFound("no agent with this id", field="agentId")
+    return pk
+
+
+def _aware(value: datetime | None, field: str) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise ValidationFailed(f"{field} needs a time zone (e.g. ...Z)", field=field)
+    return value

@@ -48,6 +48,7 @@ from strawberry.types.unset import UNSET, UnsetType
 from app.domain.errors import EnverifError, ValidationFailed
 from app.graphql import graphiql_page
 from app.graphql.context import Context
+from app.graphql.hardening import too_large
 from app.graphql.persisted import NOT_FOUND_BODY, PersistedQueries, PersistedQueryNotFound, requested_hash
 from app.graphql.shared_execution import encode_next
 from app.graphql.ws_auth import TokenCheckingHandler
@@ -155,11 +156,7 @@ class GraphQLView(GraphQL[Context, None]):
         limit = self.max_response_bytes
         if limit is None or len(response.body) <= limit:
             return response
-        message = (
-            f"the response is {len(response.body)} bytes, over the limit of {limit} "
-            "(ask for smaller pages or fewer fields)"
-        )
-        body = {"data": None, "errors": [{"message": message, "extensions": {"code": REQUEST_ERROR_CODE}}]}
+        body = {"data": None, "errors": [too_large(len(response.body), limit)]}
         return Response(
             json.dumps(body, separators=(",", ":")), status_code=response.status_code, media_type=JSON
         )

@@ -7,7 +7,10 @@ graphql-transport-ws handler here checks the token again
   new operation, the socket is closed at once;
 * on a timer, in one watcher task per connection: every ``ws_token_recheck_s`` and, for a
   token with an expiry, exactly at ``expiresAt``. A dead token's operations are cancelled
-  first (so no further event goes out), then the socket is closed with 4403.
+  first (so no further event goes out), each gets an ``error`` message with
+  ``extensions.code`` ``UNAUTHENTICATED`` (the protocol has error messages for operations
+  only, so a refused ``connection_init`` gets the close code alone), then the socket is
+  closed with 4403.
 
 Every check reads the token row from the database by id, so it does not matter which API
 process the revocation went through: nothing here is state another process needs. The
@@ -45,6 +48,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from graphql import GraphQLError
@@ -59,7 +63,7 @@ from app.domain.errors import Unauthenticated
 from app.domain.tokens import seconds_until_next_check
 from app.graphql.context import Context
 from app.graphql.errors import INTERNAL_CODE
-from app.graphql.hardening import REQUEST_ERROR_CODE
+from app.graphql.hardening import REQUEST_ERROR_CODE, too_large
 from app.outages import is_outage
 from app.services.auth import Principal, recheck
 from app.services.runtime import Runtime
@@ -165,7 +169,21 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
         await super().handle()  # ends with shutdown(), which gives the slots back
 
     async def send_message(self, message: Any) -> None:
-        await super().send_message(with_error_codes(message))
+        await super().send_message(self._within_limit(with_error_codes(message)))
+
+    def _within_limit(self, message: Any) -> Any:
+        """A ``next`` message over ENVERIF_MAX_RESPONSE_BYTES carries, in place of its payload,
+        the error an HTTP response that size gets: a socket carries no larger result than a
+        request does (an event too big is refused, the subscription goes on)."""
+        limit = getattr(self.view, "max_response_bytes", None)
+        if limit is None or not isinstance(message, dict) or message.get("type") != "next":
+            return message
+        # The view's encoding: a shared event's text is encoded once for every socket (and
+        # cached); JSON escapes every non-ASCII character, so characters are bytes.
+        size = len(self.view.encode_json(message))
+        if size <= limit:
+            return message
+        return {**message, "payload": {"data": None, "errors": [too_large(size, limit)]}}
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         self.context.close_websocket = self._close_soon
@@ -202,7 +220,7 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
             try:
                 await self.context.recheck_token()
             except Unauthenticated as exc:
-                await self._close_for(exc.message)
+                await self._close_for(exc.message, refused=[*self.operations, message["id"]])
                 return
             except Exception as exc:
                 if not is_outage(exc):
@@ -251,14 +269,18 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
             try:
                 await self.context.recheck_token()
             except Unauthenticated as exc:
-                await self._close_for(exc.message)
+                await self._close_for(exc.message, refused=list(self.operations))
                 return
             except Exception:
                 # The database is unreachable: keep the socket (its events come from Redis and
                 # the log alike) and ask again next time rather than drop every client at once.
                 logger.warning("websocket token re-check failed; retrying", exc_info=True)
 
-    async def _close_for(self, reason: str, *, code: int = CLOSE_TOKEN_REFUSED) -> None:
+    async def _close_for(
+        self, reason: str, *, code: int = CLOSE_TOKEN_REFUSED, refused: Sequence[str] = ()
+    ) -> None:
+        """``refused``: the operations told why with an UNAUTHENTICATED ``error`` message
+        (after they are cancelled, before the close frame)."""
         # Operations first: once cancelled, nothing more is sent to a dead token's holder, and
         # no operation task races the close frame with a late send.
         tasks = [op.task for op in self.operations.values() if op.task is not None]
@@ -267,6 +289,10 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
         for task in tasks:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
+        error = GraphQLError(reason, extensions={"code": Unauthenticated.code})
+        for operation_id in dict.fromkeys(refused):
+            with contextlib.suppress(Exception):
+                await self.send_message({"id": operation_id, "type": "error", "payload": [error.formatted]})
         with contextlib.suppress(Exception):
             # A close reason is at most 123 bytes on the wire.
             await self.websocket.close(code=code, reason=reason[:120])

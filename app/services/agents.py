@@ -25,6 +25,7 @@ from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS
 from app.domain.audit import diff as audit_diff
 from app.domain.budgets import parse_budget
 from app.domain.errors import Conflict, NotFound, ValidationFailed
+from app.domain.input_schema import check_schema
 from app.domain.jsonvalue import depth_error
 from app.domain.mcp import PREFIX as MCP_PREFIX
 from app.domain.policy import tool_key, validate_policy
@@ -59,6 +60,7 @@ class AgentDraft:
     memory_max_chars: int | None = None
     status: AgentStatus | None = None
     budget: Any = None  # docs/concepts/budgets.md
+    input_schema: Any = None  # app/domain/input_schema.py
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +77,7 @@ class AgentPatch:
     memory_max_chars: int | Keep = KEEP
     status: AgentStatus | Keep = KEEP
     budget: Any = KEEP
+    input_schema: Any = KEEP
 
 
 def check_name(name: str) -> str:
@@ -139,6 +142,7 @@ async def create_agent(rt: Runtime, principal: Principal, draft: AgentDraft) -> 
             DEFAULT_MEMORY_MAX_CHARS if draft.memory_max_chars is None else draft.memory_max_chars
         ),
         budget=parse_budget(draft.budget),
+        input_schema=_check_input_schema(draft.input_schema, rt.settings),
         created_at=now,
         updated_at=now,
     )
@@ -269,7 +273,16 @@ def _validated_changes(patch: AgentPatch, *, settings: Settings) -> dict[str, An
         changes["status"] = patch.status.value
     if patch.budget is not KEEP:
         changes["budget"] = parse_budget(patch.budget)
+    if patch.input_schema is not KEEP:
+        changes["input_schema"] = _check_input_schema(patch.input_schema, settings)
     return changes
+
+
+def _check_input_schema(schema: Any, settings: Settings) -> dict[str, Any] | None:
+    too_deep = depth_error(schema, max_depth=settings.max_json_depth, what="inputSchema")
+    if too_deep:
+        raise ValidationFailed(too_deep, field="inputSchema")
+    return check_schema(schema)
 
 
 def _check_agent_budget(row: orm.Agent, settings: Settings) -> None:

@@ -149,7 +149,8 @@ class AuditFilter:
     since: datetime | None = None
 
 
-def _filtered(workspace_id: int, f: AuditFilter) -> Select[AuditEvent]:
+def events_query(workspace_id: int, f: AuditFilter) -> Select[AuditEvent]:
+    """The workspace's sealed events that pass ``f`` (callers ``seal`` first)."""
     stmt = select(AuditEvent).where(AuditEvent.workspace_id == workspace_id, AuditEvent.seq.is_not(None))
     if f.action is not None:
         stmt = stmt.where(AuditEvent.action == f.action)
@@ -168,7 +169,7 @@ async def list_events(
     session: AsyncSession, *, workspace_id: int, filter: AuditFilter, page: PageRequest
 ) -> Page[AuditEvent]:
     """Sealed events, newest first (callers ``seal`` first)."""
-    return await fetch_page(session, _filtered(workspace_id, filter), id_column=AuditEvent.id, page=page)
+    return await fetch_page(session, events_query(workspace_id, filter), id_column=AuditEvent.id, page=page)
 
 
 @dataclass(frozen=True, slots=True)

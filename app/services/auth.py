@@ -22,7 +22,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -237,9 +237,12 @@ async def _workspace_named(session: AsyncSession, name: str) -> Workspace:
 # -- listing and revoking ------------------------------------------------------------------
 
 
+def tokens_query(workspace_id: int) -> Select[ApiToken]:
+    return select(ApiToken).where(ApiToken.workspace_id == workspace_id)
+
+
 async def list_tokens(session: AsyncSession, *, workspace_id: int, page: PageRequest) -> Page[ApiToken]:
-    stmt = select(ApiToken).where(ApiToken.workspace_id == workspace_id)
-    return await fetch_page(session, stmt, id_column=ApiToken.id, page=page)
+    return await fetch_page(session, tokens_query(workspace_id), id_column=ApiToken.id, page=page)
 
 
 async def workspace_tokens(session: AsyncSession, *, workspace_name: str) -> list[ApiToken]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -350,9 +350,12 @@ async def delete_server(rt: Runtime, principal: Principal, *, server_id: int) ->
     return server_id
 
 
+def servers_query(workspace_id: int) -> Select[orm.McpServer]:
+    return select(orm.McpServer).where(orm.McpServer.workspace_id == workspace_id)
+
+
 async def list_servers(session: AsyncSession, *, workspace_id: int, page: PageRequest) -> Page[orm.McpServer]:
-    stmt = select(orm.McpServer).where(orm.McpServer.workspace_id == workspace_id)
-    return await fetch_page(session, stmt, id_column=orm.McpServer.id, page=page)
+    return await fetch_page(session, servers_query(workspace_id), id_column=orm.McpServer.id, page=page)
 
 
 async def server_tools(session: AsyncSession, *, workspace_id: int, server_id: int) -> list[orm.McpTool]:

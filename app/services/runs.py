@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.clock import now_sql
 from app.db.orm import Agent, Run, RunStep, Workspace
+from app.domain import input_schema
 from app.domain.agent_versions import AgentConfig
 from app.domain.agents import AgentStatus, Role
 from app.domain.budgets import concurrency_limit, parse_budget, refusal_message, spent
@@ -60,6 +61,7 @@ async def start_run(
             raise NotFound("agent not found", field="agentId")
         if agent.status != AgentStatus.ACTIVE:
             raise Conflict(f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId")
+        input_schema.check_input(agent.input_schema, input)
         check_budget(rt.settings, agent_name=agent.name, agent_budget=agent.budget or {}, model=agent.model,
                      tighter=tighter)  # fmt: skip
         run = await tree.create_run(

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
+from app.domain import input_schema
 from app.domain.agents import AgentStatus, OverlapPolicy, Role
 from app.domain.audit import diff as audit_diff
 from app.domain.budgets import parse_budget
@@ -144,6 +145,7 @@ async def create_schedule(
                 f"agent {agent.name!r} already has {count} schedules (ENVERIF_MAX_SCHEDULES_PER_AGENT {cap})",
                 field="agentId",
             )
+        input_schema.check_input(agent.input_schema, run_input)
         row = orm.Schedule(
             workspace_id=principal.workspace_id,
             agent_id=agent.id,
@@ -189,6 +191,8 @@ async def update_schedule(
         if not isinstance(patch.enabled, Keep) and patch.enabled != row.enabled:
             row.enabled, timing_changed = patch.enabled, True
         if patch.input is not KEEP:
+            agent = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=row.agent_id)
+            input_schema.check_input(agent.input_schema, patch.input)
             row.input = patch.input
         if not isinstance(patch.overlap_policy, Keep):
             row.overlap_policy = patch.overlap_policy.value

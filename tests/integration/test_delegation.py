@@ -295,3 +295,31 @@ async def test_a_child_created_while_its_parent_is_cancelled_ends_cancelled(
             break
         await asyncio.sleep(0.05)
     assert {r.status for r in tree} == {"CANCELLED"}, [(r.id, r.status) for r in tree]
+
+
+async def test_a_child_input_its_agent_does_not_take_is_refused_to_the_model(gql, workspace, worker) -> None:
+    # issue 27 item 6: a delegated child's input meets its agent's inputSchema as startRun's does.
+    schema = {
+        "type": "object",
+        "required": ["task", "company"],
+        "properties": {"company": {"type": "string"}},
+    }
+    names = await agents(
+        gql, workspace.admin, {"leaf": {"steps": [{"final": "{{ input.company }}"}], "inputSchema": schema}}
+    )
+    names |= await agents(
+        gql,
+        workspace.admin,
+        {"root": {"steps": [{"calls": [delegate(names["leaf"], "no company"),
+                                       delegate(names["leaf"], "with one", input={"company": "acme.example"})]},
+                            {"final": "{{ results }}"}]}},
+    )  # fmt: skip
+    run_id = await start_run(gql, workspace.operator, await root_id_of(gql, workspace.admin, names["root"]))
+    run = await wait_run(gql, workspace.viewer, run_id, timeout_s=30)
+    assert run["status"] == "SUCCEEDED", run
+    refused, taken = run["result"]
+    assert refused["error"]["code"] == "INVALID_ARGUMENTS"
+    assert "'company' is a required property" in refused["error"]["message"]
+    assert taken["status"] == "SUCCEEDED" and taken["result"] == "acme.example"
+    tree = (await gql.ok(TREE, {"id": run_id}, token=workspace.viewer))["run"]
+    assert len(tree["children"]) == 1  # the refused call started no child

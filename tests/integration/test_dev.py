@@ -275,6 +275,7 @@ def test_dev_delegation_demo_shows_the_childs_approval_on_the_root(dev_home: Pat
         done = stack.wait_run(run_id, "SUCCEEDED", "FAILED")
         assert done["status"] == "SUCCEEDED", done
         assert done["result"] == {
+            "outcome": "SUCCEEDED",
             "enrichment": {"fetched": 200, "posted": 200},
             "childRun": done["result"]["childRun"],
         }

@@ -84,7 +84,7 @@ async def test_unexpected_errors_are_masked_and_logged(
             "SELECT token_hash FROM api_tokens WHERE 1", {"p": "hunter2"}, Exception("gone away")
         )
 
-    monkeypatch.setattr(reads, "list_agents", explode)
+    monkeypatch.setattr(reads, "fetch_page", explode)
     agent = await create_agent(gql, workspace.admin)
     with caplog.at_level(logging.ERROR, logger="app.graphql.errors"):
         body = await gql.raw(

@@ -61,10 +61,15 @@ query($n: Int!) {
     id
     runs(first: 3) {
       pageInfo { hasNextPage }
-      edges { node { id agent { id } steps { id seq } children { id steps { id } } } }
+      edges { node {
+        id agent { id } stepsConnection(first: 2) { totalCount edges { node { id seq } } }
+        childrenConnection(first: 2) { totalCount edges { node {
+          id stepsConnection(first: 2) { totalCount edges { node { id } } } } } }
+      } }
     }
     done: runs(first: 5, status: [SUCCEEDED]) { edges { node { id } } }
-    memories(first: 2) { edges { node { key revisions { action sourceRun { id } } } } }
+    memories(first: 2) { edges { node { key revisionsConnection(first: 2) {
+      totalCount edges { node { action sourceRun { id } } } } } } }
     schedules { id cron }
   } } }
 }
@@ -115,8 +120,12 @@ async def test_nested_lists_cost_the_same_statements_for_2_or_20_parents(
             assert agent["runs"]["pageInfo"]["hasNextPage"] is True
             assert {r["agent"]["id"] for r in page} == {expected["id"]}
             newest_root = page[1]
-            assert [c["id"] for c in newest_root["children"]] == [expected["child"]]
-            assert len(newest_root["steps"]) == 1 and len(newest_root["children"][0]["steps"]) == 1
+            (child,) = [e["node"] for e in newest_root["childrenConnection"]["edges"]]
+            assert child["id"] == expected["child"]
+            assert newest_root["childrenConnection"]["totalCount"] == 1
+            assert newest_root["stepsConnection"]["totalCount"] == 1
+            assert len(newest_root["stepsConnection"]["edges"]) == 1
+            assert child["stepsConnection"]["totalCount"] == len(child["stepsConnection"]["edges"]) == 1
             assert [e["node"]["id"] for e in agent["done"]["edges"]] == [
                 expected["child"],
                 expected["runs"][3],
@@ -124,7 +133,10 @@ async def test_nested_lists_cost_the_same_statements_for_2_or_20_parents(
                 expected["runs"][0],
             ]
             assert [e["node"]["key"] for e in agent["memories"]["edges"]] == ["m3", "m2"]
-            assert all(e["node"]["revisions"][0]["action"] == "CREATE" for e in agent["memories"]["edges"])
+            revisions = [e["node"]["revisionsConnection"] for e in agent["memories"]["edges"]]
+            assert all(
+                r["edges"][0]["node"]["action"] == "CREATE" and r["totalCount"] == 1 for r in revisions
+            )
             assert len(agent["schedules"]) == 1
 
     # Authentication plus one statement per relation per level (about 12). A batch can split

@@ -29,10 +29,11 @@ query($id: ID!) {
     injectedMemories { id key }
     descendants { id depth parent { id } root { id } agent { name } }
     children {
-      id agent { name } steps { id tool } delegation { task parentStep { id } }
+      id agent { name } stepsConnection(first: 2) { edges { node { id tool } } }
+      delegation { task parentStep { id } }
       children {
-        id agent { name } steps { id tool } parent { id }
-        children { id agent { name } }
+        id agent { name } stepsConnection(first: 2) { edges { node { id tool } } } parent { id }
+        childrenConnection(first: 2) { edges { node { id agent { name } } } }
       }
     }
   }
@@ -134,7 +135,8 @@ async def test_run_tree_relations(gql: Any, workspace: Any, sessionmaker: Any) -
         injectedMemories {{ id key }}
         pendingApprovals {{ id status tool arguments run {{ id }} step {{ id }} }}
         steps {{ seq tool childRun {{ id }} }}
-        children {{ {RUN_FIELDS} steps {{ seq status decision decisionReason approval {{ id status }} }}
+        children {{ {RUN_FIELDS}
+          stepsConnection(first: 5) {{ edges {{ node {{ seq status decision decisionReason approval {{ id status }} }} }} }}
           pendingApprovals {{ id }} }} }} }}"""
     run = (await gql.ok(query, {"id": gid("Run", root.id)}, token=workspace.viewer))["run"]
     assert run["depth"] == 0
@@ -155,8 +157,9 @@ async def test_run_tree_relations(gql: Any, workspace: Any, sessionmaker: Any) -
     assert kid["parent"] == {"id": gid("Run", root.id)}
     assert kid["root"] == {"id": gid("Run", root.id)}
     assert kid["delegation"] == {"task": "summarise", "parentStep": {"id": gid("RunStep", step.id), "seq": 0}}
-    assert kid["steps"][0]["approval"] == {"id": gid("Approval", approval.id), "status": "PENDING"}
-    assert kid["steps"][0]["decision"] == "REQUIRE_APPROVAL"
+    kid_step = kid["stepsConnection"]["edges"][0]["node"]
+    assert kid_step["approval"] == {"id": gid("Approval", approval.id), "status": "PENDING"}
+    assert kid_step["decision"] == "REQUIRE_APPROVAL"
     assert kid["pendingApprovals"] == [{"id": gid("Approval", approval.id)}]
 
 

@@ -229,3 +229,32 @@ async def test_last_used_at_is_written_at_most_once_a_minute(
     monkeypatch.setattr(auth, "utcnow", lambda: later)
     await gql.ok(WHO, token=created["token"])
     assert await last_used_after(first) == later
+
+
+@pytest.mark.parametrize(
+    ("given", "access"),
+    [
+        ({"access": "OPERATOR"}, "OPERATOR"),
+        ({"role": "viewer"}, "VIEWER"),
+        ({"access": "ADMIN", "role": "Admin"}, "ADMIN"),
+    ],
+)
+async def test_the_role_is_the_role_enum_beside_the_old_string(
+    gql: Any, workspace: Any, given: dict[str, str], access: str
+) -> None:
+    # issue 27 item 6: `access: Role` beside the deprecated `role: String`, in answers and input.
+    mutation = """mutation($input: CreateApiTokenInput!) {
+      createApiToken(input: $input) { token apiToken { role access } } }"""
+    created = await gql.ok(mutation, {"input": {"name": unique("t"), **given}}, token=workspace.admin)
+    assert created["createApiToken"]["apiToken"] == {"role": access.lower(), "access": access}
+    token = created["createApiToken"]["token"]
+    assert await gql.ok("{ viewer { role access } }", token=token) == {
+        "viewer": {"role": access.lower(), "access": access}
+    }
+
+
+@pytest.mark.parametrize("given", [{}, {"access": "VIEWER", "role": "admin"}])
+async def test_a_token_needs_one_role(gql: Any, workspace: Any, given: dict[str, str]) -> None:
+    mutation = "mutation($input: CreateApiTokenInput!) { createApiToken(input: $input) { token } }"
+    error = await gql.error(mutation, {"input": {"name": unique("t"), **given}}, token=workspace.admin)
+    assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "access"}

@@ -28,7 +28,7 @@ query($id: ID!) {
 """
 MEMORIES = """
 query($agentId: ID!, $query: String) {
-  memories(agentId: $agentId, query: $query) {
+  memories(agentId: $agentId, query: $query, first: 20) {
     edges { node {
       id key value tags importance lastUsedAt sourceRun { id }
       revisions { action oldValue newValue byOperator sourceRun { id } }

@@ -93,10 +93,14 @@ async def test_revoking_closes_an_open_run_tree_subscription_within_seconds(
 
         await gql.ok(REVOKE, {"id": created["apiToken"]["id"]}, token=workspace.admin)
         await append(runtime, run.id)
-        code, reason, took_s, _ = await closed_within(client, CLOSE_WITHIN_S)
+        code, reason, took_s, messages = await closed_within(client, CLOSE_WITHIN_S)
 
         assert code == 4403 and "revoked" in reason
         assert took_s < CLOSE_WITHIN_S
+        # The operation is told why before the close frame (issue 27 item 11).
+        (refusal,) = [m for m in messages if m.get("type") == "error"]
+        assert refusal["id"] == "watch" and messages[-1] is refusal
+        assert refusal["payload"][0]["extensions"] == {"code": "UNAUTHENTICATED"}
         # The subscription is gone on the server too: no more events are produced for it.
         assert app.state.event_hub.subscription_count == 0
 
@@ -114,6 +118,9 @@ async def test_a_new_operation_on_a_revoked_tokens_socket_is_refused_at_once(
     assert code == 4403 and "revoked" in reason
     assert took_s < 2.0
     assert not [m for m in messages if m.get("type") == "next"], messages
+    assert [(m["id"], m["type"], m["payload"][0]["extensions"]["code"]) for m in messages] == [
+        ("late", "error", "UNAUTHENTICATED")
+    ]
 
 
 async def test_a_socket_closes_when_its_token_expires(

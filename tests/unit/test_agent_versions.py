@@ -17,6 +17,7 @@ CURRENT = {
     "memory_max_items": 20,
     "memory_max_chars": 4000,
     "budget": {"maxTurns": 5},
+    "input_schema": {"type": "object"},
 }
 
 

@@ -34,9 +34,27 @@ def test_global_ids_round_trip(type_name: str, pk: int) -> None:
     assert all(c.isalnum() or c in "-_" for c in gid)
 
 
-@given(st.integers(min_value=1, max_value=BIGINT_MAX))
-def test_cursors_round_trip(pk: int) -> None:
-    assert from_cursor(to_cursor(pk)) == pk
+SCOPES = [
+    "Query.runs:NEWEST_FIRST",
+    "Query.runs:OLDEST_FIRST",
+    "Agent.runs:NEWEST_FIRST",
+    "Run.stepsConnection:OLDEST_FIRST",
+]
+
+
+@given(st.sampled_from(SCOPES), st.integers(min_value=1, max_value=BIGINT_MAX))
+def test_cursors_round_trip(scope: str, pk: int) -> None:
+    assert from_cursor(to_cursor(scope, pk), scope) == pk
+
+
+@given(st.sampled_from(SCOPES), st.sampled_from(SCOPES), st.integers(min_value=1, max_value=BIGINT_MAX))
+def test_a_cursor_is_bound_to_its_list_and_order(made: str, used: str, pk: int) -> None:
+    # Another connection's cursor, or the same connection's in the other order, is refused.
+    if made == used:
+        return
+    with pytest.raises(ValidationFailed) as caught:
+        from_cursor(to_cursor(made, pk), used, field="before")
+    assert caught.value.field == "before"
 
 
 def test_known_encoding() -> None:
@@ -84,9 +102,19 @@ def test_unknown_type_cannot_be_encoded() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["", "x", to_global_id("Agent", 1), _b64("cursor:"), _b64("cursor:-1"), _b64("cursor:1x")]
+    "value",
+    [
+        "",
+        "x",
+        to_global_id("Agent", 1),
+        _b64("cursor:"),
+        _b64("cursor:1"),  # the old unbound form
+        _b64("cursor:Query.runs:NEWEST_FIRST:-1"),
+        _b64("cursor:Query.runs:NEWEST_FIRST:1x"),
+        _b64("cursor:Query.runs:NEWEST_FIRST:"),
+    ],
 )
 def test_malformed_cursor_is_a_validation_error(value: str) -> None:
     with pytest.raises(ValidationFailed) as caught:
-        from_cursor(value)
+        from_cursor(value, "Query.runs:NEWEST_FIRST")
     assert caught.value.field == "after"

@@ -12,10 +12,15 @@ from hypothesis import strategies as st
 from app.graphql.cost import UNPAGED_LIST_SIZE, CostModel, PageSizeOutOfRange, query_cost
 from app.graphql.schema import schema
 from app.graphql.types.node import DEFAULT_PAGE_SIZE
+from app.settings import Settings
 
 INCIDENT = "{ runs(first:100){edges{node{agent{runs(first:100){edges{node{agent{runs(first:5){edges{node{id}}}}}}}}}}}}"
 L = UNPAGED_LIST_SIZE
 D = DEFAULT_PAGE_SIZE
+# A first-page list is priced at what it can hold under the default settings: the largest
+# page (100) for steps, ENVERIF_MAX_CHILDREN_PER_RUN (20) for children.
+STEPS = Settings.model_construct().max_page_size
+CHILDREN = Settings.model_construct().max_children_per_run
 
 CASES: list[tuple[str, str, dict[str, Any], int]] = [
     ("scalars only", "{ viewer { role } }", {}, 1),
@@ -54,12 +59,21 @@ CASES: list[tuple[str, str, dict[str, Any], int]] = [
         D,
     ),
     ("negative first priced as the default", "{ runs(first: -1) { edges { node { id } } } }", {}, D),
-    ("unpaged list", "query($id: ID!) { run(id: $id) { steps { id } } }", {}, 1 + L),
+    # A list that is its connection's first page is priced at the page it reads at most.
+    ("first-page list", "query($id: ID!) { run(id: $id) { steps { id } } }", {}, 1 + STEPS),
     (
-        "unpaged lists nest",
+        "first-page lists nest",
         "query($id: ID!) { run(id: $id) { children { children { agent { name } } } } }",
         {},
-        1 + L * (1 + L * (1 + 1)),
+        1 + CHILDREN * (1 + CHILDREN * (1 + 1)),
+    ),
+    ("other lists are an estimate", "query($id: ID!) { run(id: $id) { path { id } } }", {}, 1 + L),
+    ("last is a page size", "{ runs(last: 7) { edges { node { id } } } }", {}, 7),
+    (
+        "a connection beside a list",
+        "query($id: ID!) { run(id: $id) { stepsConnection(first: 3) { totalCount edges { node { id } } } } }",
+        {},
+        1 + 3,
     ),
     (
         "named fragment is expanded where spread",
@@ -111,8 +125,11 @@ def test_the_incident_is_over_the_default_limit_and_a_normal_page_is_not() -> No
 
     limit = Settings.model_fields["max_query_cost"].default
     assert query_cost(schema._schema, parse(INCIDENT)) > limit
-    page = "{ runs(first: 100) { edges { node { id agent { name } steps { id } children { id } } } } }"
+    page = "{ runs(first: 100) { edges { node { id agent { name } stepsConnection(first: 10) { edges { node { id } } } } } } }"
     assert query_cost(schema._schema, parse(page)) <= limit
+    # Every run's whole first page of steps could be 100 rows: 10,000 rows and more.
+    lists = "{ runs(first: 100) { edges { node { id agent { name } steps { id } children { id } } } } }"
+    assert query_cost(schema._schema, parse(lists)) > limit
 
 
 def test_exponential_fragment_spreads_are_priced_in_linear_time() -> None:

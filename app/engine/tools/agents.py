@@ -10,7 +10,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Agent
+from app.domain import input_schema
 from app.domain.delegation import Refusal, Target, check_delegation, delegable, parse_request
+from app.domain.errors import ValidationFailed
+from app.domain.model_errors import ModelErrorCode
 from app.domain.policy import RiskClass
 from app.engine.base import ChildStarted, ToolContext, ToolError, ToolKind
 from app.settings import Settings
@@ -98,6 +101,14 @@ class DelegateTool:
         if refusal is not None:
             raise ToolError(refusal.code, refusal.message)
         assert agent is not None
+        try:
+            # The child's input meets its agent's inputSchema as a startRun's would.
+            input_schema.check_input(agent.input_schema, request.child_input())
+        except ValidationFailed as exc:
+            raise ToolError(
+                ModelErrorCode.INVALID_ARGUMENTS,
+                f"agent {agent.name!r} does not take this input: {exc.message}",
+            ) from None
         child_id = await writer.start_child(agent=agent, task=request.task, input=request.child_input())
         return ChildStarted(child_id)
 

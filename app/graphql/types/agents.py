@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,8 +17,9 @@ from app.domain.runs import RunStatus
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
-from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.graphql.types.node import Connection, Node, Paged, keyset_connection
 from app.services import reads
+from app.services.reads import PageRequest
 
 if TYPE_CHECKING:
     from app.graphql.types.memories import MemoryConnection
@@ -94,6 +96,12 @@ class Agent(Node):
     budget: JSON = strawberry.field(
         description="Budget limits (maxTokens, maxCostUsd, maxTurns, ...); unset keys take the deployment's defaults."
     )
+    input_schema: JSON | None = strawberry.field(
+        description=(
+            "The JSON Schema (2020-12) a run's input must match, checked at startRun and when a "
+            "schedule is written (VALIDATION_FAILED naming the input's path); null: any input."
+        )
+    )
     version: int = strawberry.field(description="The current version: what a run started now is pinned to.")
     created_at: datetime
     updated_at: datetime
@@ -116,61 +124,55 @@ class Agent(Node):
                 max_chars=row.memory_max_chars,
             ),
             budget=JSON(row.budget or {}),
+            input_schema=None if row.input_schema is None else JSON(row.input_schema),
             version=row.version,
             created_at=row.created_at,
             updated_at=row.updated_at,
             row=row,
         )
 
-    @strawberry.field
+    @strawberry.field(extensions=[Paged()])
     async def memories(
         self,
         info: Info,
+        page: PageRequest,
         query: str | None = None,
         tags: list[str] | None = None,
-        first: int | None = None,
-        after: str | None = None,
     ) -> Annotated[MemoryConnection, strawberry.lazy("app.graphql.types.memories")]:
         from app.graphql.types.memories import Memory, MemoryConnection, memory_connection  # circular
 
         if query is not None and query.strip():
             # Full-text search, ranked: the same search as Query.memories (not batched).
-            return await memory_connection(
-                info, agent_id=self.row.id, query=query, tags=tags, first=first, after=after
-            )
-        request = page_request(first, after, info.context.settings)
+            return await memory_connection(info, agent_id=self.row.id, query=query, tags=tags, page=page)
         # Tags are ANDed, so their order does not matter: sorted, equal filters share a batch.
         search = (query or None, tuple(sorted(set(tags or ()))))
-        page = await (await info.context.loaders()).agent_memories.load((self.row.id, request, search))
-        edges, page_info = build_edges(page, request, Memory.from_row)
-        return MemoryConnection(edges=edges, page_info=page_info)
+        loaders = await info.context.loaders()
+        return await loaders.agent_memories.connection(
+            MemoryConnection, self.row.id, page, search, Memory.from_row
+        )
 
-    @strawberry.field
+    @strawberry.field(extensions=[Paged()])
     async def runs(
-        self,
-        info: Info,
-        first: int | None = None,
-        after: str | None = None,
-        status: list[RunStatus] | None = None,
+        self, info: Info, page: PageRequest, status: list[RunStatus] | None = None
     ) -> Annotated[RunConnection, strawberry.lazy("app.graphql.types.runs")]:
         from app.graphql.types.runs import Run, RunConnection  # circular: Run.agent
 
-        request = page_request(first, after, info.context.settings)
         statuses = tuple(sorted(set(status or ()), key=lambda s: s.value))
-        page = await (await info.context.loaders()).agent_runs.load((self.row.id, request, statuses))
-        edges, page_info = build_edges(page, request, Run.from_row)
-        return RunConnection(edges=edges, page_info=page_info)
+        loaders = await info.context.loaders()
+        return await loaders.agent_runs.connection(RunConnection, self.row.id, page, statuses, Run.from_row)
 
-    @strawberry.field(description="Every configuration the agent has had, newest first.")
+    @strawberry.field(
+        description="Every configuration the agent has had, newest first.", extensions=[Paged()]
+    )
     async def versions(
-        self, info: Info, first: int | None = None, after: str | None = None
+        self, info: Info, page: PageRequest
     ) -> Annotated[AgentVersionConnection, strawberry.lazy("app.graphql.types.versions")]:
         from app.graphql.types.versions import AgentVersion, AgentVersionConnection  # circular
 
-        request = page_request(first, after, info.context.settings)
-        page = await (await info.context.loaders()).agent_version_pages.load((self.row.id, request, None))
-        edges, page_info = build_edges(page, request, AgentVersion.from_row)
-        return AgentVersionConnection(edges=edges, page_info=page_info)
+        loaders = await info.context.loaders()
+        return await loaders.agent_version_pages.connection(
+            AgentVersionConnection, self.row.id, page, None, AgentVersion.from_row
+        )
 
     @strawberry.field
     async def schedules(
@@ -188,13 +190,8 @@ class AgentConnection(Connection[Agent]):
 
 
 async def agent_connection(
-    info: Info, *, first: int | None, after: str | None, status: AgentStatus | None
+    info: Info, *, page: PageRequest, statuses: Sequence[AgentStatus] | None
 ) -> AgentConnection:
     principal = await info.context.principal()
-    request = page_request(first, after, info.context.settings)
-    async with info.context.session() as session:
-        page = await reads.list_agents(
-            session, workspace_id=principal.workspace_id, status=status, page=request
-        )
-    edges, page_info = build_edges(page, request, Agent.from_row)
-    return AgentConnection(edges=edges, page_info=page_info)
+    stmt = reads.agents_query(principal.workspace_id, statuses)
+    return await keyset_connection(info, AgentConnection, stmt, page, Agent.from_row, id_column=orm.Agent.id)

@@ -15,9 +15,10 @@ from app.domain.runs import ApprovalStatus
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.enums import ApprovalDecision, ApprovalEventType, ApprovalScope, NotificationStatus
-from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.graphql.types.node import Connection, Node, keyset_connection
 from app.graphql.types.runs import Run, RunStep
 from app.services import reads
+from app.services.reads import PageRequest
 
 if TYPE_CHECKING:
     from app.graphql.types.versions import Actor
@@ -134,13 +135,15 @@ class ApprovalConnection(Connection[Approval]):
 
 
 async def approval_connection(
-    info: Info, *, status: ApprovalStatus | None, first: int | None, after: str | None
+    info: Info,
+    *,
+    page: PageRequest,
+    status: ApprovalStatus | None,
+    run_id: int | None = None,
+    agent_id: int | None = None,
 ) -> ApprovalConnection:
     principal = await info.context.principal()
-    request = page_request(first, after, info.context.settings)
-    async with info.context.session() as session:
-        page = await reads.list_approvals(
-            session, workspace_id=principal.workspace_id, status=status, page=request
-        )
-    edges, page_info = build_edges(page, request, Approval.from_row)
-    return ApprovalConnection(edges=edges, page_info=page_info)
+    stmt = reads.approvals_query(principal.workspace_id, status=status, run_id=run_id, agent_id=agent_id)
+    return await keyset_connection(
+        info, ApprovalConnection, stmt, page, Approval.from_row, id_column=orm.Approval.id
+    )

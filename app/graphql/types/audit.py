@@ -13,9 +13,10 @@ from app.domain.agents import Role
 from app.domain.errors import ValidationFailed
 from app.graphql.context import Info
 from app.graphql.ids import parse_global_id, to_global_id
-from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.graphql.types.node import Connection, Node, keyset_connection
 from app.graphql.types.versions import Actor
 from app.services import audit
+from app.services.reads import PageRequest
 
 MAX_ACTION_CHARS = 40
 
@@ -75,8 +76,7 @@ class AuditEventConnection(Connection[AuditEvent]):
 async def audit_connection(
     info: Info,
     *,
-    first: int | None,
-    after: str | None,
+    page: PageRequest,
     action: str | None,
     object_id: strawberry.ID | None,
     actor_kind: ActorKind | None,
@@ -84,7 +84,6 @@ async def audit_connection(
 ) -> AuditEventConnection:
     principal = await info.context.principal()
     principal.require(Role.OPERATOR)
-    request = page_request(first, after, info.context.settings)
     if action is not None and len(action) > MAX_ACTION_CHARS:
         raise ValidationFailed(f"action is longer than {MAX_ACTION_CHARS} characters", field="action")
     object_type = object_pk = None
@@ -99,9 +98,7 @@ async def audit_connection(
         action=action, object_type=object_type, object_id=object_pk, actor_kind=actor_kind, since=since
     )
     await audit.seal(info.context.runtime.sessionmaker, workspace_id=principal.workspace_id)
-    async with info.context.session() as session:
-        page = await audit.list_events(
-            session, workspace_id=principal.workspace_id, filter=found, page=request
-        )
-    edges, page_info = build_edges(page, request, AuditEvent.from_row)
-    return AuditEventConnection(edges=edges, page_info=page_info)
+    stmt = audit.events_query(principal.workspace_id, found)
+    return await keyset_connection(
+        info, AuditEventConnection, stmt, page, AuditEvent.from_row, id_column=orm.AuditEvent.id
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import strawberry
 
 from app.domain.actors import ActorKind
-from app.domain.agents import AgentStatus, OverlapPolicy
+from app.domain.agents import AgentStatus, OverlapPolicy, Role
 from app.domain.approvals import ApprovalDecision, ApprovalEventType, ApprovalScope, NotificationStatus
 from app.domain.mcp import Transport
 from app.domain.policy import Decision, RiskClass
@@ -20,6 +20,11 @@ from app.services.memories import RevisionAction
 
 strawberry.enum(ActorKind, name="ActorKind", description="Who did something: docs/concepts/audit.md.")
 strawberry.enum(AgentStatus, name="AgentStatus")
+strawberry.enum(
+    Role,
+    name="Role",
+    description="What a token may do: VIEWER reads, OPERATOR runs and decides, ADMIN configures.",
+)
 strawberry.enum(OverlapPolicy, name="OverlapPolicy")
 strawberry.enum(Decision, name="PolicyDecision")
 strawberry.enum(RunStatus, name="RunStatus")
@@ -57,6 +62,7 @@ __all__ = [
     "NotificationStatus",
     "OverlapPolicy",
     "RevisionAction",
+    "Role",
     "RunStatus",
     "RunTrigger",
     "StepStatus",

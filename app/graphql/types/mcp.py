@@ -15,8 +15,9 @@ from app.domain.policy import RiskClass
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
-from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.graphql.types.node import Connection, Node, keyset_connection
 from app.services import mcp_servers
+from app.services.reads import PageRequest
 
 
 def _json(value: Any) -> Any:
@@ -97,10 +98,9 @@ class McpServerConnection(Connection[McpServer]):
     pass
 
 
-async def mcp_server_connection(info: Info, *, first: int | None, after: str | None) -> McpServerConnection:
+async def mcp_server_connection(info: Info, *, page: PageRequest) -> McpServerConnection:
     principal = await info.context.principal()
-    request = page_request(first, after, info.context.settings)
-    async with info.context.session() as session:
-        page = await mcp_servers.list_servers(session, workspace_id=principal.workspace_id, page=request)
-    edges, page_info = build_edges(page, request, McpServer.from_row)
-    return McpServerConnection(edges=edges, page_info=page_info)
+    stmt = mcp_servers.servers_query(principal.workspace_id)
+    return await keyset_connection(
+        info, McpServerConnection, stmt, page, McpServer.from_row, id_column=orm.McpServer.id
+    )

@@ -10,16 +10,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
+from app.domain import actors
 from app.domain.errors import NotFound
 from app.domain.global_ids import object_id
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.agents import Agent
-from app.graphql.types.node import Connection, Node, build_edges, page_request
-from app.graphql.types.runs import Run
+from app.graphql.types.node import OLDEST, Connection, Node, Paged, first_page, keyset_connection
+from app.graphql.types.runs import LazyActor, Run
 from app.services import memory_search, reads
 from app.services.memories import RevisionAction
-from app.services.reads import Page, PageRequest
+from app.services.reads import PageRequest
 
 
 async def _source_run(info: Info, run_id: int | None) -> Run | None:
@@ -45,7 +46,8 @@ class MemoryRevision:
     new_importance: float | None
     by_operator: bool = strawberry.field(description="True when an API token (not a run) made the change.")
     api_token_id: strawberry.ID | None = strawberry.field(
-        description="The ApiToken (global id) that made the change; null when a run made it."
+        description="The ApiToken (global id) that made the change; null when a run made it.",
+        deprecation_reason="Use `actor`, an object like `sourceRun`.",
     )
     at: datetime
     row: strawberry.Private[orm.MemoryRevision]
@@ -74,6 +76,16 @@ class MemoryRevision:
     @strawberry.field(description="The run that made the change; null when an operator did.")
     async def source_run(self, info: Info) -> Run | None:
         return await _source_run(info, self.row.run_id)
+
+    @strawberry.field(description="Who made the change: the API token, or the run; null for the CLI.")
+    async def actor(self, info: Info) -> LazyActor | None:
+        from app.graphql.types.versions import Actor  # circular: versions import agents
+
+        if self.row.token_id is not None:
+            return await Actor.of(info, actors.Actor(actors.ActorKind.TOKEN, self.row.token_id).to_json())
+        if self.row.run_id is not None:
+            return await Actor.of(info, actors.Actor(actors.ActorKind.RUN, self.row.run_id).to_json())
+        return None
 
 
 @strawberry.type(name="Memory")
@@ -132,19 +144,33 @@ class Memory(Node):
     async def source_run(self, info: Info) -> Run | None:
         return await _source_run(info, self.row.source_run_id)
 
-    @strawberry.field(description="Every change, oldest first.")
+    @strawberry.field(
+        description=(
+            "Its changes, oldest first: the first page of `revisionsConnection` (at most "
+            "ENVERIF_MAX_PAGE_SIZE, 100 by default); page through the rest there."
+        )
+    )
     async def revisions(self, info: Info) -> list[MemoryRevision]:
-        rows = await (await info.context.loaders()).revisions.load(self.row.id)
-        # SQLite hands a deleted newest row's id to the next insert (no AUTOINCREMENT), so
-        # the history under this id may start with an earlier memory's, ending in its DELETE.
-        deletes = [i for i, r in enumerate(rows) if r.action == RevisionAction.DELETE.value]
-        if deletes:
-            rows = rows[deletes[-1] + 1 :]
-        return [MemoryRevision.from_row(r) for r in rows]
+        loaders = await info.context.loaders()
+        return await first_page(info, loaders.memory_revisions, self.row.id, MemoryRevision.from_row)
+
+    @strawberry.field(
+        description="Its changes, oldest first unless asked otherwise.", extensions=[Paged(OLDEST)]
+    )
+    async def revisions_connection(self, info: Info, page: PageRequest) -> MemoryRevisionConnection:
+        loaders = await info.context.loaders()
+        return await loaders.memory_revisions.connection(
+            MemoryRevisionConnection, self.row.id, page, None, MemoryRevision.from_row
+        )
 
 
 @strawberry.type(name="MemoryConnection")
 class MemoryConnection(Connection[Memory]):
+    pass
+
+
+@strawberry.type(name="MemoryRevisionConnection")
+class MemoryRevisionConnection(Connection[MemoryRevision]):
     pass
 
 
@@ -154,44 +180,37 @@ async def memory_connection(
     agent_id: int,
     query: str | None,
     tags: list[str] | None,
-    first: int | None,
-    after: str | None,
+    page: PageRequest,
 ) -> MemoryConnection:
+    """A search (``query``) is its own ranking: ``orderBy`` does not apply to it."""
     principal = await info.context.principal()
-    request = page_request(first, after, info.context.settings)
     async with info.context.session() as session:
         # An agent of another workspace is NOT_FOUND, never an empty list that confirms it.
         await reads.get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
-        if query is not None and query.strip():
-            page = await _search_page(
-                session,
-                workspace_id=principal.workspace_id,
-                agent_id=agent_id,
-                query=query,
-                tags=tags,
-                page=request,
+        if query is None or not query.strip():
+            stmt = reads.memories_query(
+                session, workspace_id=principal.workspace_id, agent_id=agent_id, tags=tags
             )
         else:
-            page = await reads.list_memories(
-                session, workspace_id=principal.workspace_id, agent_id=agent_id, page=request, tags=tags
+            ranked = await _search(
+                session, workspace_id=principal.workspace_id, agent_id=agent_id, query=query, tags=tags
             )
-    edges, page_info = build_edges(page, request, Memory.from_row)
-    return MemoryConnection(edges=edges, page_info=page_info)
+    if query is None or not query.strip():
+        return await keyset_connection(
+            info, MemoryConnection, stmt, page, Memory.from_row, id_column=orm.Memory.id
+        )
+    connection: MemoryConnection = MemoryConnection.of_rows(ranked, page, Memory.from_row)
+    return connection
 
 
-async def _search_page(
-    session: AsyncSession,
-    *,
-    workspace_id: int,
-    agent_id: int,
-    query: str,
-    tags: list[str] | None,
-    page: PageRequest,
-) -> Page[orm.Memory]:
-    """A page of the ranked search results (at most memory_search.MAX_CANDIDATES in all); the
-    cursor names the last memory seen, so the next page starts right after it. Operators and
-    viewers browsing do not count as use: ``lastUsedAt`` stays when a run last used it."""
-    ranked = await memory_search.search(
+async def _search(
+    session: AsyncSession, *, workspace_id: int, agent_id: int, query: str, tags: list[str] | None
+) -> list[orm.Memory]:
+    """The ranked search results (at most memory_search.MAX_CANDIDATES in all), paged by the
+    caller: a cursor names a memory of the ranking, so the next page starts right after it.
+    Operators and viewers browsing do not count as use: ``lastUsedAt`` stays when a run last
+    used it."""
+    return await memory_search.search(
         session,
         workspace_id=workspace_id,
         agent_id=agent_id,
@@ -201,8 +220,3 @@ async def _search_page(
         now=utcnow(),
         mark_used=False,
     )
-    start = 0
-    if page.after_id is not None:
-        ids = [m.id for m in ranked]
-        start = ids.index(page.after_id) + 1 if page.after_id in ids else len(ranked)
-    return Page(rows=ranked[start : start + page.limit], has_next=len(ranked) > start + page.limit)

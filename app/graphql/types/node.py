@@ -1,22 +1,47 @@
-"""The Relay ``Node`` interface and cursor connections."""
+"""The Relay ``Node`` interface and cursor connections (docs/graphql/frontends.md: paging).
+
+Every connection pages the same way, through this module: the ``Paged`` field extension
+gives a field its paging arguments (``first``/``after``, ``last``/``before``, ``orderBy``)
+and hands the resolver one checked ``PageRequest``; ``Connection.of`` turns the page read
+into edges, ``pageInfo`` and a ``totalCount`` counted only when selected.
+
+A cursor names a row *and* the connection and ordering it was read from
+(``"cursor:<Type.field>:<ORDER>:<id>"``, base64url): a cursor from another list, or from
+the same list in the other order, is VALIDATION_FAILED rather than a silently wrong page.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Generic, TypeVar
+import enum
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 import strawberry
+from sqlalchemy import Select
+from sqlalchemy.orm import InstrumentedAttribute
+from strawberry.annotation import StrawberryAnnotation
+from strawberry.extensions import FieldExtension
+from strawberry.types.arguments import StrawberryArgument
+from strawberry.types.field import StrawberryField
 
 from app.domain.errors import ValidationFailed
 from app.graphql.ids import from_cursor, to_cursor
+from app.graphql.loaders import Pages
+from app.services import reads
 from app.services.reads import Page, PageRequest
 from app.settings import Settings
 
 T = TypeVar("T")
-R = TypeVar("R")
+C = TypeVar("C", bound="Connection[Any]")
 
 # Page size when the client does not say; never more than settings.max_page_size.
 DEFAULT_PAGE_SIZE = 50
+
+
+@strawberry.enum(name="Ordering", description="The order a list is read in: by creation (ids grow with it).")
+class Ordering(enum.Enum):
+    NEWEST_FIRST = strawberry.enum_value("NEWEST_FIRST", description="Newest first.")
+    OLDEST_FIRST = strawberry.enum_value("OLDEST_FIRST", description="Oldest first.")
 
 
 @strawberry.interface(
@@ -26,48 +51,184 @@ class Node:
     id: strawberry.ID
 
 
-@strawberry.type(name="PageInfo")
+@strawberry.type(name="PageInfo", description="Where a page sits in its list (Relay's cursor connections).")
 class PageInfo:
-    has_next_page: bool
-    # Forward pagination only: true when the page was asked for after a cursor, since the
-    # row that cursor names came before it (Relay lets us approximate this cheaply).
-    has_previous_page: bool
-    start_cursor: str | None
-    end_cursor: str | None
+    has_next_page: bool = strawberry.field(
+        description=(
+            "More items follow this page. For a page read backward (`last`), true when it was "
+            "asked for `before` a cursor."
+        )
+    )
+    has_previous_page: bool = strawberry.field(
+        description=(
+            "More items come before this page. For a page read forward (`first`), true when it "
+            "was asked for `after` a cursor."
+        )
+    )
+    start_cursor: str | None = strawberry.field(
+        description="The first edge's cursor; null for an empty page."
+    )
+    end_cursor: str | None = strawberry.field(description="The last edge's cursor; null for an empty page.")
 
 
 @strawberry.type
 class Edge(Generic[T]):
     node: T
-    cursor: str
+    cursor: str = strawberry.field(
+        description="Names this item in this list and ordering: pass it as `after` or `before`."
+    )
+
+
+Counter = Callable[[], Awaitable[int]]
 
 
 @strawberry.type
 class Connection(Generic[T]):
-    """A page of a list that grows, newest first. Subclassed once per node type so each
-    connection has its public name (``AgentConnection``); edges are named ``AgentEdge``."""
+    """A page of a list. Subclassed once per node type so each connection has its public
+    name (``AgentConnection``); edges are named ``AgentEdge``."""
 
     edges: list[Edge[T]]
     page_info: PageInfo
+    counter: strawberry.Private[Counter]
 
-
-def build_edges(
-    page: Page[R], request: PageRequest, convert: Callable[[R], T]
-) -> tuple[list[Edge[T]], PageInfo]:
-    edges = [Edge(node=convert(row), cursor=to_cursor(row.id)) for row in page.rows]  # type: ignore[attr-defined]
-    info = PageInfo(
-        has_next_page=page.has_next,
-        has_previous_page=request.after_id is not None,
-        start_cursor=edges[0].cursor if edges else None,
-        end_cursor=edges[-1].cursor if edges else None,
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        description="How many items the whole list holds (with its filters), across all pages."
     )
-    return edges, info
+    async def total_count(self) -> int:
+        return await self.counter()
+
+    @classmethod
+    def of(cls, page: Page[Any], request: PageRequest, convert: Callable[[Any], T], counter: Counter) -> Any:
+        edges = [Edge(node=convert(row), cursor=to_cursor(request.scope, row.id)) for row in page.rows]
+        info = PageInfo(
+            has_next_page=page.has_next,
+            has_previous_page=page.has_previous,
+            start_cursor=edges[0].cursor if edges else None,
+            end_cursor=edges[-1].cursor if edges else None,
+        )
+        return cls(edges=edges, page_info=info, counter=counter)
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[Any], request: PageRequest, convert: Callable[[Any], T]) -> Any:
+        """A connection over rows already in memory and in their order (a search's ranking,
+        a tree walk)."""
+
+        async def count() -> int:
+            return len(rows)
+
+        return cls.of(reads.slice_page(rows, request, key=lambda row: row.id), request, convert, count)
 
 
-def page_request(first: int | None, after: str | None, settings: Settings) -> PageRequest:
-    """Check ``first``/``after``. There is no query-cost limiter in strawberry, so the page
-    size cap is what bounds the work a single list field can ask for."""
-    limit = min(DEFAULT_PAGE_SIZE, settings.max_page_size) if first is None else first
+def page_request(
+    settings: Settings,
+    scope: str,
+    *,
+    first: int | None = None,
+    after: str | None = None,
+    last: int | None = None,
+    before: str | None = None,
+    order: Ordering = Ordering.NEWEST_FIRST,
+) -> PageRequest:
+    """Check the paging arguments. There is no query-cost limiter in strawberry, so the page
+    size cap is what bounds the work a single list field can ask for (app/graphql/cost.py
+    prices the document with the same sizes before anything runs)."""
+    if first is not None and last is not None:
+        raise ValidationFailed("ask for `first` or for `last`, not both", field="last")
+    name, size = ("last", last) if last is not None else ("first", first)
+    limit = min(DEFAULT_PAGE_SIZE, settings.max_page_size) if size is None else size
     if limit < 0 or limit > settings.max_page_size:
-        raise ValidationFailed(f"first must be between 0 and {settings.max_page_size}", field="first")
-    return PageRequest(limit=limit, after_id=None if after is None else from_cursor(after, field="after"))
+        raise ValidationFailed(f"{name} must be between 0 and {settings.max_page_size}", field=name)
+    scope = f"{scope}:{order.name}"
+    return PageRequest(
+        limit=limit,
+        after_id=None if after is None else from_cursor(after, scope, field="after"),
+        before_id=None if before is None else from_cursor(before, scope, field="before"),
+        backward=last is not None,
+        newest_first=order is Ordering.NEWEST_FIRST,
+        scope=scope,
+    )
+
+
+def _argument(name: str, annotation: Any, description: str) -> StrawberryArgument:
+    return StrawberryArgument(
+        python_name=name,
+        graphql_name=None,
+        type_annotation=StrawberryAnnotation(annotation),
+        description=description,
+        default=None,
+    )
+
+
+PAGING_ARGUMENTS = ("first", "after", "last", "before", "order_by")
+
+
+class Paged(FieldExtension):
+    """Makes a field a connection: adds the paging arguments and passes its resolver, as
+    ``page``, the checked ``PageRequest`` (bound to ``Type.field`` and the ordering).
+
+    ``order``: the list's order when the client does not ask (``orderBy``); ``orderable``:
+    false for a list with an order of its own (a search's ranking, a tree walk)."""
+
+    def __init__(self, order: Ordering = Ordering.NEWEST_FIRST, *, orderable: bool = True) -> None:
+        self.order = order
+        self.orderable = orderable
+        self.scope = ""
+
+    def apply(self, field: StrawberryField) -> None:
+        arguments = [a for a in field.arguments if a.python_name != "page"]
+        arguments += [
+            _argument("first", int | None, "The first n items (after `after`, if given)."),
+            _argument("after", str | None, "A cursor of this list: the items after it."),
+            _argument("last", int | None, "The last n items (before `before`, if given)."),
+            _argument("before", str | None, "A cursor of this list: the items before it."),
+        ]
+        if self.orderable:
+            default = "newest" if self.order is Ordering.NEWEST_FIRST else "oldest"
+            arguments.append(
+                _argument("order_by", Ordering | None, f"The order; {default} first by default.")
+            )
+        field.arguments = arguments
+
+    async def resolve_async(self, next_: Any, source: Any, info: Any, **kwargs: Any) -> Any:
+        paging = {name: kwargs.pop(name, None) for name in PAGING_ARGUMENTS}
+        order = paging.pop("order_by") or self.order
+        scope = f"{info._raw_info.parent_type.name}.{info.field_name}"
+        page = page_request(info.context.settings, scope, order=order, **paging)
+        return await next_(source, info, page=page, **kwargs)
+
+
+async def keyset_connection(
+    info: Any,
+    cls: type[C],
+    stmt: Select[Any],
+    request: PageRequest,
+    convert: Callable[[Any], Any],
+    *,
+    id_column: InstrumentedAttribute[int],
+) -> C:
+    """A connection over ``stmt``'s rows, keyset-paged by ``id_column``; ``totalCount``
+    counts the same statement, in a session of its own, only when asked for."""
+    async with info.context.session() as session:
+        page = await reads.fetch_page(session, stmt, id_column=id_column, page=request)
+
+    async def count() -> int:
+        async with info.context.session() as session:
+            return await reads.count_rows(session, stmt)
+
+    connection: C = cls.of(page, request, convert, count)
+    return connection
+
+
+OLDEST = Ordering.OLDEST_FIRST
+
+
+def first_page_request(info: Any) -> PageRequest:
+    """What a list field that is the first page of a connection reads (``Run.steps`` beside
+    ``Run.stepsConnection``): the largest page, oldest first. A list that could hold any
+    number of rows would make one response any size (docs/graphql/frontends.md: paging)."""
+    return PageRequest(limit=info.context.settings.max_page_size, newest_first=False)
+
+
+async def first_page(info: Any, pages: Pages[Any, None], parent: int, convert: Callable[[Any], T]) -> list[T]:
+    found = await pages.pages.load((parent, first_page_request(info), None))
+    return [convert(row) for row in found.rows]

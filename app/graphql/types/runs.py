@@ -7,7 +7,6 @@ Every relation goes through the request's DataLoaders, and the tree-shaped ones
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,8 +25,17 @@ from app.graphql.ids import to_global_id
 from app.graphql.loaders import subtree_ids
 from app.graphql.types.agents import Agent
 from app.graphql.types.budgets import BudgetLimit, Usage, wall_s
-from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.graphql.types.node import (
+    OLDEST,
+    Connection,
+    Node,
+    Paged,
+    first_page,
+    first_page_request,
+    keyset_connection,
+)
 from app.services import reads
+from app.services.reads import PageRequest, RunFilter
 from app.services.transitions.usage import ledger
 
 if TYPE_CHECKING:
@@ -259,16 +267,44 @@ class Run(Node):
             return self
         return Run.from_row(await _load_run(info, self.root_id))
 
-    @strawberry.field(description="Direct children, oldest first.")
+    @strawberry.field(
+        description=(
+            "Direct children, oldest first: the first page of `childrenConnection` (at most "
+            "ENVERIF_MAX_PAGE_SIZE, 100 by default)."
+        )
+    )
     async def children(self, info: Info) -> list[Run]:
-        rows = await (await info.context.loaders()).children.load(self.row.id)
-        return [Run.from_row(r) for r in rows]
+        loaders = await info.context.loaders()
+        return await first_page(info, loaders.run_children, self.row.id, Run.from_row)
 
-    @strawberry.field(description="The whole subtree below this run, breadth first.")
+    @strawberry.field(
+        description="Direct children, oldest first unless asked otherwise.", extensions=[Paged(OLDEST)]
+    )
+    async def children_connection(self, info: Info, page: PageRequest) -> RunConnection:
+        loaders = await info.context.loaders()
+        return await loaders.run_children.connection(RunConnection, self.row.id, page, None, Run.from_row)
+
+    @strawberry.field(
+        description=(
+            "The subtree below this run, breadth first: the first page of "
+            "`descendantsConnection` (at most ENVERIF_MAX_PAGE_SIZE, 100 by default)."
+        )
+    )
     async def descendants(self, info: Info) -> list[Run]:
+        found = reads.slice_page(await self._descendants(info), first_page_request(info), key=lambda r: r.id)
+        return [Run.from_row(r) for r in found.rows]
+
+    @strawberry.field(
+        description="The whole subtree below this run, breadth first.", extensions=[Paged(orderable=False)]
+    )
+    async def descendants_connection(self, info: Info, page: PageRequest) -> RunConnection:
+        connection: RunConnection = RunConnection.of_rows(await self._descendants(info), page, Run.from_row)
+        return connection
+
+    async def _descendants(self, info: Info) -> list[orm.Run]:
         tree = await (await info.context.loaders()).tree.load(self.root_id)
         by_id = {r.id: r for r in tree}
-        return [Run.from_row(by_id[i]) for i in subtree_ids(tree, self.row.id)]
+        return [by_id[i] for i in subtree_ids(tree, self.row.id)]
 
     @strawberry.field(description="The runs from the root down to this one: root first, this run last.")
     async def path(self, info: Info) -> list[Run]:
@@ -279,10 +315,24 @@ class Run(Node):
             chain.append(by_id[chain[-1].parent_run_id])
         return [self if r is self.row else Run.from_row(r) for r in reversed(chain)]
 
-    @strawberry.field
+    @strawberry.field(
+        description=(
+            "Its tool calls in order: the first page of `stepsConnection` (at most "
+            "ENVERIF_MAX_PAGE_SIZE, 100 by default); page through the rest there."
+        )
+    )
     async def steps(self, info: Info) -> list[RunStep]:
-        rows = await (await info.context.loaders()).steps.load(self.row.id)
-        return [RunStep.from_row(r) for r in rows]
+        loaders = await info.context.loaders()
+        return await first_page(info, loaders.run_steps, self.row.id, RunStep.from_row)
+
+    @strawberry.field(
+        description="Its tool calls, oldest first unless asked otherwise.", extensions=[Paged(OLDEST)]
+    )
+    async def steps_connection(self, info: Info, page: PageRequest) -> RunStepConnection:
+        loaders = await info.context.loaders()
+        return await loaders.run_steps.connection(
+            RunStepConnection, self.row.id, page, None, RunStep.from_row
+        )
 
     @strawberry.field
     def delegation(self) -> Delegation | None:
@@ -340,6 +390,11 @@ class RunConnection(Connection[Run]):
     pass
 
 
+@strawberry.type(name="RunStepConnection")
+class RunStepConnection(Connection[RunStep]):
+    pass
+
+
 async def _load_run(info: Info, run_id: int) -> orm.Run:
     row = await (await info.context.loaders()).run.load(run_id)
     if row is None:
@@ -347,25 +402,7 @@ async def _load_run(info: Info, run_id: int) -> orm.Run:
     return row
 
 
-async def run_connection(
-    info: Info,
-    *,
-    first: int | None,
-    after: str | None,
-    statuses: Sequence[RunStatus] | None = None,
-    agent_id: int | None = None,
-    roots_only: bool = False,
-) -> RunConnection:
+async def run_connection(info: Info, *, page: PageRequest, filter: RunFilter) -> RunConnection:
     principal = await info.context.principal()
-    request = page_request(first, after, info.context.settings)
-    async with info.context.session() as session:
-        page = await reads.list_runs(
-            session,
-            workspace_id=principal.workspace_id,
-            page=request,
-            statuses=statuses,
-            agent_id=agent_id,
-            roots_only=roots_only,
-        )
-    edges, page_info = build_edges(page, request, Run.from_row)
-    return RunConnection(edges=edges, page_info=page_info)
+    stmt = reads.runs_query(principal.workspace_id, filter)
+    return await keyset_connection(info, RunConnection, stmt, page, Run.from_row, id_column=orm.Run.id)

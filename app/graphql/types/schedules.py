@@ -17,7 +17,8 @@ from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
 from app.graphql.types.agents import Agent
-from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.graphql.types.node import Connection, Node, Paged
+from app.services.reads import PageRequest
 
 MAX_NEXT_FIRE_TIMES = 20
 
@@ -91,27 +92,24 @@ class Schedule(Node):
             times.append(next_fire_at(self.cron, self.timezone, after=times[-1]))
         return times
 
-    @strawberry.field(description="The runs this schedule started, newest first.")
+    @strawberry.field(description="The runs this schedule started, newest first.", extensions=[Paged()])
     async def runs(
-        self, info: Info, first: int | None = None, after: str | None = None
+        self, info: Info, page: PageRequest
     ) -> Annotated[RunConnection, strawberry.lazy("app.graphql.types.runs")]:
         from app.graphql.types.runs import Run, RunConnection  # circular: Run.schedule
 
-        request = page_request(first, after, info.context.settings)
-        page = await (await info.context.loaders()).schedule_runs.load((self.row.id, request, None))
-        edges, page_info = build_edges(page, request, Run.from_row)
-        return RunConnection(edges=edges, page_info=page_info)
+        loaders = await info.context.loaders()
+        return await loaders.schedule_runs.connection(RunConnection, self.row.id, page, None, Run.from_row)
 
     @strawberry.field(
-        description="Every fire time served, newest first: the run it started or why it skipped."
+        description="Every fire time served, newest first: the run it started or why it skipped.",
+        extensions=[Paged()],
     )
-    async def firings(
-        self, info: Info, first: int | None = None, after: str | None = None
-    ) -> ScheduleFiringConnection:
-        request = page_request(first, after, info.context.settings)
-        page = await (await info.context.loaders()).schedule_firings.load((self.row.id, request, None))
-        edges, page_info = build_edges(page, request, ScheduleFiring.from_row)
-        return ScheduleFiringConnection(edges=edges, page_info=page_info)
+    async def firings(self, info: Info, page: PageRequest) -> ScheduleFiringConnection:
+        loaders = await info.context.loaders()
+        return await loaders.schedule_firings.connection(
+            ScheduleFiringConnection, self.row.id, page, None, ScheduleFiring.from_row
+        )
 
 
 @strawberry.type(name="ScheduleFiring", description="One fire time of a schedule, as a tick served it.")

@@ -7,18 +7,24 @@ from datetime import datetime
 import strawberry
 
 from app.db import orm
-from app.domain.agents import Role
+from app.domain.errors import ValidationFailed
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
-from app.graphql.types.node import Connection, Node, build_edges, page_request
+from app.graphql.types.enums import Role
+from app.graphql.types.node import Connection, Node, keyset_connection
 from app.services import auth
+from app.services.reads import PageRequest
 
 
 @strawberry.type(name="ApiToken", description="An API token of your workspace (admins only).")
 class ApiToken(Node):
     id: strawberry.ID
     name: str = strawberry.field(description="Unique in the workspace.")
-    role: str = strawberry.field(description="viewer, operator or admin.")
+    role: str = strawberry.field(
+        description="viewer, operator or admin.",
+        deprecation_reason="Use `access`, the same role as the Role enum.",
+    )
+    access: Role = strawberry.field(description="The token's role.")
     created_at: datetime
     expires_at: datetime | None = strawberry.field(description="Null: never expires.")
     last_used_at: datetime | None = strawberry.field(
@@ -32,6 +38,7 @@ class ApiToken(Node):
             id=strawberry.ID(to_global_id("ApiToken", row.id)),
             name=row.name,
             role=row.role,
+            access=Role(row.role),
             created_at=row.created_at,
             expires_at=row.expires_at,
             last_used_at=row.last_used_at,
@@ -47,11 +54,29 @@ class CreatedApiToken:
 
 @strawberry.input(name="CreateApiTokenInput")
 class CreateApiTokenInput:
-    role: str = strawberry.field(description="viewer, operator or admin.")
+    access: Role | None = strawberry.field(
+        default=None, description="The token's role (or the older `role`)."
+    )
+    role: str | None = strawberry.field(
+        default=None,
+        description="viewer, operator or admin.",
+        deprecation_reason="Use `access`, the same role as the Role enum.",
+    )
     name: str = strawberry.field(description="Unique in the workspace.")
     expires_at: datetime | None = strawberry.field(
         default=None, description="When the token stops working; must be in the future."
     )
+
+    def chosen_role(self) -> Role:
+        """``access``, or the deprecated ``role`` string; one of them, and the same if both."""
+        if self.access is None and self.role is None:
+            raise ValidationFailed(
+                "give the token a role: access (VIEWER, OPERATOR or ADMIN)", field="access"
+            )
+        parsed = None if self.role is None else auth.parse_role(self.role)
+        if self.access is not None and parsed is not None and parsed is not self.access:
+            raise ValidationFailed("access and role name different roles; give access only", field="access")
+        return self.access or parsed  # type: ignore[return-value]
 
 
 @strawberry.type(name="ApiTokenConnection")
@@ -59,14 +84,13 @@ class ApiTokenConnection(Connection[ApiToken]):
     pass
 
 
-async def api_token_connection(info: Info, *, first: int | None, after: str | None) -> ApiTokenConnection:
+async def api_token_connection(info: Info, *, page: PageRequest) -> ApiTokenConnection:
     principal = await info.context.principal()
     principal.require(Role.ADMIN)
-    request = page_request(first, after, info.context.settings)
-    async with info.context.session() as session:
-        page = await auth.list_tokens(session, workspace_id=principal.workspace_id, page=request)
-    edges, page_info = build_edges(page, request, ApiToken.from_row)
-    return ApiTokenConnection(edges=edges, page_info=page_info)
+    stmt = auth.tokens_query(principal.workspace_id)
+    return await keyset_connection(
+        info, ApiTokenConnection, stmt, page, ApiToken.from_row, id_column=orm.ApiToken.id
+    )
 
 
 async def api_token_node(info: Info, pk: int) -> ApiToken:

@@ -7,10 +7,10 @@ from datetime import datetime
 import strawberry
 
 from app.db import orm
-from app.domain.agents import Role
 from app.domain.errors import NotFound
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
+from app.graphql.types.enums import Role
 from app.graphql.types.node import Node
 
 
@@ -69,5 +69,9 @@ async def _viewer_workspace(root: Viewer, info: strawberry.Info) -> Workspace:
 class Viewer:
     # Loaded only when asked for: `viewer { role }` needs no database read.
     workspace: Workspace = strawberry.field(resolver=_viewer_workspace)
-    role: str = strawberry.field(description="viewer, operator or admin.")
+    role: str = strawberry.field(
+        description="viewer, operator or admin.",
+        deprecation_reason="Use `access`, the same role as the Role enum.",
+    )
+    access: Role = strawberry.field(description="The token's role.")
     workspace_id: strawberry.Private[int]

@@ -12,7 +12,7 @@ const MEMORY_FIELDS = `
 
 const SEARCH = `
 query Memories($agentId: ID!, $query: String, $tags: [String!], $after: String) {
-  memories(agentId: $agentId, query: $query, tags: $tags, first: 50, after: $after) {
+  memories(agentId: $agentId, query: $query, tags: $tags, first: 20, after: $after) {
     edges { node { ${MEMORY_FIELDS} } }
     pageInfo { hasNextPage endCursor }
   }
