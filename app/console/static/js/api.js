@@ -107,11 +107,16 @@ export function subscribe(query, variables, handlers) {
         if (message.payload.errors?.length) handlers.error?.(toError(message.payload.errors[0]));
         else handlers.next(message.payload.data);
         break;
-      case 'error':
+      case 'error': {
         finished = true;
-        handlers.error?.(toError(message.payload?.[0]));
+        const error = toError(message.payload?.[0]);
         socket.close(1000);
+        // The token stopped working while the socket was open: the API says so to each
+        // operation before it closes the socket (4403), as an HTTP answer would.
+        if (error.code === 'UNAUTHENTICATED') signOut(`Signed out: ${error.message}. Sign in with a valid token.`);
+        else handlers.error?.(error);
         break;
+      }
       case 'complete':
         finished = true;
         handlers.complete?.();
