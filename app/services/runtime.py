@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.session import create_engine, create_read_sessionmaker, create_sessionmaker
 from app.dev.embedded import ensure_embedded_redis
+from app.domain.agent_versions import AgentConfig
 from app.services.token_cache import TokenCache
 from app.settings import Settings
 
@@ -36,6 +37,9 @@ class Runtime:
     # The tools workers register (app.services.agents loads them on first use): a policy
     # rule must match one of them.
     tool_names: frozenset[str] | None = None
+    # Agent versions runs were claimed with, by (id, agent id, number): a version row never
+    # changes, so a worker reads each one once (``app.services.memory_injection``).
+    pinned_versions: dict[tuple[int, int, int], AgentConfig] = field(default_factory=dict)
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         task = asyncio.create_task(work, name=name)
