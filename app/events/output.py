@@ -75,9 +75,8 @@ class OutputWriter:
     ``on_text`` only queues the piece: one flush task writes what is queued as soon as the
     model's task yields (to the network, most often), all of it in one round trip, while the
     model goes on. A turn that says everything without yielding (the scripted provider, a
-    model replying in one go) gets no Redis string at all: ``finish`` publishes its pieces
-    and ``done`` in one round trip, as a subscriber that read no text so far expects (it
-    takes the pieces from offset 0) (docs/performance.md)."""
+    model replying in one go) is written whole by ``finish``: the text so far, its pieces,
+    the string's deletion and ``done``, in one round trip (docs/performance.md)."""
 
     def __init__(self, redis: Redis, prefix: str, *, run_id: int, step_seq: int) -> None:
         self._redis = redis
@@ -134,10 +133,17 @@ class OutputWriter:
         done = encode_piece(Piece(self._run_id, self._step_seq, self._end, "", done=True))
         async with self._best_effort():
             async with self._redis.pipeline(transaction=False) as pipe:
-                if self._started:
-                    pipe.delete(self._key)
-                for piece in self._queued:
-                    pipe.publish(self._channel, encode_piece(piece))
+                if self._queued:
+                    # The string holds the whole text while its pieces go out, for a
+                    # subscriber that joins between two of them and reads the text so far.
+                    text = "".join(p.text for p in self._queued)
+                    if self._started:
+                        pipe.append(self._key, text)
+                    else:
+                        pipe.set(self._key, self._header + text, ex=OUTPUT_TTL_S)
+                    for piece in self._queued:
+                        pipe.publish(self._channel, encode_piece(piece))
+                pipe.delete(self._key)
                 pipe.publish(self._channel, done)
                 await pipe.execute()
         self._queued = []
