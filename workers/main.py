@@ -154,24 +154,34 @@ class EnverifWorker(Worker):
         # arq takes a slot (semaphore + job counter) per job before the Redis round trips that
         # mark it in progress, and gives it back on every path but an exception. One job at a
         # time, so that a failure is known to concern the job whose slot is still taken.
-        for job_id in await self._not_in_progress(job_ids):
-            if self.job_counter >= self.max_jobs:
-                return
-            running = self.tasks.get(job_id.decode())
-            if running is not None and not running.done():
-                # Its in-progress key lapsed while this worker still runs it (renewals missed
-                # under load or a Redis blip). Taken again here, arq would run the same job
-                # twice in one process: its second end finds the first one's bookkeeping gone
-                # (a KeyError in its wrapper). Another worker may take it; its claim is fenced.
-                continue
-            taken = self.slots.taken
-            try:
-                await super().start_jobs([job_id])
-            except BaseException:
-                if self.slots.taken > taken and job_id.decode() not in self.tasks:
-                    self.job_counter -= 1
-                    self.sem.release()
-                raise
+        #
+        # arq reads up to ``queue_read_limit`` jobs of the queue's head on each poll, the jobs
+        # being run included. This process's own running jobs are skipped without asking
+        # Redis, even one whose in-progress key lapsed (renewals missed under load or a Redis
+        # blip): taken again here, arq would run the same job twice in one process, and its
+        # second end would find the first one's bookkeeping gone (a KeyError in its wrapper);
+        # another worker may take it, its claim is fenced. The others are checked a few at a
+        # time, twice as many as the free slots (some may be another worker's), not the head.
+        waiting = [job_id for job_id in job_ids if not self._running_here(job_id)]
+        checked = 0
+        while checked < len(waiting) and self.job_counter < self.max_jobs:
+            batch = waiting[checked : checked + 2 * (self.max_jobs - self.job_counter)]
+            checked += len(batch)
+            for job_id in await self._not_in_progress(batch):
+                if self.job_counter >= self.max_jobs:
+                    return
+                taken = self.slots.taken
+                try:
+                    await super().start_jobs([job_id])
+                except BaseException:
+                    if self.slots.taken > taken and job_id.decode() not in self.tasks:
+                        self.job_counter -= 1
+                        self.sem.release()
+                    raise
+
+    def _running_here(self, job_id: bytes) -> bool:
+        running = self.tasks.get(job_id.decode())
+        return running is not None and not running.done()
 
     async def _not_in_progress(self, job_ids: list[bytes]) -> list[bytes]:
         """The jobs of ``job_ids`` no worker has in progress, by one pipelined EXISTS. arq

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,7 +71,10 @@ def tool_key(name: str) -> str:
     return name.strip().casefold()
 
 
+@functools.lru_cache(maxsize=4096)
 def tool_matches(name: str, pattern: str) -> bool:
+    # Asked for every tool against every pattern as a run starts and for every call's rules:
+    # the same few pairs over and over (a pure function of two short strings).
     return fnmatch.fnmatchcase(tool_key(name), tool_key(pattern))
 
 

@@ -1,10 +1,10 @@
 """Live model output (``runOutput``, docs/graphql/guide.md): text as a model produces it, on
 Redis, never in the database (the step keeps the whole text once, when the turn is recorded).
 
-The worker side (``OutputWriter``) appends each piece to the turn's Redis string
-(``keys.output_key``: ``"<stepSeq>:<text so far>"``) and publishes it on
-``keys.output_channel`` with the end offset it reached, in one round trip; when the turn
-ends it publishes ``done`` and deletes the string. The API side (``OutputHub``) is a
+The worker side (``OutputWriter``) appends the pieces to the turn's Redis string
+(``keys.output_key``: ``"<stepSeq>:<text so far>"``) and publishes each on
+``keys.output_channel`` with the end offset it reached, what has queued up in one round
+trip; when the turn ends it publishes ``done`` and deletes the string. The API side (``OutputHub``) is a
 ``ChannelHandler`` of the process's one Redis subscriber: it fans pieces out to the
 subscriptions of their run through bounded queues. A subscription reads the string first
 (what a subscriber that joins mid-turn has missed), then follows pieces, using the offsets
@@ -70,7 +70,13 @@ def decode_piece(data: bytes | str) -> Piece | None:
 
 
 class OutputWriter:
-    """One turn's live output, in a worker: ``on_text`` is the turn's ``TurnContext.on_text``."""
+    """One turn's live output, in a worker: ``on_text`` is the turn's ``TurnContext.on_text``.
+
+    ``on_text`` only queues the piece: one flush task writes what is queued as soon as the
+    model's task yields (to the network, most often), all of it in one round trip, while the
+    model goes on. A turn that says everything without yielding (the scripted provider, a
+    model replying in one go) is written whole by ``finish``: the text so far, its pieces,
+    the string's deletion and ``done``, in one round trip (docs/performance.md)."""
 
     def __init__(self, redis: Redis, prefix: str, *, run_id: int, step_seq: int) -> None:
         self._redis = redis
@@ -80,33 +86,67 @@ class OutputWriter:
         self._step_seq = step_seq
         self._header = f"{step_seq}:"
         self._end = 0
-        self._started = False
+        self._queued: list[Piece] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._flushing = False  # the flush task took pieces: a write is (or was) in flight
+        self._started = False  # the Redis string exists (something was flushed)
         self._broken = False
 
     async def on_text(self, text: str) -> None:
         if not text or self._broken:
             return
         self._end += len(text)
-        piece = encode_piece(Piece(self._run_id, self._step_seq, self._end, text))
-        async with self._best_effort():
-            async with self._redis.pipeline(transaction=False) as pipe:
-                if not self._started:
-                    pipe.set(self._key, self._header, ex=OUTPUT_TTL_S)
-                pipe.append(self._key, text)
-                pipe.publish(self._channel, piece)
-                await pipe.execute()
-            self._started = True
+        self._queued.append(Piece(self._run_id, self._step_seq, self._end, text))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name=f"enverif-output-{self._run_id}")
+
+    async def _flush(self) -> None:
+        while self._queued and not self._broken:
+            pieces, self._queued = self._queued, []
+            self._flushing = True
+            async with self._best_effort():
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    if not self._started:
+                        pipe.set(self._key, self._header, ex=OUTPUT_TTL_S)
+                    pipe.append(self._key, "".join(p.text for p in pieces))
+                    for piece in pieces:
+                        pipe.publish(self._channel, encode_piece(piece))
+                    await pipe.execute()
+                self._started = True
 
     async def finish(self) -> None:
         """The turn ended (answered or failed): subscribers are told, the text is dropped."""
-        if not self._started:
+        flusher = self._flusher
+        if flusher is not None and not flusher.done():
+            if self._flushing:
+                await flusher  # a write in flight: what follows goes after it
+            else:
+                # Not begun (nothing yielded since the first piece): its pieces go with
+                # ``done`` below. Cancelled before its first step, it has sent nothing.
+                flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await flusher
+        if self._broken:
+            self._queued = []  # a subscriber notices the gap and reads the text so far
+        if not (self._started or self._queued):
             return
         done = encode_piece(Piece(self._run_id, self._step_seq, self._end, "", done=True))
         async with self._best_effort():
             async with self._redis.pipeline(transaction=False) as pipe:
+                if self._queued:
+                    # The string holds the whole text while its pieces go out, for a
+                    # subscriber that joins between two of them and reads the text so far.
+                    text = "".join(p.text for p in self._queued)
+                    if self._started:
+                        pipe.append(self._key, text)
+                    else:
+                        pipe.set(self._key, self._header + text, ex=OUTPUT_TTL_S)
+                    for piece in self._queued:
+                        pipe.publish(self._channel, encode_piece(piece))
                 pipe.delete(self._key)
                 pipe.publish(self._channel, done)
                 await pipe.execute()
+        self._queued = []
 
     @contextlib.asynccontextmanager
     async def _best_effort(self) -> Any:

@@ -12,6 +12,7 @@ was read, and one deleted in between is dropped (re-checked inside the claim).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,8 +71,20 @@ async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
         found = (await session.execute(_FIRST_START, {"b_run": run_id})).first()
         if found is None:
             return PreClaim(None, None)
-        injected_ids, name, status, paused, policy, chain, version, has_memories, running = found
-        agent = pinned_config(version, name=name)
+        (
+            injected_ids,
+            name,
+            status,
+            paused,
+            policy,
+            chain,
+            version_id,
+            agent_id,
+            version,
+            has_memories,
+            running,
+        ) = found
+        agent = await _pinned(rt, session, (version_id, agent_id, version), name=name)
         running = int(running or 0)
         held = hold_reason(agent_name=name, agent_status=status, workspace_paused_reason=paused)
         if chain_agent_ids(chain) == [agent.id]:
@@ -119,6 +132,30 @@ def _links(policies: list[tuple[str, Any]]) -> list[PolicyLink]:
     return links
 
 
+# Pinned versions kept per runtime (so per database), by (version id, agent id, version
+# number): a few hundred bytes each, and a deployment has far fewer versions in use.
+PINNED_CACHE_MAX = 4096
+
+
+async def _pinned(rt: Runtime, session: AsyncSession, key: tuple[int, int, int], *, name: str) -> AgentConfig:
+    """The pinned version's configuration: read once per process, since a version row never
+    changes (docs/concepts/versions.md); the agent's name is its current one."""
+    cache = rt.pinned_versions
+    agent = cache.get(key)
+    if agent is None:
+        version = await session.scalar(select(AgentVersion).where(AgentVersion.id == key[0]))
+        assert version is not None  # read in the same snapshot as its id
+        agent = pinned_config(version, name=name)
+    elif agent.name == name:
+        return agent
+    else:
+        agent = dataclasses.replace(agent, name=name)  # the agent was renamed
+    if len(cache) >= PINNED_CACHE_MAX:
+        cache.clear()
+    cache[key] = agent
+    return agent
+
+
 def pinned_config(version: AgentVersion, *, name: str) -> AgentConfig:
     return AgentConfig.of(
         id=version.agent_id, workspace_id=version.workspace_id, name=name,
@@ -140,9 +177,9 @@ async def read_pinned(session: AsyncSession, run: Run) -> AgentConfig:
 
 
 _Running = aliased(Run)
-# Built once (compiled once, cached): the run's first-start check, what holds it, its
-# agent's pinned version (budget and all: the claim uses it), and whether the agent has any
-# memory at all.
+# Built once (compiled once, cached): the run's first-start check, what holds it, which
+# version of its agent it is pinned to (the configuration itself is cached: ``_pinned``),
+# whether the agent has any memory at all, and how many of its workspace's runs are running.
 _FIRST_START = (
     select(
         Run.injected_memory_ids,
@@ -151,7 +188,9 @@ _FIRST_START = (
         Workspace.paused_reason,
         Agent.policy,
         Run.policy_chain,
-        AgentVersion,
+        AgentVersion.id,
+        AgentVersion.agent_id,
+        AgentVersion.version,
         exists().where(Memory.agent_id == Run.agent_id),
         # An index range of (workspace_id, status): the workspace's RUNNING runs.
         select(func.count())

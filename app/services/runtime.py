@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.session import create_engine, create_read_sessionmaker, create_sessionmaker
 from app.dev.embedded import ensure_embedded_redis
+from app.domain.agent_versions import AgentConfig
 from app.domain.policy import RiskClass
 from app.services.token_cache import TokenCache
 from app.settings import Settings
@@ -42,6 +43,9 @@ class Runtime:
     tool_names: frozenset[str] | None = None
     # Their specs by name (risk, argument schema), for checking an operator's edited call.
     tool_specs: dict[str, Any] | None = None
+    # Agent versions runs were claimed with, by (id, agent id, number): a version row never
+    # changes, so a worker reads each one once (``app.services.memory_injection``).
+    pinned_versions: dict[tuple[int, int, int], AgentConfig] = field(default_factory=dict)
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         task = asyncio.create_task(work, name=name)

@@ -132,3 +132,44 @@ async def test_jobs_another_worker_has_in_progress_cost_one_pipelined_check(sett
             await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
         finally:
             await pool.aclose()
+
+
+async def test_a_poll_checks_as_many_queued_jobs_as_it_has_slots_for(settings, tmp_path) -> None:
+    """arq reads a hundred jobs of the queue's head on every poll; a worker with 3 free
+    slots asks Redis about 6 of them (twice its free slots), not all 20, and a worker with
+    no free slot, or about the jobs it runs itself, asks nothing."""
+    from arq.constants import in_progress_key_prefix
+
+    from app.keys import queue_name
+
+    with redis_server(tmp_path) as (port, _, _):
+        mine = changed(settings, redis_url=f"redis://127.0.0.1:{port}/0")
+        pool = await create_pool(redis_settings(mine))
+        release = asyncio.Event()
+        try:
+            worker = build_worker(mine, redis_pool=pool, handle_signals=False, max_jobs=3)
+
+            async def held_job(job_id: str, score: int) -> None:
+                await release.wait()
+
+            worker.run_job = held_job  # type: ignore[method-assign]
+            job_ids = [f"{mine.redis_prefix}:job-{n:02d}" for n in range(20)]
+            await pool.zadd(queue_name(mine.redis_prefix), {j: 1 for j in job_ids})
+
+            async def exists_calls(*ids: str) -> int:
+                await pool.config_resetstat()
+                await worker.start_jobs([j.encode() for j in ids])
+                stats = await pool.info("commandstats")
+                return int(stats.get("cmdstat_exists", {}).get("calls", 0))
+
+            # 6 in one pipeline, then arq's own check of each job it takes (3).
+            assert await exists_calls(*job_ids) == 6 + 3
+            assert sorted(worker.tasks) == job_ids[:3]
+            assert all([await pool.exists(in_progress_key_prefix + j) for j in job_ids[:3]])
+            assert await exists_calls(*job_ids) == 0  # no free slot
+            worker.job_counter -= 1  # a slot frees up; the 3 it runs are not asked about
+            assert await exists_calls(*job_ids[:3]) == 0 and sorted(worker.tasks) == job_ids[:3]
+        finally:
+            release.set()
+            await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+            await pool.aclose()
