@@ -65,13 +65,32 @@ def spend(n_in: int, n_out: int) -> dict[str, int]:
     return {"input_tokens": n_in, "output_tokens": n_out}
 
 
+STEP_PAGE = """query($id: ID!, $after: String) { run(id: $id) {
+  stepsConnection(first: 100, after: $after) { edges { node { tool status errorCode result } }
+    pageInfo { hasNextPage endCursor } } } }"""
+
+
+async def all_steps(gql: Any, token: str, run_id: str) -> list[dict[str, Any]]:
+    """Every step of a run, page by page (``Run.steps`` holds the first page only)."""
+    steps: list[dict[str, Any]] = []
+    after = None
+    while True:
+        page = (await gql.ok(STEP_PAGE, {"id": run_id, "after": after}, token=token))["run"][
+            "stepsConnection"
+        ]
+        steps += [edge["node"] for edge in page["edges"]]
+        if not page["pageInfo"]["hasNextPage"]:
+            return steps
+        after = page["pageInfo"]["endCursor"]
+
+
 async def test_a_300_call_turn_runs_max_calls_per_turn_and_refuses_the_rest(gql, workspace, worker) -> None:
     calls = [{"call": "memory.search", "args": {"query": f"q{i}"}} for i in range(300)]
     _, agent_id = await agent(gql, workspace.admin, "wide", [{"calls": calls}, {"final": "done"}])
     run_id = await start(gql, workspace.operator, agent_id)
     assert (await wait_run(gql, workspace.viewer, run_id, timeout_s=60))["status"] == "SUCCEEDED"
     run = await tree(gql, workspace.viewer, run_id)
-    tool_steps = [s for s in run["steps"] if s["tool"] == "memory.search"]
+    tool_steps = [s for s in await all_steps(gql, workspace.viewer, run_id) if s["tool"] == "memory.search"]
     assert len(tool_steps) == 300
     executed = [s for s in tool_steps if s["status"] == "SUCCEEDED"]
     refused = [s for s in tool_steps if s["errorCode"] == "BUDGET_EXCEEDED"]
