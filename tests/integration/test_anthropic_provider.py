@@ -26,7 +26,7 @@ from app.engine.base import (
     Usage,
 )
 from app.engine.providers import validate_model_config
-from app.engine.providers.anthropic import AnthropicProvider
+from app.engine.providers.anthropic import DEFAULT_BASE_URL, AnthropicProvider
 from app.settings import Settings
 from enverif.testing import check_provider
 from tests.support.vendors import (
@@ -321,13 +321,13 @@ async def test_a_key_that_may_not_go_there_is_never_sent(server: Server, key_env
 )
 def test_invalid_configs_name_the_field(config: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationFailed) as info:
-        validate_model_config(config, settings("ANTHROPIC_API_KEY", "https://api.anthropic.com"))
+        validate_model_config(config, settings("ANTHROPIC_API_KEY", DEFAULT_BASE_URL))
     assert info.value.field == field
 
 
 def test_the_default_destination_is_the_vendors() -> None:
     config = {"provider": "anthropic", "model": "claude-sonnet-4-5"}
-    assert validate_model_config(config, settings("ANTHROPIC_API_KEY", "https://api.anthropic.com")) == config
+    assert validate_model_config(config, settings("ANTHROPIC_API_KEY", DEFAULT_BASE_URL)) == config
 
 
 async def test_the_anthropic_provider_conforms(server: Server, key_env: str) -> None:

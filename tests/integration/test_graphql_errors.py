@@ -165,7 +165,7 @@ async def test_graphiql_only_when_asked_for(client: httpx.AsyncClient, settings:
         ide_app = create_app(settings.model_copy(update=flags))
         async with (
             ide_app.router.lifespan_context(ide_app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=ide_app), base_url="http://t") as ide,
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=ide_app), base_url="http://127.0.0.1") as ide,
         ):
             page = await ide.get("/graphql", headers={"Accept": "text/html"})
         assert page.status_code == 200

@@ -128,7 +128,7 @@ def test_origins_are_read_as_browsers_send_them(
 
 
 @pytest.mark.parametrize(
-    "value", ["localhost:5173", "http://localhost:5173/app", "ftp://host", "http://h:99999"]
+    "value", ["localhost:5173", "http://localhost:5173/app", "ftp://127.0.0.1", "http://127.0.0.1:99999"]
 )
 def test_what_is_not_an_origin_stops_start_up(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("ENVERIF_CORS_ORIGINS", value)

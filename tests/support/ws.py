@@ -60,7 +60,7 @@ class Stream(list[dict[str, Any]]):
 
 
 def ws_url(base_url: str) -> str:
-    """The websocket URL of ``/graphql`` on a server at ``http://host:port``."""
+    """The websocket URL of ``/graphql`` on a server at ``http://127.0.0.1:port``."""
     return base_url.replace("http://", "ws://") + "/graphql"
 
 

@@ -30,7 +30,10 @@ BOUND = "http://127.0.0.1:8631/v1"
         ("http://[0:0:0:0:0:0:0:1]:8631/v1", Endpoint("http", "::1", 8631, "/v1")),
         ("http://localhost:8631/%76%31", Endpoint("http", "localhost", 8631, "/v1")),  # unreserved: decoded
         ("http://localhost:8631/V1", Endpoint("http", "localhost", 8631, "/V1")),  # paths keep their case
-        ("http://xn--lcalhost-9ld.test:8631/v1", Endpoint("http", "xn--lcalhost-9ld.test", 8631, "/v1")),
+        (
+            "http://xn--lcalhost-9ld.localhost:8631/v1",
+            Endpoint("http", "xn--lcalhost-9ld.localhost", 8631, "/v1"),
+        ),
         (
             "http://127.0.0.1:8631/openai/deployments/a-b_c~d",
             Endpoint("http", "127.0.0.1", 8631, "/openai/deployments/a-b_c~d"),
