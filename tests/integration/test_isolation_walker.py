@@ -47,6 +47,7 @@ ID_TYPES: dict[tuple[str, str, str], str | None] = {
     ("Query", "node", "id"): None,  # any type
     ("Query", "auditEvents", "objectId"): None,  # a filter over any object's id
     ("Query", "nodes", "ids"): None,  # any type, a list
+    ("Query", "policyPreview", "agentIds"): "Agent",  # a run path: agents, root first
 }
 # Id arguments that filter a list: another workspace's id selects nothing (an empty page).
 FILTER_IDS = {("Query", "auditEvents", "objectId")}
@@ -140,8 +141,16 @@ def _minimal(type_: GraphQLInputType) -> Any:
     return SCALAR_VALUES[type_.name]
 
 
+def _is_list(type_: GraphQLOutputType) -> bool:
+    while isinstance(type_, GraphQLNonNull):
+        type_ = type_.of_type
+    return isinstance(type_, GraphQLList) or get_named_type(type_).name.endswith("Connection")
+
+
 def _selection(type_: GraphQLOutputType, depth: int = 2) -> str:
-    """Every scalar field without required arguments, and objects below, ``depth`` deep."""
+    """Every scalar field without required arguments, and objects below, ``depth`` deep; lists
+    only on the top object, with scalars only (lists in lists would cost more than a query
+    may, docs/graphql/frontends.md#paging)."""
     named = get_named_type(type_)
     if isinstance(named, GraphQLScalarType | GraphQLEnumType):
         return ""
@@ -155,6 +164,9 @@ def _selection(type_: GraphQLOutputType, depth: int = 2) -> str:
         inner = get_named_type(field.type)
         if isinstance(inner, GraphQLScalarType | GraphQLEnumType):
             parts.append(name)
+        elif _is_list(field.type):
+            if depth == 2:
+                parts.append(f"{name} {_selection(field.type, 0)}")
         elif depth > 0:
             parts.append(f"{name} {_selection(field.type, depth - 1)}")
     return "{ " + " ".join(parts) + " }"
