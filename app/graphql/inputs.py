@@ -85,7 +85,9 @@ class MemoryBudgetInput:
 @strawberry.input(name="CreateAgentInput", description="A new agent: only name and model are required.")
 class CreateAgentInput:
     name: str = strawberry.field(description="Unique in the workspace.")
-    model: JSON = strawberry.field(description="The model to run on: `{provider, name, ...}`.")
+    model: JSON = strawberry.field(
+        description="The model to run on: `{provider, model, ...}` (docs/extending/providers.md)."
+    )
     description: str | None = strawberry.field(default=None, description="What the agent is for.")
     instructions: str | None = strawberry.field(default=None, description="The system prompt.")
     tools: list[str] | None = strawberry.field(
@@ -136,7 +138,8 @@ class UpdateAgentInput:
         default=strawberry.UNSET, description="The system prompt; null clears it."
     )
     model: JSON | None = strawberry.field(
-        default=strawberry.UNSET, description="The model to run on: `{provider, name, ...}`."
+        default=strawberry.UNSET,
+        description="The model to run on: `{provider, model, ...}` (docs/extending/providers.md).",
     )
     tools: list[str] | None = strawberry.field(
         default=strawberry.UNSET,

@@ -68,7 +68,7 @@ _CHANGES = strawberry.argument(description="The fields to change; fields left ou
 
 @strawberry.type(
     name="Mutation",
-    description="Every change: each names the role it needs (operators run and decide, admins configure).",
+    description="Every change. Operators start and cancel runs, decide approvals, and write memories and schedules; admins configure agents, MCP servers, API tokens and the workspace.",
 )
 class Mutation:
     # -- agents (admin) ---------------------------------------------------------------------

@@ -103,7 +103,7 @@ class Agent(Node):
     instructions: str | None = strawberry.field(description="The system prompt.")
     status: AgentStatus = strawberry.field(description="Whether its runs go on (ACTIVE) or are held.")
     model: JSON = strawberry.field(
-        description="The model it runs on: `{provider, name, ...}` with the provider's settings."
+        description="The model it runs on: `{provider, model, ...}` with the provider's settings (docs/extending/providers.md)."
     )
     tools: list[str] = strawberry.field(description="Name patterns of the tools this agent is offered.")
     policy: Policy = strawberry.field(

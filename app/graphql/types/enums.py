@@ -38,7 +38,7 @@ expose(
         "RUN": "A run, e.g. a parent that started a child (the actor's id is the run's).",
         "SCHEDULE": "A schedule firing (the actor's id is the schedule's).",
         "CLI": "An operator at the server's command line (`enverif ...`).",
-        "SYSTEM": "Enverif itself, e.g. an approval expiring or a quota holding a run.",
+        "SYSTEM": "Enverif itself, e.g. an approval expiring past its deadline.",
     },
 )
 expose(
@@ -57,8 +57,8 @@ expose(
     "What a token may do: VIEWER reads, OPERATOR runs and decides, ADMIN configures.",
     {
         "VIEWER": "Reads everything in the workspace; changes nothing.",
-        "OPERATOR": "A viewer that also starts and cancels runs, decides approvals and writes memories.",
-        "ADMIN": "An operator that also configures agents, schedules, MCP servers, tokens and the workspace.",
+        "OPERATOR": "A viewer that also starts and cancels runs, decides approvals, and writes memories and schedules.",
+        "ADMIN": "An operator that also configures agents, MCP servers, API tokens and the workspace.",
     },
 )
 expose(
@@ -116,7 +116,7 @@ expose(
     "RunTrigger",
     "How a run was started.",
     {
-        "MANUAL": "From the command line (`enverif run`).",
+        "MANUAL": "From the command line (`enverif runs start`).",
         "API": "With startRun.",
         "SCHEDULE": "By a schedule firing.",
         "DELEGATION": "By its parent run's agents.delegate call.",
@@ -132,7 +132,7 @@ expose(
         "WAITING_APPROVAL": "Waiting for an operator to decide its approval.",
         "WAITING_CHILD": "An agents.delegate call waiting for its child run (see childRun).",
         "SUCCEEDED": "The tool returned; see result.",
-        "FAILED": "The tool failed or was refused by a limit; see error and errorCode.",
+        "FAILED": "The tool failed, or the call was refused before it ran (BUDGET_EXCEEDED, LOOP_DETECTED, ...); see error and errorCode.",
         "DENIED": "The policy denied the call; it did not run.",
         "REJECTED": "An operator rejected the call, or its approval expired; it did not run.",
         "CANCELLED": "Its run was cancelled before the call finished.",
@@ -234,7 +234,7 @@ expose(
     "How Enverif reaches an MCP server.",
     {
         "STREAMABLE_HTTP": "Over HTTP (MCP's streamable HTTP transport), at the server's url.",
-        "STDIO": "By starting the server's command on the worker and speaking over its stdin/stdout.",
+        "STDIO": "By starting the server's command and speaking MCP over its stdin and stdout.",
     },
 )
 expose(

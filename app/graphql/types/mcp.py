@@ -52,7 +52,7 @@ class McpServer(Node):
     transport: Transport = strawberry.field(description="How Enverif reaches it.")
     url: str | None = strawberry.field(description="STREAMABLE_HTTP: where it is; null for STDIO.")
     command: list[str] | None = strawberry.field(
-        description="STDIO: the command (and its arguments) the worker starts; null for STREAMABLE_HTTP."
+        description="STDIO: the program and its arguments Enverif starts; null for STREAMABLE_HTTP."
     )
     enabled: bool = strawberry.field(description="False: its tools are not offered to agents.")
     headers: JSON = strawberry.field(

@@ -92,7 +92,9 @@ class Schedule(Node):
     )
     def next_fire_times(
         self,
-        count: Annotated[int, strawberry.argument(description="How many fire times to list (1 to 20).")] = 5,
+        count: Annotated[
+            int, strawberry.argument(description="How many fire times to list (clamped to 1..20).")
+        ] = 5,
     ) -> list[datetime]:
         if not self.enabled or self.next_fire_at is None:
             return []

@@ -67,7 +67,7 @@ class AgentVersion(Node):
     )
     created_at: datetime = strawberry.field(description="When this version was written.")
     instructions: str | None = strawberry.field(description="The system prompt of this version.")
-    model: JSON = strawberry.field(description="The model of this version: `{provider, name, ...}`.")
+    model: JSON = strawberry.field(description="The model of this version: `{provider, model, ...}`.")
     tools: list[str] = strawberry.field(description="Name patterns of the tools this version is offered.")
     policy: Policy = strawberry.field(description="The policy of this version.")
     memory_budget: MemoryBudget = strawberry.field(description="The memory budget of this version.")
