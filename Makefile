@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider
 PYTEST_ARGS ?=
 
-.PHONY: help setup run test schema schema-check lint fmt typecheck unit integration \
+.PHONY: help setup run test schema schema-check lint-schema lint fmt typecheck unit integration \
 	integration-sqlite integration-mysql docs bench chaos clean
 
 help:
@@ -23,6 +23,7 @@ help:
 	@echo "make docs     build the manual in docs/ with mkdocs --strict (into site/; a broken link fails)"
 	@echo "make setup    create .venv and install Enverif with its dev tools"
 	@echo "make schema   regenerate schema.graphql from the code"
+	@echo "make lint-schema  @graphql-eslint (schema-recommended + relay rules) on schema.graphql"
 	@echo "make lint     ruff check + ruff format --check;  make fmt: ruff format + ruff check --fix"
 	@echo "make bench    run the benchmarks (bench/);  make chaos: the fault-injection tests"
 
@@ -39,7 +40,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: setup
 	$(BIN)/enverif dev
 
-test: setup schema-check
+test: setup schema-check lint-schema
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(MAKE) --no-print-directory docs unit integration
@@ -86,6 +87,18 @@ schema-check: setup
 	@diff -u <(sed -e '$$a\' schema.graphql) \
 		<($(BIN)/python -c "from app.graphql.schema import schema; print(schema.as_str())") \
 		|| { echo "schema.graphql is out of date with the code: run 'make schema' and commit it" >&2; exit 1; }
+
+# tests/js's npm packages (pinned in its package-lock.json), installed again when the lock changes.
+JS_STAMP := tests/js/node_modules/.installed
+$(JS_STAMP): tests/js/package-lock.json
+	npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
+	touch $(JS_STAMP)
+
+# @graphql-eslint's schema-recommended and relay rules on schema.graphql; the rules adjusted
+# and why are in tests/js/eslint.config.mjs.
+lint-schema: $(JS_STAMP)
+	@echo "==== schema.graphql: @graphql-eslint ===="
+	tests/js/node_modules/.bin/eslint --config tests/js/eslint.config.mjs --max-warnings 0 schema.graphql
 
 lint: setup
 	$(BIN)/ruff check .

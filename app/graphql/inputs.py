@@ -32,10 +32,12 @@ from app.services.validation import KEEP, Keep
 T = TypeVar("T")
 
 
-@strawberry.input(name="PolicyRuleInput")
+@strawberry.input(
+    name="PolicyRuleInput", description="One policy rule: calls of tools matching `tool` get `decision`."
+)
 class PolicyRuleInput:
-    tool: str
-    decision: Decision
+    tool: str = strawberry.field(description="Glob over tool names, e.g. 'webhook.*' or 'mcp.crm.*'.")
+    decision: Decision = strawberry.field(description="What a call of a matching tool gets.")
     timeout_s: int | None = strawberry.field(
         default=None,
         name="timeoutS",
@@ -49,10 +51,15 @@ class PolicyRuleInput:
         return rule
 
 
-@strawberry.input(name="PolicyInput")
+@strawberry.input(name="PolicyInput", description="An agent's policy: docs/concepts/policy.md.")
 class PolicyInput:
-    default: Decision | None = None
-    rules: list[PolicyRuleInput] | None = None
+    default: Decision | None = strawberry.field(
+        default=None,
+        description="What a call no rule matches gets; null or left out: the tool's risk class decides.",
+    )
+    rules: list[PolicyRuleInput] | None = strawberry.field(
+        default=None, description="The rules in order; the first matching one decides."
+    )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,22 +68,39 @@ class PolicyInput:
         }
 
 
-@strawberry.input(name="MemoryBudgetInput")
+@strawberry.input(
+    name="MemoryBudgetInput", description="How much memory is injected at the start of each run."
+)
 class MemoryBudgetInput:
-    max_items: int | None = strawberry.UNSET
-    max_chars: int | None = strawberry.UNSET
+    max_items: int | None = strawberry.field(
+        default=strawberry.UNSET,
+        description="At most this many memories injected per run (20 when not given).",
+    )
+    max_chars: int | None = strawberry.field(
+        default=strawberry.UNSET,
+        description="At most this many characters of memory injected per run (4000 when not given).",
+    )
 
 
-@strawberry.input(name="CreateAgentInput")
+@strawberry.input(name="CreateAgentInput", description="A new agent: only name and model are required.")
 class CreateAgentInput:
-    name: str
-    model: JSON
-    description: str | None = None
-    instructions: str | None = None
-    tools: list[str] | None = None
-    policy: PolicyInput | None = None
-    memory_budget: MemoryBudgetInput | None = None
-    status: AgentStatus | None = None
+    name: str = strawberry.field(description="Unique in the workspace.")
+    model: JSON = strawberry.field(
+        description="The model to run on: `{provider, model, ...}` (docs/extending/providers.md)."
+    )
+    description: str | None = strawberry.field(default=None, description="What the agent is for.")
+    instructions: str | None = strawberry.field(default=None, description="The system prompt.")
+    tools: list[str] | None = strawberry.field(
+        default=None,
+        description="Name patterns of the tools it is offered, e.g. 'memory.*'; none when left out.",
+    )
+    policy: PolicyInput | None = strawberry.field(
+        default=None, description="What its tool calls are allowed; left out: each tool's risk class decides."
+    )
+    memory_budget: MemoryBudgetInput | None = strawberry.field(
+        default=None, description="How much memory is injected per run; the defaults when left out."
+    )
+    status: AgentStatus | None = strawberry.field(default=None, description="ACTIVE when left out.")
     budget: JSON | None = strawberry.field(
         default=None, description="Budget limits (docs/concepts/budgets.md)."
     )
@@ -104,14 +128,33 @@ class CreateAgentInput:
 
 @strawberry.input(name="UpdateAgentInput", description="Omitted fields are kept; null clears a nullable one.")
 class UpdateAgentInput:
-    name: str | None = strawberry.UNSET
-    description: str | None = strawberry.UNSET
-    instructions: str | None = strawberry.UNSET
-    model: JSON | None = strawberry.UNSET
-    tools: list[str] | None = strawberry.UNSET
-    policy: PolicyInput | None = strawberry.UNSET
-    memory_budget: MemoryBudgetInput | None = strawberry.UNSET
-    status: AgentStatus | None = strawberry.UNSET
+    name: str | None = strawberry.field(
+        default=strawberry.UNSET, description="A new name, unique in the workspace."
+    )
+    description: str | None = strawberry.field(
+        default=strawberry.UNSET, description="What the agent is for; null clears it."
+    )
+    instructions: str | None = strawberry.field(
+        default=strawberry.UNSET, description="The system prompt; null clears it."
+    )
+    model: JSON | None = strawberry.field(
+        default=strawberry.UNSET,
+        description="The model to run on: `{provider, model, ...}` (docs/extending/providers.md).",
+    )
+    tools: list[str] | None = strawberry.field(
+        default=strawberry.UNSET,
+        description="Name patterns of the tools it is offered; the whole list is replaced.",
+    )
+    policy: PolicyInput | None = strawberry.field(
+        default=strawberry.UNSET,
+        description="The whole policy, replaced; null: each tool's risk class decides.",
+    )
+    memory_budget: MemoryBudgetInput | None = strawberry.field(
+        default=strawberry.UNSET, description="The limits to change; a limit left out is kept."
+    )
+    status: AgentStatus | None = strawberry.field(
+        default=strawberry.UNSET, description="ACTIVE, PAUSED (its runs are held) or ARCHIVED."
+    )
     budget: JSON | None = strawberry.field(
         default=strawberry.UNSET, description="null: no budget of its own."
     )
@@ -138,12 +181,14 @@ class UpdateAgentInput:
         )
 
 
-@strawberry.input(name="MemoryInput")
+@strawberry.input(name="MemoryInput", description="A new memory.")
 class MemoryInput:
-    key: str
-    value: str
-    tags: list[str] | None = None
-    importance: float | None = None
+    key: str = strawberry.field(description="What the memory is about; unique among the agent's memories.")
+    value: str = strawberry.field(description="The text to inject into runs' context.")
+    tags: list[str] | None = strawberry.field(default=None, description="Labels to filter by.")
+    importance: float | None = strawberry.field(
+        default=None, description="0..1 (0.5 when not given); with recency, decides what is injected first."
+    )
 
     def to_draft(self) -> MemoryDraft:
         return MemoryDraft(key=self.key, value=self.value, tags=self.tags, importance=self.importance)
@@ -151,10 +196,16 @@ class MemoryInput:
 
 @strawberry.input(name="MemoryPatch", description="Omitted fields are kept.")
 class MemoryPatch:
-    key: str | None = strawberry.UNSET
-    value: str | None = strawberry.UNSET
-    tags: list[str] | None = strawberry.UNSET
-    importance: float | None = strawberry.UNSET
+    key: str | None = strawberry.field(
+        default=strawberry.UNSET, description="A new key, unique among the agent's memories."
+    )
+    value: str | None = strawberry.field(default=strawberry.UNSET, description="A new value.")
+    tags: list[str] | None = strawberry.field(
+        default=strawberry.UNSET, description="The tags, replaced as a whole."
+    )
+    importance: float | None = strawberry.field(
+        default=strawberry.UNSET, description="A new importance, 0..1."
+    )
 
     def to_changes(self) -> MemoryChanges:
         return MemoryChanges(
@@ -165,13 +216,21 @@ class MemoryPatch:
         )
 
 
-@strawberry.input(name="ScheduleInput")
+@strawberry.input(name="ScheduleInput", description="A new schedule: only cron is required.")
 class ScheduleInput:
-    cron: str
-    timezone: str | None = None
-    input: JSON | None = None
-    enabled: bool | None = None
-    overlap_policy: OverlapPolicy | None = None
+    cron: str = strawberry.field(description="The cron expression to fire on, read in `timezone`.")
+    timezone: str | None = strawberry.field(
+        default=None, description="An IANA timezone name, e.g. Europe/Paris (UTC when not given)."
+    )
+    input: JSON | None = strawberry.field(
+        default=None,
+        description="The input every run it starts gets; checked against the agent's inputSchema.",
+    )
+    enabled: bool | None = strawberry.field(default=None, description="True when not given.")
+    overlap_policy: OverlapPolicy | None = strawberry.field(
+        default=None,
+        description="What to do when a fire time comes while its last run is unfinished (SKIP when not given).",
+    )
     budget: JSON | None = strawberry.field(
         default=None,
         description="Tightens the agent's budget for every run it starts (docs/concepts/budgets.md).",
@@ -195,11 +254,18 @@ class ScheduleInput:
 
 @strawberry.input(name="SchedulePatch", description="Omitted fields are kept; null input clears it.")
 class SchedulePatch:
-    cron: str | None = strawberry.UNSET
-    timezone: str | None = strawberry.UNSET
-    input: JSON | None = strawberry.UNSET
-    enabled: bool | None = strawberry.UNSET
-    overlap_policy: OverlapPolicy | None = strawberry.UNSET
+    cron: str | None = strawberry.field(default=strawberry.UNSET, description="A new cron expression.")
+    timezone: str | None = strawberry.field(default=strawberry.UNSET, description="A new IANA timezone name.")
+    input: JSON | None = strawberry.field(
+        default=strawberry.UNSET, description="A new input for the runs it starts; null clears it."
+    )
+    enabled: bool | None = strawberry.field(
+        default=strawberry.UNSET,
+        description="False stops it firing; true starts it again from the next fire time.",
+    )
+    overlap_policy: OverlapPolicy | None = strawberry.field(
+        default=strawberry.UNSET, description="A new overlap policy."
+    )
     budget: JSON | None = strawberry.field(default=strawberry.UNSET, description="null clears it.")
     max_concurrent_runs: int | None = strawberry.field(
         default=strawberry.UNSET, description="null: the default (3)."
@@ -217,15 +283,19 @@ class SchedulePatch:
         )
 
 
-@strawberry.input(name="CreateMcpServerInput")
+@strawberry.input(
+    name="CreateMcpServerInput", description="A new MCP server: its name, transport, and url or command."
+)
 class CreateMcpServerInput:
     name: str = strawberry.field(description="[a-z][a-z0-9_-]{0,31}; its tools are mcp.<name>.<tool>.")
-    transport: Transport
+    transport: Transport = strawberry.field(
+        description="How Enverif reaches the server: url for STREAMABLE_HTTP, command for STDIO."
+    )
     url: str | None = strawberry.field(default=None, description="STREAMABLE_HTTP: the server's endpoint.")
     command: list[str] | None = strawberry.field(
         default=None, description="STDIO: the program (on ENVERIF_MCP_STDIO_COMMANDS) and its arguments."
     )
-    enabled: bool | None = None
+    enabled: bool | None = strawberry.field(default=None, description="True when not given.")
     headers: JSON | None = strawberry.field(
         default=None,
         description='Header name -> the NAME of an environment variable on ENVERIF_MCP_SECRET_ENVS ({"Authorization": "CRM_TOKEN"}).',
@@ -248,11 +318,21 @@ class CreateMcpServerInput:
 
 @strawberry.input(name="UpdateMcpServerInput", description="Omitted fields are kept.")
 class UpdateMcpServerInput:
-    url: str | None = strawberry.UNSET
-    command: list[str] | None = strawberry.UNSET
-    enabled: bool | None = strawberry.UNSET
-    headers: JSON | None = strawberry.UNSET
-    tool_risk: JSON | None = strawberry.UNSET
+    url: str | None = strawberry.field(
+        default=strawberry.UNSET, description="A new endpoint (STREAMABLE_HTTP)."
+    )
+    command: list[str] | None = strawberry.field(
+        default=strawberry.UNSET, description="A new command and arguments (STDIO)."
+    )
+    enabled: bool | None = strawberry.field(
+        default=strawberry.UNSET, description="False stops offering its tools to agents."
+    )
+    headers: JSON | None = strawberry.field(
+        default=strawberry.UNSET, description="Header name -> environment variable name, replaced as a whole."
+    )
+    tool_risk: JSON | None = strawberry.field(
+        default=strawberry.UNSET, description="Tool name -> RiskClass, replaced as a whole."
+    )
 
     def to_patch(self) -> ServerPatch:
         return ServerPatch(
@@ -285,9 +365,15 @@ def _or_none(value: T | None) -> T | None:
     name="RunFilterInput", description="Which runs cancelRuns cancels; every field given must match."
 )
 class RunFilterInput:
-    agent_id: strawberry.ID | None = None
-    status: list[RunStatus] | None = None
-    roots_only: bool = False
+    agent_id: strawberry.ID | None = strawberry.field(
+        default=None, description="Runs of this agent (global id)."
+    )
+    status: list[RunStatus] | None = strawberry.field(
+        default=None, description="Runs in any of these statuses."
+    )
+    roots_only: bool = strawberry.field(
+        default=False, description="True: root runs only (their children are cancelled with them)."
+    )
 
     def to_filter(self) -> RunFilter:
         agent = (

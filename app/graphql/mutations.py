@@ -7,8 +7,11 @@ for a malformed one) — the services stay the authority.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import strawberry
 from strawberry.scalars import JSON
+from strawberry.types.arguments import StrawberryArgumentAnnotation
 
 from app.domain.agents import Role
 from app.domain.approvals import DecisionAsk
@@ -55,18 +58,46 @@ async def _caller(info: Info, role: Role) -> Principal:
     return principal
 
 
-@strawberry.type(name="Mutation")
+def _id_of(noun: str) -> StrawberryArgumentAnnotation:
+    """An ``id`` argument's description: ``_id_of("agent")``."""
+    return strawberry.argument(description=f"The {noun}'s global id.")
+
+
+_CHANGES = strawberry.argument(description="The fields to change; fields left out keep their value.")
+
+
+@strawberry.type(
+    name="Mutation",
+    description="Every change. Operators start and cancel runs, decide approvals, and write memories and schedules; admins configure agents, MCP servers, API tokens and the workspace.",
+)
 class Mutation:
     # -- agents (admin) ---------------------------------------------------------------------
 
-    @strawberry.mutation
-    async def create_agent(self, info: Info, input: CreateAgentInput) -> Agent:
+    @strawberry.mutation(description="Creates an agent (admins); its configuration becomes version 1.")
+    async def create_agent(
+        self,
+        info: Info,
+        input: Annotated[
+            CreateAgentInput,
+            strawberry.argument(description="The new agent's name, model and configuration."),
+        ],
+    ) -> Agent:
         principal = await _caller(info, Role.ADMIN)
         row = await agents.create_agent(info.context.runtime, principal, input.to_draft())
         return Agent.from_row(row)
 
-    @strawberry.mutation
-    async def update_agent(self, info: Info, id: strawberry.ID, input: UpdateAgentInput) -> Agent:
+    @strawberry.mutation(
+        description="Changes an agent (admins); a configuration change writes a new version, which runs started from now on use."
+    )
+    async def update_agent(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("agent")],
+        input: Annotated[
+            UpdateAgentInput,
+            _CHANGES,
+        ],
+    ) -> Agent:
         principal = await _caller(info, Role.ADMIN)
         agent_id = from_global_id(id, "Agent", field="id")
         row = await agents.update_agent(
@@ -79,7 +110,13 @@ class Mutation:
     @strawberry.mutation(
         description="Holds every run of the workspace and skips its schedules until resumed."
     )
-    async def pause_workspace(self, info: Info, reason: str) -> Workspace:
+    async def pause_workspace(
+        self,
+        info: Info,
+        reason: Annotated[
+            str, strawberry.argument(description="Why, shown as pausedReason and in held runs' heldReason.")
+        ],
+    ) -> Workspace:
         principal = await _caller(info, Role.ADMIN)
         return Workspace.from_row(await holds.pause_workspace(info.context.runtime, principal, reason=reason))
 
@@ -93,7 +130,18 @@ class Mutation:
         "environment variable secretEnv); without url, removes it."
     )
     async def set_approval_webhook(
-        self, info: Info, url: str | None = None, secret_env: str | None = None
+        self,
+        info: Info,
+        url: Annotated[
+            str | None,
+            strawberry.argument(description="Where to POST approvals; null or left out removes the webhook."),
+        ] = None,
+        secret_env: Annotated[
+            str | None,
+            strawberry.argument(
+                description="The environment variable (on the workers) holding the HMAC signing secret."
+            ),
+        ] = None,
     ) -> Workspace:
         principal = await _caller(info, Role.ADMIN)
         row = await approval_webhooks.set_approval_webhook(
@@ -103,9 +151,25 @@ class Mutation:
 
     # -- runs and approvals (operator) --------------------------------------------------------
 
-    @strawberry.mutation
+    @strawberry.mutation(
+        description="Starts a run of the agent (operators); it is QUEUED until a worker takes it."
+    )
     async def start_run(
-        self, info: Info, agent_id: strawberry.ID, input: JSON | None = None, budget: JSON | None = None
+        self,
+        info: Info,
+        agent_id: Annotated[strawberry.ID, strawberry.argument(description="The agent to run (global id).")],
+        input: Annotated[
+            JSON | None,
+            strawberry.argument(
+                description="The run's input; checked against the agent's inputSchema (VALIDATION_FAILED naming its path)."
+            ),
+        ] = None,
+        budget: Annotated[
+            JSON | None,
+            strawberry.argument(
+                description="Limits that tighten the agent's budget for this run (maxTokens, maxCostUsd, ...): docs/concepts/budgets.md."
+            ),
+        ] = None,
     ) -> Run:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(agent_id, "Agent", field="agentId")
@@ -115,7 +179,14 @@ class Mutation:
         return Run.from_row(row)
 
     @strawberry.mutation(description="Cancels the run and every unfinished run below it.")
-    async def cancel_run(self, info: Info, id: strawberry.ID, reason: str | None = None) -> Run:
+    async def cancel_run(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("run")],
+        reason: Annotated[
+            str | None, strawberry.argument(description="Why; kept as the runs' cancelReason.")
+        ] = None,
+    ) -> Run:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(id, "Run", field="id")
         row = await runs.cancel_run(info.context.runtime, principal, run_id=pk, reason=reason)
@@ -126,7 +197,21 @@ class Mutation:
         "1000 per call). An empty filter is refused unless all: true."
     )
     async def cancel_runs(
-        self, info: Info, filter: RunFilterInput, reason: str | None = None, all: bool = False
+        self,
+        info: Info,
+        filter: Annotated[
+            RunFilterInput,
+            strawberry.argument(description="Which runs to cancel: every filter given must match."),
+        ],
+        reason: Annotated[
+            str | None, strawberry.argument(description="Why; kept as the runs' cancelReason.")
+        ] = None,
+        all: Annotated[
+            bool,
+            strawberry.argument(
+                description="True to allow an empty filter, cancelling every unfinished run of the workspace."
+            ),
+        ] = False,
     ) -> list[Run]:
         principal = await _caller(info, Role.OPERATOR)
         rows = await runs.cancel_runs(
@@ -143,13 +228,33 @@ class Mutation:
     async def decide_approval(
         self,
         info: Info,
-        id: strawberry.ID,
-        approve: bool | None = None,
-        reason: str | None = None,
-        decision: ApprovalDecision | None = None,
-        arguments: JSON | None = strawberry.UNSET,
-        response: JSON | None = strawberry.UNSET,
-        scope: ApprovalScope | None = None,
+        id: Annotated[strawberry.ID, _id_of("approval")],
+        approve: Annotated[
+            bool | None,
+            strawberry.argument(
+                description="The older form: true is APPROVE, false is REJECT; give `decision` instead."
+            ),
+        ] = None,
+        reason: Annotated[
+            str | None, strawberry.argument(description="Why; with REJECT it reaches the model.")
+        ] = None,
+        decision: Annotated[
+            ApprovalDecision | None, strawberry.argument(description="How to decide; see ApprovalDecision.")
+        ] = None,
+        arguments: Annotated[
+            JSON | None,
+            strawberry.argument(description="EDIT only: the arguments the tool runs with instead."),
+        ] = strawberry.UNSET,
+        response: Annotated[
+            JSON | None,
+            strawberry.argument(description="RESPOND only: what the model receives as the tool's result."),
+        ] = strawberry.UNSET,
+        scope: Annotated[
+            ApprovalScope | None,
+            strawberry.argument(
+                description="RUN: also approve the tool's later calls in this run; CALL (the default): this call only."
+            ),
+        ] = None,
     ) -> Approval:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(id, "Approval", field="id")
@@ -164,8 +269,15 @@ class Mutation:
 
     # -- memories (operator) ------------------------------------------------------------------
 
-    @strawberry.mutation
-    async def create_memory(self, info: Info, agent_id: strawberry.ID, input: MemoryInput) -> Memory:
+    @strawberry.mutation(description="Adds a memory to an agent (operators).")
+    async def create_memory(
+        self,
+        info: Info,
+        agent_id: Annotated[strawberry.ID, strawberry.argument(description="The agent (global id).")],
+        input: Annotated[
+            MemoryInput, strawberry.argument(description="The memory's key, value, tags and importance.")
+        ],
+    ) -> Memory:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(agent_id, "Agent", field="agentId")
         row = await memories.create_memory(
@@ -173,8 +285,16 @@ class Mutation:
         )
         return Memory.from_row(row)
 
-    @strawberry.mutation
-    async def update_memory(self, info: Info, id: strawberry.ID, input: MemoryPatch) -> Memory:
+    @strawberry.mutation(description="Changes a memory (operators); the change is kept as a revision.")
+    async def update_memory(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("memory")],
+        input: Annotated[
+            MemoryPatch,
+            _CHANGES,
+        ],
+    ) -> Memory:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(id, "Memory", field="id")
         row = await memories.update_memory(
@@ -183,7 +303,11 @@ class Mutation:
         return Memory.from_row(row)
 
     @strawberry.mutation(description="Deletes the memory (its revisions are kept); returns its id.")
-    async def delete_memory(self, info: Info, id: strawberry.ID) -> strawberry.ID:
+    async def delete_memory(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("memory")],
+    ) -> strawberry.ID:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(id, "Memory", field="id")
         await memories.delete_memory(info.context.runtime, principal, memory_id=pk)
@@ -191,8 +315,18 @@ class Mutation:
 
     # -- schedules (operator) -----------------------------------------------------------------
 
-    @strawberry.mutation
-    async def create_schedule(self, info: Info, agent_id: strawberry.ID, input: ScheduleInput) -> Schedule:
+    @strawberry.mutation(description="Adds a schedule to an agent (operators).")
+    async def create_schedule(
+        self,
+        info: Info,
+        agent_id: Annotated[
+            strawberry.ID, strawberry.argument(description="The agent it starts (global id).")
+        ],
+        input: Annotated[
+            ScheduleInput,
+            strawberry.argument(description="Its cron expression, timezone, input and overlap policy."),
+        ],
+    ) -> Schedule:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(agent_id, "Agent", field="agentId")
         row = await schedules.create_schedule(
@@ -200,8 +334,16 @@ class Mutation:
         )
         return Schedule.from_row(row)
 
-    @strawberry.mutation
-    async def update_schedule(self, info: Info, id: strawberry.ID, input: SchedulePatch) -> Schedule:
+    @strawberry.mutation(description="Changes a schedule (operators); nextFireAt is computed again.")
+    async def update_schedule(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("schedule")],
+        input: Annotated[
+            SchedulePatch,
+            _CHANGES,
+        ],
+    ) -> Schedule:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(id, "Schedule", field="id")
         row = await schedules.update_schedule(
@@ -209,8 +351,12 @@ class Mutation:
         )
         return Schedule.from_row(row)
 
-    @strawberry.mutation
-    async def delete_schedule(self, info: Info, id: strawberry.ID) -> strawberry.ID:
+    @strawberry.mutation(description="Deletes the schedule (its runs are kept); returns its id.")
+    async def delete_schedule(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("schedule")],
+    ) -> strawberry.ID:
         principal = await _caller(info, Role.OPERATOR)
         pk = from_global_id(id, "Schedule", field="id")
         await schedules.delete_schedule(info.context.runtime, principal, schedule_id=pk)
@@ -221,14 +367,26 @@ class Mutation:
     @strawberry.mutation(
         description="Registers an MCP server; its tools are listed first (VALIDATION_FAILED if they cannot be)."
     )
-    async def create_mcp_server(self, info: Info, input: CreateMcpServerInput) -> McpServer:
+    async def create_mcp_server(
+        self,
+        info: Info,
+        input: Annotated[
+            CreateMcpServerInput, strawberry.argument(description="The server's name and how to reach it.")
+        ],
+    ) -> McpServer:
         principal = await _caller(info, Role.ADMIN)
         row = await mcp_servers.create_server(info.context.runtime, principal, input.to_draft())
         return McpServer.from_row(row)
 
     @strawberry.mutation(description="A change of url, command or headers lists the tools again first.")
     async def update_mcp_server(
-        self, info: Info, id: strawberry.ID, input: UpdateMcpServerInput
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("server")],
+        input: Annotated[
+            UpdateMcpServerInput,
+            _CHANGES,
+        ],
     ) -> McpServer:
         principal = await _caller(info, Role.ADMIN)
         pk = from_global_id(id, "McpServer", field="id")
@@ -238,14 +396,22 @@ class Mutation:
         return McpServer.from_row(row)
 
     @strawberry.mutation(description="Lists the server's tools again; a failure is kept in lastError.")
-    async def sync_mcp_server(self, info: Info, id: strawberry.ID) -> McpServer:
+    async def sync_mcp_server(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("server")],
+    ) -> McpServer:
         principal = await _caller(info, Role.ADMIN)
         pk = from_global_id(id, "McpServer", field="id")
         row = await mcp_servers.sync_server(info.context.runtime, principal, server_id=pk)
         return McpServer.from_row(row)
 
     @strawberry.mutation(description="Removes the server and its tools; returns its id.")
-    async def delete_mcp_server(self, info: Info, id: strawberry.ID) -> strawberry.ID:
+    async def delete_mcp_server(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("server")],
+    ) -> strawberry.ID:
         principal = await _caller(info, Role.ADMIN)
         pk = from_global_id(id, "McpServer", field="id")
         await mcp_servers.delete_server(info.context.runtime, principal, server_id=pk)
@@ -254,7 +420,14 @@ class Mutation:
     # -- API tokens (admin) -------------------------------------------------------------------
 
     @strawberry.mutation(description="A new token for your workspace; its secret is in the answer only.")
-    async def create_api_token(self, info: Info, input: CreateApiTokenInput) -> CreatedApiToken:
+    async def create_api_token(
+        self,
+        info: Info,
+        input: Annotated[
+            CreateApiTokenInput,
+            strawberry.argument(description="The token's name, role and optional expiry."),
+        ],
+    ) -> CreatedApiToken:
         principal = await _caller(info, Role.ADMIN)
         issued = await auth.create_api_token(
             info.context.runtime,
@@ -268,7 +441,11 @@ class Mutation:
     @strawberry.mutation(
         description="Stops the token everywhere: HTTP at once, open websockets within seconds."
     )
-    async def revoke_api_token(self, info: Info, id: strawberry.ID) -> ApiToken:
+    async def revoke_api_token(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("token")],
+    ) -> ApiToken:
         principal = await _caller(info, Role.ADMIN)
         pk = from_global_id(id, "ApiToken", field="id")
         row = await auth.revoke_api_token(info.context.runtime, principal, token_id=pk)

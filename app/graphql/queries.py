@@ -92,9 +92,12 @@ def _maybe(row: R | None, convert: Callable[[R], Node]) -> Node | None:
     return None if row is None else convert(row)
 
 
-@strawberry.type(name="Query")
+@strawberry.type(
+    name="Query",
+    description="Everything readable: with a viewer token or better, within the caller's workspace only.",
+)
 class Query:
-    @strawberry.field
+    @strawberry.field(description="Who is calling: the token's workspace and role.")
     async def viewer(self, info: Info) -> Viewer:
         principal = await info.context.principal()
         return Viewer(workspace_id=principal.workspace_id, role=principal.role.value, access=principal.role)
@@ -106,7 +109,13 @@ class Query:
             "it holds). `agent(id:)`, `run(id:)` and `agentByName` answer null with NOT_FOUND."
         )
     )
-    async def node(self, info: Info, id: strawberry.ID) -> Node | None:
+    async def node(
+        self,
+        info: Info,
+        id: Annotated[
+            strawberry.ID, strawberry.argument(description="A global id, as any `id` field gives it.")
+        ],
+    ) -> Node | None:
         return await _node(info, id)
 
     @strawberry.field(description="The workspace's agents, newest first.", extensions=[Paged()])
@@ -115,7 +124,10 @@ class Query:
         info: Info,
         page: PageRequest,
         status: Annotated[
-            AgentStatus | None, strawberry.argument(deprecation_reason="Use `statuses`, which takes a list.")
+            AgentStatus | None,
+            strawberry.argument(
+                description="Agents in this status.", deprecation_reason="Use `statuses`, which takes a list."
+            ),
         ] = None,
         statuses: Annotated[
             list[AgentStatus] | None, strawberry.argument(description="Agents in any of these statuses.")
@@ -124,8 +136,12 @@ class Query:
         wanted = [*(statuses or ()), *([status] if status is not None else ())]
         return await agent_connection(info, page=page, statuses=wanted)
 
-    @strawberry.field
-    async def agent(self, info: Info, id: strawberry.ID) -> Agent | None:
+    @strawberry.field(description="The agent with this id; null with NOT_FOUND when there is none for you.")
+    async def agent(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, strawberry.argument(description="The agent's global id.")],
+    ) -> Agent | None:
         loaders = await info.context.loaders()  # authenticate before judging the id
         row = await loaders.agent.load(from_global_id(id, "Agent", field="id"))
         if row is None:
@@ -133,7 +149,14 @@ class Query:
         return Agent.from_row(row)
 
     @strawberry.field(description="The agent called exactly `name`; null with NOT_FOUND when there is none.")
-    async def agent_by_name(self, info: Info, name: str) -> Agent | None:
+    async def agent_by_name(
+        self,
+        info: Info,
+        name: Annotated[
+            str,
+            strawberry.argument(description="The agent's name, exactly (names are unique in a workspace)."),
+        ],
+    ) -> Agent | None:
         principal = await info.context.principal()
         async with info.context.session() as session:
             row = await reads.find_agent_by_name(session, workspace_id=principal.workspace_id, name=name)
@@ -147,13 +170,23 @@ class Query:
             "`node(id:)` would answer null for."
         )
     )
-    async def nodes(self, info: Info, ids: list[strawberry.ID]) -> list[Node | None]:
+    async def nodes(
+        self,
+        info: Info,
+        ids: Annotated[
+            list[strawberry.ID], strawberry.argument(description="Global ids, as `id` fields give them.")
+        ],
+    ) -> list[Node | None]:
         # One after another: the request's one database session takes one query at a time.
         # The list is capped (ENVERIF_MAX_LIST_ARG_ITEMS) before any of this runs.
         return [await _node(info, id) for id in ids]
 
-    @strawberry.field
-    async def run(self, info: Info, id: strawberry.ID) -> Run | None:
+    @strawberry.field(description="The run with this id; null with NOT_FOUND when there is none for you.")
+    async def run(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, strawberry.argument(description="The run's global id.")],
+    ) -> Run | None:
         loaders = await info.context.loaders()
         row = await loaders.run.load(from_global_id(id, "Run", field="id"))
         if row is None:
@@ -171,9 +204,18 @@ class Query:
         self,
         info: Info,
         page: PageRequest,
-        status: list[RunStatus] | None = None,
-        agent_id: strawberry.ID | None = None,
-        roots_only: bool | None = None,
+        status: Annotated[
+            list[RunStatus] | None, strawberry.argument(description="Runs in any of these statuses.")
+        ] = None,
+        agent_id: Annotated[
+            strawberry.ID | None,
+            strawberry.argument(
+                description="Runs of this agent (global id); NOT_FOUND when there is no such agent."
+            ),
+        ] = None,
+        roots_only: Annotated[
+            bool | None, strawberry.argument(description="True: root runs only, no delegated child runs.")
+        ] = None,
         trigger: Annotated[
             list[RunTrigger] | None, strawberry.argument(description="Runs started in any of these ways.")
         ] = None,
@@ -208,10 +250,20 @@ class Query:
     async def memories(
         self,
         info: Info,
-        agent_id: strawberry.ID,
+        agent_id: Annotated[
+            strawberry.ID, strawberry.argument(description="The agent whose memories to list (global id).")
+        ],
         page: PageRequest,
-        query: str | None = None,
-        tags: list[str] | None = None,
+        query: Annotated[
+            str | None,
+            strawberry.argument(
+                description="Words to search for; without it, memories are listed newest first."
+            ),
+        ] = None,
+        tags: Annotated[
+            list[str] | None,
+            strawberry.argument(description="Only memories carrying every one of these tags."),
+        ] = None,
     ) -> MemoryConnection:
         await info.context.principal()
         pk = from_global_id(agent_id, "Agent", field="agentId")
@@ -224,10 +276,20 @@ class Query:
         self,
         info: Info,
         page: PageRequest,
-        action: str | None = None,
-        object_id: strawberry.ID | None = None,
-        actor_kind: ActorKind | None = None,
-        since: datetime | None = None,
+        action: Annotated[
+            str | None, strawberry.argument(description="Only events of this action, e.g. agent.update.")
+        ] = None,
+        object_id: Annotated[
+            strawberry.ID | None,
+            strawberry.argument(description="Only events about this object (its global id)."),
+        ] = None,
+        actor_kind: Annotated[
+            ActorKind | None, strawberry.argument(description="Only events made by this kind of actor.")
+        ] = None,
+        since: Annotated[
+            datetime | None,
+            strawberry.argument(description="Only events from this instant on; needs a time zone."),
+        ] = None,
     ) -> AuditEventConnection:
         return await audit_connection(
             info,
@@ -243,7 +305,12 @@ class Query:
         self,
         info: Info,
         page: PageRequest,
-        status: ApprovalStatus | None = None,
+        status: Annotated[
+            ApprovalStatus | None,
+            strawberry.argument(
+                description="Only approvals in this status (PENDING: the ones waiting for a decision)."
+            ),
+        ] = None,
         run_id: Annotated[
             strawberry.ID | None,
             strawberry.argument(description="The approvals this run asked for (not its children's)."),
@@ -276,7 +343,19 @@ class Query:
         description="What would be decided for a call of `tool` in a new run down `agentIds` (root first, "
         "the calling agent last): each agent's current policy, the strictest wins (docs/concepts/policy.md)."
     )
-    async def policy_preview(self, info: Info, tool: str, agent_ids: list[strawberry.ID]) -> PolicyPreview:
+    async def policy_preview(
+        self,
+        info: Info,
+        tool: Annotated[
+            str, strawberry.argument(description="The tool name a call would be for, e.g. webhook.post.")
+        ],
+        agent_ids: Annotated[
+            list[strawberry.ID],
+            strawberry.argument(
+                description="The agents of the would-be run's chain, root first (global ids)."
+            ),
+        ],
+    ) -> PolicyPreview:
         principal = await info.context.principal()
         ids = [from_global_id(i, "Agent", field="agentIds") for i in agent_ids]
         preview = await policy_preview.preview(info.context.runtime, principal, tool=tool, agent_ids=ids)

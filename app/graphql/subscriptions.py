@@ -10,6 +10,7 @@ first, then replay the log from the database, then follow live messages (see
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from typing import Annotated
 
 import strawberry
 
@@ -28,7 +29,10 @@ from app.services import approvals, event_log, live_output
 from app.services.event_labels import TreeLabels
 
 
-@strawberry.type(name="Subscription")
+@strawberry.type(
+    name="Subscription",
+    description="Live streams over graphql-ws (graphql-transport-ws) at /graphql: docs/graphql/guide.md.",
+)
 class Subscription:
     @strawberry.subscription(
         description=(
@@ -43,7 +47,20 @@ class Subscription:
         )
     )
     async def run_tree(
-        self, info: Info, root_run_id: strawberry.ID, after_seq: int | None = None
+        self,
+        info: Info,
+        root_run_id: Annotated[
+            strawberry.ID,
+            strawberry.argument(
+                description="Any run of the tree (global id); the stream covers the whole tree from its root."
+            ),
+        ],
+        after_seq: Annotated[
+            int | None,
+            strawberry.argument(
+                description="Resume after this seq (the last one received); null or left out: from the start of the log."
+            ),
+        ] = None,
     ) -> AsyncGenerator[RunEvent, None]:
         context = info.context
         principal = await context.principal()
@@ -91,7 +108,11 @@ class Subscription:
             "turn ends. Providers that do not stream send nothing here."
         )
     )
-    async def run_output(self, info: Info, run_id: strawberry.ID) -> AsyncGenerator[RunOutputChunk, None]:
+    async def run_output(
+        self,
+        info: Info,
+        run_id: Annotated[strawberry.ID, strawberry.argument(description="The run (global id).")],
+    ) -> AsyncGenerator[RunOutputChunk, None]:
         context = info.context
         principal = await context.principal()
         principal.require(Role.VIEWER)

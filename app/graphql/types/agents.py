@@ -17,7 +17,7 @@ from app.domain.runs import RunStatus
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
-from app.graphql.types.node import Connection, Node, Paged, keyset_connection
+from app.graphql.types.node import NODE_ID, Connection, Node, Paged, keyset_connection
 from app.services import reads
 from app.services.reads import PageRequest
 
@@ -28,21 +28,29 @@ if TYPE_CHECKING:
     from app.graphql.types.versions import AgentVersionConnection
 
 
-@strawberry.type(name="PolicyRule")
+@strawberry.type(
+    name="PolicyRule", description="One rule of a policy: calls of tools matching `tool` get `decision`."
+)
 class PolicyRule:
     id: strawberry.ID = strawberry.field(description="The rule's id: its agent's policy and its place in it.")
     tool: str = strawberry.field(description="Glob over tool names, e.g. 'webhook.*'.")
-    decision: Decision
+    decision: Decision = strawberry.field(description="What a call of a matching tool gets.")
     timeout_s: int | None = strawberry.field(
         name="timeoutS", description="REQUIRE_APPROVAL only: the approval expires after this many seconds."
     )
 
 
-@strawberry.type(name="Policy")
+@strawberry.type(
+    name="Policy", description="What an agent's tool calls are allowed: docs/concepts/policy.md."
+)
 class Policy:
     id: strawberry.ID = strawberry.field(description="The policy's id (one per agent; not a node).")
-    default: Decision | None
-    rules: list[PolicyRule]
+    default: Decision | None = strawberry.field(
+        description="What a call no rule matches gets; null: the tool's risk class decides (RiskClass)."
+    )
+    rules: list[PolicyRule] = strawberry.field(
+        description="The rules in order; the first whose tool pattern matches decides."
+    )
 
     @classmethod
     def from_json(cls, raw: Any, *owner: int) -> Policy:
@@ -78,21 +86,32 @@ class Policy:
 @strawberry.type(name="MemoryBudget", description="How much memory is injected at the start of a run.")
 class MemoryBudget:
     id: strawberry.ID = strawberry.field(description="The budget's id (one per agent; not a node).")
-    max_items: int
-    max_chars: int
+    max_items: int = strawberry.field(description="At most this many memories are injected.")
+    max_chars: int = strawberry.field(
+        description="At most this many characters of memory values are injected."
+    )
 
 
-@strawberry.type(name="Agent")
+@strawberry.type(
+    name="Agent",
+    description="An AI agent: its model, instructions, tools, policy and budgets; runs execute it.",
+)
 class Agent(Node):
-    id: strawberry.ID
-    name: str
-    description: str | None
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
+    name: str = strawberry.field(description="Unique in the workspace; agentByName finds the agent by it.")
+    description: str | None = strawberry.field(description="What the agent is for, in the operator's words.")
     instructions: str | None = strawberry.field(description="The system prompt.")
-    status: AgentStatus
-    model: JSON
+    status: AgentStatus = strawberry.field(description="Whether its runs go on (ACTIVE) or are held.")
+    model: JSON = strawberry.field(
+        description="The model it runs on: `{provider, model, ...}` with the provider's settings (docs/extending/providers.md)."
+    )
     tools: list[str] = strawberry.field(description="Name patterns of the tools this agent is offered.")
-    policy: Policy
-    memory_budget: MemoryBudget
+    policy: Policy = strawberry.field(
+        description="What its tool calls are allowed, need approval or are denied."
+    )
+    memory_budget: MemoryBudget = strawberry.field(
+        description="How much memory is injected at the start of each run."
+    )
     budget: JSON = strawberry.field(
         description="Budget limits (maxTokens, maxCostUsd, maxTurns, ...); unset keys take the deployment's defaults."
     )
@@ -103,8 +122,8 @@ class Agent(Node):
         )
     )
     version: int = strawberry.field(description="The current version: what a run started now is pinned to.")
-    created_at: datetime
-    updated_at: datetime
+    created_at: datetime = strawberry.field(description="When the agent was created.")
+    updated_at: datetime = strawberry.field(description="When its configuration last changed.")
     row: strawberry.Private[orm.Agent]
 
     @classmethod
@@ -131,13 +150,23 @@ class Agent(Node):
             row=row,
         )
 
-    @strawberry.field(extensions=[Paged()])
+    @strawberry.field(
+        description="Its memories; with `query`, those matching it ranked by relevance.", extensions=[Paged()]
+    )
     async def memories(
         self,
         info: Info,
         page: PageRequest,
-        query: str | None = None,
-        tags: list[str] | None = None,
+        query: Annotated[
+            str | None,
+            strawberry.argument(
+                description="Full-text search over keys and values; ranked by relevance instead of newest first."
+            ),
+        ] = None,
+        tags: Annotated[
+            list[str] | None,
+            strawberry.argument(description="Only memories carrying every one of these tags."),
+        ] = None,
     ) -> Annotated[MemoryConnection, strawberry.lazy("app.graphql.types.memories")]:
         from app.graphql.types.memories import Memory, MemoryConnection, memory_connection  # circular
 
@@ -151,9 +180,14 @@ class Agent(Node):
             MemoryConnection, self.row.id, page, search, Memory.from_row
         )
 
-    @strawberry.field(extensions=[Paged()])
+    @strawberry.field(description="Its runs, newest first unless asked otherwise.", extensions=[Paged()])
     async def runs(
-        self, info: Info, page: PageRequest, status: list[RunStatus] | None = None
+        self,
+        info: Info,
+        page: PageRequest,
+        status: Annotated[
+            list[RunStatus] | None, strawberry.argument(description="Only runs in one of these statuses.")
+        ] = None,
     ) -> Annotated[RunConnection, strawberry.lazy("app.graphql.types.runs")]:
         from app.graphql.types.runs import Run, RunConnection  # circular: Run.agent
 
@@ -174,7 +208,7 @@ class Agent(Node):
             AgentVersionConnection, self.row.id, page, None, AgentVersion.from_row
         )
 
-    @strawberry.field
+    @strawberry.field(description="Its schedules.")
     async def schedules(
         self, info: Info
     ) -> list[Annotated[Schedule, strawberry.lazy("app.graphql.types.schedules")]]:
@@ -184,7 +218,7 @@ class Agent(Node):
         return [Schedule.from_row(r) for r in rows]
 
 
-@strawberry.type(name="AgentConnection")
+@strawberry.type(name="AgentConnection", description="A page of agents (Relay cursor connection).")
 class AgentConnection(Connection[Agent]):
     pass
 

@@ -15,7 +15,7 @@ from app.domain.runs import ApprovalStatus
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.enums import ApprovalDecision, ApprovalEventType, ApprovalScope, NotificationStatus
-from app.graphql.types.node import Connection, Node, keyset_connection
+from app.graphql.types.node import NODE_ID, Connection, Node, keyset_connection
 from app.graphql.types.runs import Run, RunStep
 from app.services import reads
 from app.services.reads import PageRequest
@@ -28,8 +28,10 @@ if TYPE_CHECKING:
 class ApprovalNotification:
     id: strawberry.ID = strawberry.field(description="Also sent as the X-Enverif-Delivery header.")
     at: datetime = strawberry.field(description="Its last attempt (when it was queued, before any).")
-    status: NotificationStatus
-    attempts: int
+    status: NotificationStatus = strawberry.field(
+        description="Whether it was delivered, is to be retried, or failed for good."
+    )
+    attempts: int = strawberry.field(description="How many times it has been POSTed so far.")
     last_error: str | None = strawberry.field(description="Why the last attempt failed (HTTP 500, ...).")
     next_at: datetime | None = strawberry.field(description="PENDING: when it is sent again.")
 
@@ -45,20 +47,29 @@ class ApprovalNotification:
         )
 
 
-@strawberry.type(name="Approval")
+@strawberry.type(
+    name="Approval",
+    description="A tool call paused until an operator decides it (decideApproval): docs/concepts/approvals.md.",
+)
 class Approval(Node):
-    id: strawberry.ID
-    tool: str
-    arguments: JSON | None
-    status: ApprovalStatus
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
+    tool: str = strawberry.field(description="The tool the call is for.")
+    arguments: JSON | None = strawberry.field(description="The arguments the model asked to call it with.")
+    status: ApprovalStatus = strawberry.field(
+        description="PENDING until decided or expired; see ApprovalStatus."
+    )
     reason: str | None = strawberry.field(description="The operator's reason for the decision.")
     decision: ApprovalDecision | None = strawberry.field(
         description="How it was decided; null while pending, expired, or closed by its run's end."
     )
-    scope: ApprovalScope | None
+    scope: ApprovalScope | None = strawberry.field(
+        description="What an approval covers: this call, or the tool's later calls in the run too; null while undecided."
+    )
     response: JSON | None = strawberry.field(description="RESPOND: what the model received as {response}.")
-    requested_at: datetime
-    decided_at: datetime | None
+    requested_at: datetime = strawberry.field(description="When the call asked for it.")
+    decided_at: datetime | None = strawberry.field(
+        description="When it was decided (or expired); null while pending."
+    )
     expires_at: datetime | None = strawberry.field(
         description="When it expires undecided (the call is then rejected); null: never."
     )
@@ -103,14 +114,14 @@ class Approval(Node):
             rows = await reads.approval_notifications(session, approval_id=self.row.id)
         return [ApprovalNotification.from_row(r) for r in rows]
 
-    @strawberry.field
+    @strawberry.field(description="The run whose call waits for it.")
     async def run(self, info: Info) -> Run:
         row = await (await info.context.loaders()).run.load(self.row.run_id)
         if row is None:
             raise NotFound("this approval's run is gone")
         return Run.from_row(row)
 
-    @strawberry.field
+    @strawberry.field(description="The step (tool call) it is for.")
     async def step(self, info: Info) -> RunStep:
         row = await (await info.context.loaders()).step.load(self.row.step_id)
         if row is None:
@@ -122,14 +133,16 @@ class Approval(Node):
     name="ApprovalEvent", description="An approval requested, decided or expired (approvalEvents)."
 )
 class ApprovalEvent:
-    type: ApprovalEventType
+    type: ApprovalEventType = strawberry.field(
+        description="Whether the approval was requested, decided or expired."
+    )
     at: datetime = strawberry.field(description="When it happened.")
     approval: Approval = strawberry.field(
         description="The approval as it is now (it may have moved on since)."
     )
 
 
-@strawberry.type(name="ApprovalConnection")
+@strawberry.type(name="ApprovalConnection", description="A page of approvals (Relay cursor connection).")
 class ApprovalConnection(Connection[Approval]):
     pass
 

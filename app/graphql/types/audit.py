@@ -13,7 +13,7 @@ from app.domain.agents import Role
 from app.domain.errors import ValidationFailed
 from app.graphql.context import Info
 from app.graphql.ids import parse_global_id, to_global_id
-from app.graphql.types.node import Connection, Node, keyset_connection
+from app.graphql.types.node import NODE_ID, Connection, Node, keyset_connection
 from app.graphql.types.versions import Actor
 from app.services import audit
 from app.services.reads import PageRequest
@@ -25,20 +25,24 @@ MAX_ACTION_CHARS = 40
     name="AuditEvent", description="One change, who made it, and its place in the workspace's hash chain."
 )
 class AuditEvent(Node):
-    id: strawberry.ID
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
     seq: int = strawberry.field(
         description="1, 2, ... per workspace, in the order events were sealed (soon after commit)."
     )
-    at: datetime
+    at: datetime = strawberry.field(description="When the change was made.")
     action: str = strawberry.field(description="Dotted: agent.update, token.revoke, run.cancel, ...")
-    object_type: str
+    object_type: str = strawberry.field(description="The changed object's type: Agent, ApiToken, Run, ...")
     object_id: strawberry.ID | None = strawberry.field(description="The changed object's global id.")
-    summary: str
+    summary: str = strawberry.field(description="The change in one line, for people.")
     diff: JSON | None = strawberry.field(
         description="{field: {before, after}} of the changed fields, credential-like values redacted."
     )
-    hash: str
-    prev_hash: str
+    hash: str = strawberry.field(
+        description="This event's hash over its content and prevHash: docs/concepts/audit.md."
+    )
+    prev_hash: str = strawberry.field(
+        description="The hash of the workspace's previous event, chaining them: a changed or removed event breaks the chain."
+    )
     row: strawberry.Private[orm.AuditEvent]
 
     @classmethod
@@ -62,13 +66,13 @@ class AuditEvent(Node):
             row=row,
         )
 
-    @strawberry.field
+    @strawberry.field(description="Who made the change.")
     async def actor(self, info: Info) -> Actor | None:
         row = self.row
         return await Actor.of(info, {"kind": row.actor_kind, "id": row.actor_id, "name": row.actor_name})
 
 
-@strawberry.type(name="AuditEventConnection")
+@strawberry.type(name="AuditEventConnection", description="A page of audit events (Relay cursor connection).")
 class AuditEventConnection(Connection[AuditEvent]):
     pass
 

@@ -14,16 +14,20 @@ from app.domain.budgets import Effective
 
 @strawberry.type(name="Usage", description="What a model turn, a run or a run's subtree consumed.")
 class Usage:
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
+    input_tokens: int = strawberry.field(description="Prompt tokens sent to the model.")
+    output_tokens: int = strawberry.field(description="Tokens the model generated.")
+    cache_read_tokens: int = strawberry.field(
+        description="Prompt tokens the provider served from its prompt cache."
+    )
+    cache_write_tokens: int = strawberry.field(
+        description="Prompt tokens the provider wrote to its prompt cache."
+    )
     cost_usd: float = strawberry.field(
         description="From ENVERIF_MODEL_PRICES; 0 for a model without a price."
     )
-    tool_calls: int
-    children: int
-    turns: int
+    tool_calls: int = strawberry.field(description="Tool calls made (steps other than the final answer).")
+    children: int = strawberry.field(description="Child runs started by agents.delegate.")
+    turns: int = strawberry.field(description="Model turns (one model request and its answer each).")
     runs: int = strawberry.field(description="Runs counted (1 for a run; its subtree's for treeUsage).")
     wall_s: float = strawberry.field(
         description="Wall-clock seconds from the run's creation to its end (or now)."
@@ -50,8 +54,10 @@ class Usage:
 class BudgetLimit:
     name: str = strawberry.field(description="maxTokens, maxCostUsd, maxTurns, ...")
     limit: float = strawberry.field(description="What the run may reach: used + remaining.")
-    used: float
-    remaining: float
+    used: float = strawberry.field(description="How much of the limit is spent.")
+    remaining: float = strawberry.field(
+        description="How much is left before calls are refused with BUDGET_EXCEEDED."
+    )
     imposed_by: str = strawberry.field(
         description="Who set the binding limit: an agent, the deployment (its setting), the caller, a schedule."
     )

@@ -15,7 +15,7 @@ from app.domain.policy import RiskClass
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
-from app.graphql.types.node import Connection, Node, keyset_connection
+from app.graphql.types.node import NODE_ID, Connection, Node, keyset_connection
 from app.services import mcp_servers
 from app.services.reads import PageRequest
 
@@ -28,22 +28,33 @@ def _json(value: Any) -> Any:
 @strawberry.type(name="McpTool", description="A tool of an MCP server, as its last sync listed it.")
 class McpTool:
     name: str = strawberry.field(description="The agent tool's name: mcp.<server>.<tool>.")
-    description: str | None
+    description: str | None = strawberry.field(
+        description="What the tool does, as the MCP server describes it."
+    )
     risk: RiskClass = strawberry.field(
         description="From the tool's annotations (readOnlyHint, destructiveHint, openWorldHint), or the server's toolRisk."
     )
-    annotations: JSON | None
-    input_schema: JSON
+    annotations: JSON | None = strawberry.field(
+        description="The tool's MCP annotations (readOnlyHint, destructiveHint, ...), as listed."
+    )
+    input_schema: JSON = strawberry.field(description="The JSON Schema of the tool's arguments, as listed.")
 
 
-@strawberry.type(name="McpServer")
+@strawberry.type(
+    name="McpServer",
+    description="An MCP server the workspace registered; its tools can be offered to agents: docs/extending/mcp.md.",
+)
 class McpServer(Node):
-    id: strawberry.ID
-    name: str
-    transport: Transport
-    url: str | None
-    command: list[str] | None
-    enabled: bool
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
+    name: str = strawberry.field(
+        description="Unique in the workspace; its tools are named mcp.<name>.<tool>."
+    )
+    transport: Transport = strawberry.field(description="How Enverif reaches it.")
+    url: str | None = strawberry.field(description="STREAMABLE_HTTP: where it is; null for STDIO.")
+    command: list[str] | None = strawberry.field(
+        description="STDIO: the program and its arguments Enverif starts; null for STREAMABLE_HTTP."
+    )
+    enabled: bool = strawberry.field(description="False: its tools are not offered to agents.")
     headers: JSON = strawberry.field(
         description="Header name -> environment variable name (never its value)."
     )
@@ -52,8 +63,8 @@ class McpServer(Node):
     last_error: str | None = strawberry.field(
         description="Why the last sync failed, or which listed tools were left out."
     )
-    created_at: datetime
-    updated_at: datetime
+    created_at: datetime = strawberry.field(description="When it was registered.")
+    updated_at: datetime = strawberry.field(description="When its registration last changed.")
     row: strawberry.Private[orm.McpServer]
 
     @classmethod
@@ -93,7 +104,7 @@ class McpServer(Node):
         ]
 
 
-@strawberry.type(name="McpServerConnection")
+@strawberry.type(name="McpServerConnection", description="A page of MCP servers (Relay cursor connection).")
 class McpServerConnection(Connection[McpServer]):
     pass
 

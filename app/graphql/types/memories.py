@@ -16,7 +16,7 @@ from app.domain.global_ids import object_id
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.agents import Agent
-from app.graphql.types.node import OLDEST, Connection, Node, Paged, first_page, keyset_connection
+from app.graphql.types.node import NODE_ID, OLDEST, Connection, Node, Paged, first_page, keyset_connection
 from app.graphql.types.runs import LazyActor, Run
 from app.services import memory_search, reads
 from app.services.memories import RevisionAction
@@ -35,21 +35,23 @@ async def _source_run(info: Info, run_id: int | None) -> Run | None:
 )
 class MemoryRevision:
     id: strawberry.ID = strawberry.field(description="The revision's id (not a node).")
-    action: RevisionAction
+    action: RevisionAction = strawberry.field(
+        description="Whether this change created, updated or deleted the memory."
+    )
     key: str = strawberry.field(description="The memory's key after this change.")
-    old_value: str | None
-    new_value: str | None
+    old_value: str | None = strawberry.field(description="The value before this change; null for a create.")
+    new_value: str | None = strawberry.field(description="The value after this change; null for a delete.")
     old_key: str | None = strawberry.field(description="The key before this change; null for a create.")
     old_tags: list[str] | None = strawberry.field(description="The tags before; null for a create.")
     new_tags: list[str] | None = strawberry.field(description="The tags after; null for a delete.")
-    old_importance: float | None
-    new_importance: float | None
+    old_importance: float | None = strawberry.field(description="The importance before; null for a create.")
+    new_importance: float | None = strawberry.field(description="The importance after; null for a delete.")
     by_operator: bool = strawberry.field(description="True when an API token (not a run) made the change.")
     api_token_id: strawberry.ID | None = strawberry.field(
         description="The ApiToken (global id) that made the change; null when a run made it.",
         deprecation_reason="Use `actor`, an object like `sourceRun`.",
     )
-    at: datetime
+    at: datetime = strawberry.field(description="When the change was made.")
     row: strawberry.Private[orm.MemoryRevision]
 
     @classmethod
@@ -88,15 +90,20 @@ class MemoryRevision:
         return None
 
 
-@strawberry.type(name="Memory")
+@strawberry.type(
+    name="Memory",
+    description="Something an agent remembers across runs, injected into a run's context at its start: docs/concepts/memory.md.",
+)
 class Memory(Node):
-    id: strawberry.ID
-    key: str
-    value: str
-    tags: list[str]
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
+    key: str = strawberry.field(description="What the memory is about; unique among its agent's memories.")
+    value: str = strawberry.field(description="The text injected into a run's context.")
+    tags: list[str] = strawberry.field(description="Labels to filter by (memories(tags:)).")
     importance: float = strawberry.field(description="0..1; with recency, decides what is injected first.")
-    created_at: datetime
-    updated_at: datetime
+    created_at: datetime = strawberry.field(description="When it was created.")
+    updated_at: datetime = strawberry.field(
+        description="When its key, value, tags or importance last changed."
+    )
     last_used_at: datetime | None = strawberry.field(description="When a run last had it injected.")
     row: strawberry.Private[orm.Memory]
 
@@ -133,7 +140,7 @@ class Memory(Node):
         )
         return cls.from_row(row)
 
-    @strawberry.field
+    @strawberry.field(description="The agent it belongs to.")
     async def agent(self, info: Info) -> Agent:
         row = await (await info.context.loaders()).agent.load(self.row.agent_id)
         if row is None:
@@ -164,12 +171,14 @@ class Memory(Node):
         )
 
 
-@strawberry.type(name="MemoryConnection")
+@strawberry.type(name="MemoryConnection", description="A page of memories (Relay cursor connection).")
 class MemoryConnection(Connection[Memory]):
     pass
 
 
-@strawberry.type(name="MemoryRevisionConnection")
+@strawberry.type(
+    name="MemoryRevisionConnection", description="A page of memory revisions (Relay cursor connection)."
+)
 class MemoryRevisionConnection(Connection[MemoryRevision]):
     pass
 

@@ -44,11 +44,16 @@ class Ordering(enum.Enum):
     OLDEST_FIRST = strawberry.enum_value("OLDEST_FIRST", description="Oldest first.")
 
 
+# Every node type's ``id`` says the same: strawberry does not inherit an interface field's
+# description into the types that implement it.
+NODE_ID = "The global id: opaque and stable; node(id:) fetches the object by it."
+
+
 @strawberry.interface(
     name="Node", description="An object with an opaque global id, fetchable with node(id:)."
 )
 class Node:
-    id: strawberry.ID
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
 
 
 @strawberry.type(name="PageInfo", description="Where a page sits in its list (Relay's cursor connections).")
@@ -71,9 +76,9 @@ class PageInfo:
     end_cursor: str | None = strawberry.field(description="The last edge's cursor; null for an empty page.")
 
 
-@strawberry.type
+@strawberry.type(description="One item of a list, with the cursor that names its place in it.")
 class Edge(Generic[T]):
-    node: T
+    node: T = strawberry.field(description="The item.")
     cursor: str = strawberry.field(
         description="Names this item in this list and ordering: pass it as `after` or `before`."
     )
@@ -87,8 +92,10 @@ class Connection(Generic[T]):
     """A page of a list. Subclassed once per node type so each connection has its public
     name (``AgentConnection``); edges are named ``AgentEdge``."""
 
-    edges: list[Edge[T]]
-    page_info: PageInfo
+    edges: list[Edge[T]] = strawberry.field(description="This page's items, in the list's order.")
+    page_info: PageInfo = strawberry.field(
+        description="Where this page sits: cursors and whether more pages follow."
+    )
     counter: strawberry.Private[Counter]
 
     @strawberry.field(  # type: ignore[untyped-decorator]

@@ -37,18 +37,26 @@ class RunEvent:
         description="Position in the tree's log: gap-free and increasing per root run."
     )
     type: EventType = strawberry.field(description="What happened.")
-    run_id: strawberry.ID
-    root_run_id: strawberry.ID
-    parent_run_id: strawberry.ID | None
+    run_id: strawberry.ID = strawberry.field(
+        description="The run of the tree this event is about (global id)."
+    )
+    root_run_id: strawberry.ID = strawberry.field(description="The tree's root run (global id).")
+    parent_run_id: strawberry.ID | None = strawberry.field(
+        description="The parent of the run it is about; null for the root."
+    )
     status: RunStatus | None = strawberry.field(
         description="The run's status after this event, for RUN_CREATED and RUN_STATUS_CHANGED; else null."
     )
-    step_id: strawberry.ID | None
+    step_id: strawberry.ID | None = strawberry.field(
+        description="For a step or approval event: the step (global id); else null."
+    )
     step_status: StepStatus | None = strawberry.field(
         description="The step's status after this event, for STEP_STARTED and STEP_FINISHED; else null."
     )
-    at: datetime
-    payload: JSON | None
+    at: datetime = strawberry.field(description="When it happened.")
+    payload: JSON | None = strawberry.field(
+        description="Details of the event by type (every id in it a global id): docs/graphql/guide.md."
+    )
     agent_name: str | None = strawberry.field(
         description="The name of the run's agent (as it was when the run was created)."
     )

@@ -17,7 +17,7 @@ from app.services.live_output import OutputChunk
     ),
 )
 class RunOutputChunk:
-    run_id: strawberry.ID
+    run_id: strawberry.ID = strawberry.field(description="The run whose model output this is (global id).")
     step_seq: int = strawberry.field(description="The seq of the step this turn's text belongs to.")
     text: str = strawberry.field(description="The text that follows what was sent before ('' when done).")
     done: bool = strawberry.field(description="The turn ended: the next chunk starts another turn's text.")

@@ -26,6 +26,7 @@ from app.graphql.loaders import subtree_ids
 from app.graphql.types.agents import Agent
 from app.graphql.types.budgets import BudgetLimit, Usage, wall_s
 from app.graphql.types.node import (
+    NODE_ID,
     OLDEST,
     Connection,
     Node,
@@ -51,8 +52,10 @@ LazyActor = Annotated["Actor", strawberry.lazy("app.graphql.types.versions")]
 
 @strawberry.type(name="RunStep", description="One tool call of a run (or its final answer).")
 class RunStep(Node):
-    id: strawberry.ID
-    seq: int
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
+    seq: int = strawberry.field(
+        description="Its place in the run: 0, 1, 2, ... in the order the steps were recorded."
+    )
     turn: int = strawberry.field(description="The model turn (0-based) that asked for this call.")
     tool: str | None = strawberry.field(description="Null for the final answer.")
     arguments: JSON | None = strawberry.field(
@@ -61,16 +64,24 @@ class RunStep(Node):
     original_arguments: JSON | None = strawberry.field(
         description="The model's arguments, when an operator edited them (null otherwise)."
     )
-    status: StepStatus
-    decision: Decision | None
-    decision_reason: str | None
-    result: JSON | None
-    error: str | None
+    status: StepStatus = strawberry.field(description="Where the call is; see StepStatus.")
+    decision: Decision | None = strawberry.field(
+        description="What the policy decided for this call; null for the final answer."
+    )
+    decision_reason: str | None = strawberry.field(
+        description="Why the policy decided so (e.g. the rule that matched)."
+    )
+    result: JSON | None = strawberry.field(
+        description="What the tool returned (for agents.delegate, `runId` is the child's global id); null until it finishes."
+    )
+    error: str | None = strawberry.field(description="Why the call failed or was refused; null otherwise.")
     error_code: str | None = strawberry.field(
         description="The code the model saw for a refused or failed call (BUDGET_EXCEEDED, LOOP_DETECTED, ...)."
     )
-    started_at: datetime | None
-    finished_at: datetime | None
+    started_at: datetime | None = strawberry.field(description="When the call started; null until it does.")
+    finished_at: datetime | None = strawberry.field(
+        description="When it reached its final status; null until it does."
+    )
     row: strawberry.Private[orm.RunStep]
 
     @classmethod
@@ -105,7 +116,7 @@ class RunStep(Node):
     def usage(self) -> Usage | None:
         return None if not self.row.usage else Usage.of(self.row.usage)
 
-    @strawberry.field
+    @strawberry.field(description="The run this step belongs to.")
     async def run(self, info: Info) -> Run:
         return Run.from_row(await _load_run(info, self.row.run_id))
 
@@ -116,7 +127,7 @@ class RunStep(Node):
         row = await (await info.context.loaders()).run.load(self.row.child_run_id)
         return None if row is None else Run.from_row(row)
 
-    @strawberry.field
+    @strawberry.field(description="The approval this call waited for, if the policy required one.")
     async def approval(self, info: Info) -> LazyApproval | None:
         from app.graphql.types.approvals import Approval  # circular: Approval.step
 
@@ -129,10 +140,10 @@ class RunStep(Node):
 @strawberry.type(name="Delegation", description="Why a child run exists: its parent's agents.delegate call.")
 class Delegation:
     id: strawberry.ID = strawberry.field(description="The delegation's id (one per child run; not a node).")
-    task: str
+    task: str = strawberry.field(description="The task the parent gave the child (agents.delegate's `task`).")
     parent_step_id: strawberry.Private[int | None]
 
-    @strawberry.field
+    @strawberry.field(description="The parent's agents.delegate step that started this run.")
     async def parent_step(self, info: Info) -> RunStep | None:
         if self.parent_step_id is None:
             return None
@@ -140,18 +151,23 @@ class Delegation:
         return None if row is None else RunStep.from_row(row)
 
 
-@strawberry.type(name="Run")
+@strawberry.type(
+    name="Run",
+    description="One execution of an agent: its model turns and tool calls, and the child runs it delegated to.",
+)
 class Run(Node):
-    id: strawberry.ID
-    status: RunStatus
-    trigger: RunTrigger
-    input: JSON | None
-    result: JSON | None
-    error: str | None
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
+    status: RunStatus = strawberry.field(description="Where the run is in its life; see RunStatus.")
+    trigger: RunTrigger = strawberry.field(description="How it was started.")
+    input: JSON | None = strawberry.field(description="The input it was started with.")
+    result: JSON | None = strawberry.field(description="Its final answer once SUCCEEDED; null before.")
+    error: str | None = strawberry.field(description="Why it FAILED, in words; null otherwise.")
     error_code: str | None = strawberry.field(
         description="Why a FAILED run failed, when it has a code: BUDGET_EXCEEDED."
     )
-    cancel_reason: str | None
+    cancel_reason: str | None = strawberry.field(
+        description="The reason given when it was cancelled; null otherwise."
+    )
     held_reason: str | None = strawberry.field(
         description=(
             "Why a QUEUED run is not going on: its agent is paused or archived, its workspace paused, "
@@ -165,12 +181,18 @@ class Run(Node):
             "`[{agentId, agentName, policy}]`, `agentId` a global id."
         )
     )
-    turns: int
-    created_at: datetime
-    updated_at: datetime
-    queued_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
+    turns: int = strawberry.field(description="Model turns taken so far.")
+    created_at: datetime = strawberry.field(description="When it was created.")
+    updated_at: datetime = strawberry.field(description="When it last changed.")
+    queued_at: datetime | None = strawberry.field(
+        description="When it was last put in the queue for a worker."
+    )
+    started_at: datetime | None = strawberry.field(
+        description="When a worker first started it; null while it has not."
+    )
+    finished_at: datetime | None = strawberry.field(
+        description="When it reached a final status; null until then."
+    )
     row: strawberry.Private[orm.Run]
 
     @classmethod
@@ -225,7 +247,7 @@ class Run(Node):
         limits = effective([ledger(settings, r.row, now) for r in path])
         return [BudgetLimit.of(found, to_global_id("Run", found.run_id)) for found in limits.values()]
 
-    @strawberry.field
+    @strawberry.field(description="The agent it runs.")
     async def agent(self, info: Info) -> Agent:
         row = await (await info.context.loaders()).agent.load(self.row.agent_id)
         if row is None:
@@ -255,13 +277,13 @@ class Run(Node):
 
         return await Actor.of(info, self.row.cancelled_by)
 
-    @strawberry.field
+    @strawberry.field(description="The run that delegated to this one; null for a root run.")
     async def parent(self, info: Info) -> Run | None:
         if self.row.parent_run_id is None:
             return None
         return Run.from_row(await _load_run(info, self.row.parent_run_id))
 
-    @strawberry.field
+    @strawberry.field(description="The root of its tree (itself for a root run).")
     async def root(self, info: Info) -> Run:
         if self.root_id == self.row.id:
             return self
@@ -334,7 +356,7 @@ class Run(Node):
             RunStepConnection, self.row.id, page, None, RunStep.from_row
         )
 
-    @strawberry.field
+    @strawberry.field(description="Why this child run exists; null for a root run.")
     def delegation(self) -> Delegation | None:
         if self.row.parent_run_id is None and self.row.delegation_task is None:
             return None
@@ -385,12 +407,12 @@ class Run(Node):
         return None if row is None else Schedule.from_row(row)
 
 
-@strawberry.type(name="RunConnection")
+@strawberry.type(name="RunConnection", description="A page of runs (Relay cursor connection).")
 class RunConnection(Connection[Run]):
     pass
 
 
-@strawberry.type(name="RunStepConnection")
+@strawberry.type(name="RunStepConnection", description="A page of steps (Relay cursor connection).")
 class RunStepConnection(Connection[RunStep]):
     pass
 

@@ -17,7 +17,7 @@ from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
 from app.graphql.types.agents import Agent
-from app.graphql.types.node import Connection, Node, Paged
+from app.graphql.types.node import NODE_ID, Connection, Node, Paged
 from app.services.reads import PageRequest
 
 MAX_NEXT_FIRE_TIMES = 20
@@ -26,13 +26,15 @@ if TYPE_CHECKING:
     from app.graphql.types.runs import Run, RunConnection
 
 
-@strawberry.type(name="Schedule")
+@strawberry.type(
+    name="Schedule", description="Starts runs of an agent on a cron expression: docs/concepts/schedules.md."
+)
 class Schedule(Node):
-    id: strawberry.ID
-    cron: str
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
+    cron: str = strawberry.field(description="The cron expression it fires on, read in `timezone`.")
     timezone: str = strawberry.field(description="IANA name; the cron expression is read in this timezone.")
-    input: JSON | None
-    enabled: bool
+    input: JSON | None = strawberry.field(description="The input every run it starts gets.")
+    enabled: bool = strawberry.field(description="False: it does not fire and starts no run.")
     overlap_policy: OverlapPolicy = strawberry.field(
         description="SKIP: do not start while the previous run of this schedule is still going."
     )
@@ -42,16 +44,20 @@ class Schedule(Node):
     max_concurrent_runs: int = strawberry.field(
         description="Overlap ALLOW: a fire time starts no run while this many of its runs have not ended."
     )
-    next_fire_at: datetime | None
+    next_fire_at: datetime | None = strawberry.field(
+        description="The next time it fires; null while disabled."
+    )
     last_fired_at: datetime | None = strawberry.field(
         description="The last fire time that started a run (missed fire times coalesce into one)."
     )
     last_skipped_at: datetime | None = strawberry.field(
         description="The last fire time that started no run; lastSkipReason says why."
     )
-    last_skip_reason: str | None
-    created_at: datetime
-    updated_at: datetime
+    last_skip_reason: str | None = strawberry.field(
+        description="Why the last skipped fire time started no run (lastSkippedAt)."
+    )
+    created_at: datetime = strawberry.field(description="When it was created.")
+    updated_at: datetime = strawberry.field(description="When it was last changed.")
     row: strawberry.Private[orm.Schedule]
 
     @classmethod
@@ -74,7 +80,7 @@ class Schedule(Node):
             row=row,
         )
 
-    @strawberry.field
+    @strawberry.field(description="The agent it starts.")
     async def agent(self, info: Info) -> Agent:
         row = await (await info.context.loaders()).agent.load(self.row.agent_id)
         if row is None:
@@ -84,7 +90,12 @@ class Schedule(Node):
     @strawberry.field(
         description="The next `count` fire times (at most 20), from nextFireAt on; empty while disabled."
     )
-    def next_fire_times(self, count: int = 5) -> list[datetime]:
+    def next_fire_times(
+        self,
+        count: Annotated[
+            int, strawberry.argument(description="How many fire times to list (clamped to 1..20).")
+        ] = 5,
+    ) -> list[datetime]:
         if not self.enabled or self.next_fire_at is None:
             return []
         times = [self.next_fire_at]
@@ -115,13 +126,17 @@ class Schedule(Node):
 @strawberry.type(name="ScheduleFiring", description="One fire time of a schedule, as a tick served it.")
 class ScheduleFiring:
     id: strawberry.ID = strawberry.field(description="The firing's id (not a node).")
-    fire_at: datetime
+    fire_at: datetime = strawberry.field(
+        description="The fire time served (the latest, when earlier ones were coalesced)."
+    )
     missed: int = strawberry.field(
         description="Earlier fire times coalesced into this one (workers were down or late)."
     )
-    outcome: FiringOutcome
+    outcome: FiringOutcome = strawberry.field(
+        description="Whether it started a run (FIRED) or not (SKIPPED, with the reason)."
+    )
     reason: str | None = strawberry.field(description="Why no run was started (SKIPPED).")
-    created_at: datetime
+    created_at: datetime = strawberry.field(description="When a scheduler tick served it.")
     row: strawberry.Private[orm.ScheduleFiring]
 
     @classmethod
@@ -146,6 +161,8 @@ class ScheduleFiring:
         return None if row is None else Run.from_row(row)
 
 
-@strawberry.type(name="ScheduleFiringConnection")
+@strawberry.type(
+    name="ScheduleFiringConnection", description="A page of schedule firings (Relay cursor connection)."
+)
 class ScheduleFiringConnection(Connection[ScheduleFiring]):
     pass

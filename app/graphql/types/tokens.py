@@ -11,26 +11,28 @@ from app.domain.errors import ValidationFailed
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.enums import Role
-from app.graphql.types.node import Connection, Node, keyset_connection
+from app.graphql.types.node import NODE_ID, Connection, Node, keyset_connection
 from app.services import auth
 from app.services.reads import PageRequest
 
 
 @strawberry.type(name="ApiToken", description="An API token of your workspace (admins only).")
 class ApiToken(Node):
-    id: strawberry.ID
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
     name: str = strawberry.field(description="Unique in the workspace.")
     role: str = strawberry.field(
         description="viewer, operator or admin.",
         deprecation_reason="Use `access`, the same role as the Role enum.",
     )
     access: Role = strawberry.field(description="The token's role.")
-    created_at: datetime
+    created_at: datetime = strawberry.field(description="When it was created.")
     expires_at: datetime | None = strawberry.field(description="Null: never expires.")
     last_used_at: datetime | None = strawberry.field(
         description="When it last authenticated a request, to within about a minute."
     )
-    revoked_at: datetime | None
+    revoked_at: datetime | None = strawberry.field(
+        description="When it was revoked (it no longer authenticates); null while it is not."
+    )
 
     @classmethod
     def from_row(cls, row: orm.ApiToken) -> ApiToken:
@@ -46,13 +48,20 @@ class ApiToken(Node):
         )
 
 
-@strawberry.type(name="CreatedApiToken")
+@strawberry.type(
+    name="CreatedApiToken",
+    description="What createApiToken returns: the new token, with its secret this once.",
+)
 class CreatedApiToken:
     token: str = strawberry.field(description="The token itself. Shown only this once; store it now.")
-    api_token: ApiToken
+    api_token: ApiToken = strawberry.field(
+        description="The new token as listed from now on (without the secret)."
+    )
 
 
-@strawberry.input(name="CreateApiTokenInput")
+@strawberry.input(
+    name="CreateApiTokenInput", description="A new API token: its name, role and optional expiry."
+)
 class CreateApiTokenInput:
     access: Role | None = strawberry.field(
         default=None, description="The token's role (or the older `role`)."
@@ -79,7 +88,7 @@ class CreateApiTokenInput:
         return self.access or parsed  # type: ignore[return-value]
 
 
-@strawberry.type(name="ApiTokenConnection")
+@strawberry.type(name="ApiTokenConnection", description="A page of API tokens (Relay cursor connection).")
 class ApiTokenConnection(Connection[ApiToken]):
     pass
 

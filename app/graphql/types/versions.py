@@ -18,7 +18,7 @@ from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types import enums as _enums  # noqa: F401  (registers the GraphQL enums)
 from app.graphql.types.agents import MemoryBudget, Policy
-from app.graphql.types.node import Connection, Node
+from app.graphql.types.node import NODE_ID, Connection, Node
 
 # The global-id type an actor's id names.
 _ID_TYPES = {ActorKind.TOKEN: "ApiToken", ActorKind.RUN: "Run", ActorKind.SCHEDULE: "Schedule"}
@@ -28,7 +28,9 @@ _ID_TYPES = {ActorKind.TOKEN: "ApiToken", ActorKind.RUN: "Run", ActorKind.SCHEDU
     name="Actor", description="Who did something: a token, the CLI, a run, a schedule, the server."
 )
 class Actor:
-    kind: ActorKind
+    kind: ActorKind = strawberry.field(
+        description="What kind of actor: a token, a run, a schedule, the CLI or the server itself."
+    )
     id: strawberry.ID | None = strawberry.field(
         description="The token's, run's or schedule's id; null for the CLI and the server."
     )
@@ -59,16 +61,16 @@ class Actor:
     description="One immutable configuration of an agent; every run is pinned to one.",
 )
 class AgentVersion(Node):
-    id: strawberry.ID
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
     version: int = strawberry.field(
         description="1 for the configuration the agent was created with, then 2, 3, ..."
     )
-    created_at: datetime
-    instructions: str | None
-    model: JSON
-    tools: list[str]
-    policy: Policy
-    memory_budget: MemoryBudget
+    created_at: datetime = strawberry.field(description="When this version was written.")
+    instructions: str | None = strawberry.field(description="The system prompt of this version.")
+    model: JSON = strawberry.field(description="The model of this version: `{provider, model, ...}`.")
+    tools: list[str] = strawberry.field(description="Name patterns of the tools this version is offered.")
+    policy: Policy = strawberry.field(description="The policy of this version.")
+    memory_budget: MemoryBudget = strawberry.field(description="The memory budget of this version.")
     budget: JSON | None = strawberry.field(description="The version's budget, when it has one.")
     input_schema: JSON | None = strawberry.field(description="The version's input schema, when it has one.")
     row: strawberry.Private[orm.AgentVersion]
@@ -100,6 +102,8 @@ class AgentVersion(Node):
         return await Actor.of(info, self.row.created_by)
 
 
-@strawberry.type(name="AgentVersionConnection")
+@strawberry.type(
+    name="AgentVersionConnection", description="A page of agent versions (Relay cursor connection)."
+)
 class AgentVersionConnection(Connection[AgentVersion]):
     pass

@@ -11,26 +11,31 @@ from app.domain.errors import NotFound
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.enums import Role
-from app.graphql.types.node import Node
+from app.graphql.types.node import NODE_ID, Node
 
 
 @strawberry.type(name="ApprovalWebhook", description="A workspace's approval notifications.")
 class ApprovalWebhook:
-    url: str
+    url: str = strawberry.field(description="The URL every requested approval is POSTed to.")
     secret_env: str = strawberry.field(
         description="The environment variable (on the workers) holding the HMAC secret; never the secret."
     )
 
 
-@strawberry.type(name="Workspace")
+@strawberry.type(
+    name="Workspace",
+    description="The tenant: every agent, run, memory, schedule and token belongs to one workspace.",
+)
 class Workspace(Node):
-    id: strawberry.ID
-    name: str
-    created_at: datetime
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
+    name: str = strawberry.field(description="The workspace's name.")
+    created_at: datetime = strawberry.field(description="When the workspace was created.")
     paused_at: datetime | None = strawberry.field(
         description="Set while the workspace is paused (pauseWorkspace): no run of it goes on."
     )
-    paused_reason: str | None
+    paused_reason: str | None = strawberry.field(
+        description="Why it is paused, as given to pauseWorkspace; null while it is not."
+    )
 
     row: strawberry.Private[orm.Workspace]
 
@@ -68,7 +73,9 @@ async def _viewer_workspace(root: Viewer, info: strawberry.Info) -> Workspace:
 @strawberry.type(name="Viewer", description="The caller: the token's workspace and role.")
 class Viewer:
     # Loaded only when asked for: `viewer { role }` needs no database read.
-    workspace: Workspace = strawberry.field(resolver=_viewer_workspace)
+    workspace: Workspace = strawberry.field(
+        resolver=_viewer_workspace, description="The workspace the token belongs to."
+    )
     role: str = strawberry.field(
         description="viewer, operator or admin.",
         deprecation_reason="Use `access`, the same role as the Role enum.",
