@@ -66,7 +66,7 @@ integration-mysql: setup
 
 # pytest exits 5 when it collected nothing: a leg that ran no test is a failure, said aloud.
 define run_pytest
-$(PYTEST) $(1) --durations=10 $(PYTEST_ARGS) || { rc=$$?; \
+$(PYTEST) $(1) --durations=25 $(PYTEST_ARGS) || { rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "ERROR: no tests were collected in $(1)" >&2; fi; exit $$rc; }
 endef
 
