@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from app.dev.embedded import stop_embedded_redis
 from app.settings import Settings
 from tests.conftest import DB_KIND
 from tests.integration.test_dev import DevStack
-from tests.support.js import ensure_js_packages
+from tests.support.js import beside_js_packages
 
 # enverif dev runs on the embedded SQLite whatever the leg, so once (in the SQLite leg) is enough.
 pytestmark = pytest.mark.skipif(
@@ -54,14 +53,6 @@ def _environment(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def _node_example(tmp_path: Path) -> Path:
-    """The JavaScript example beside the pinned npm packages of tests/js, as a reader who ran
-    ``npm install graphql-ws ws`` next to it would have it."""
-    shutil.copy(EXAMPLES / "watch_tree.mjs", tmp_path / "watch_tree.mjs")
-    (tmp_path / "node_modules").symlink_to(ensure_js_packages() / "node_modules")
-    return tmp_path / "watch_tree.mjs"
-
-
 def test_the_python_and_javascript_clients_work_against_enverif_dev(stack: DevStack, tmp_path: Path) -> None:
     tour = subprocess.run(
         [sys.executable, str(EXAMPLES / "tour.py"), "--url", f"{stack.url}/graphql"],
@@ -78,7 +69,7 @@ def test_the_python_and_javascript_clients_work_against_enverif_dev(stack: DevSt
     run_id = started.group(1)
     assert f"run {run_id} SUCCEEDED: {{'fetched': 200, 'posted': 200}}" in tour.stdout, tour.stdout
 
-    script = _node_example(tmp_path)
+    script = beside_js_packages(tmp_path, EXAMPLES / "watch_tree.mjs") / "watch_tree.mjs"
     ws_url = stack.url.replace("http://", "ws://", 1) + "/graphql"
     watch = subprocess.run(
         ["node", str(script), run_id, ws_url],

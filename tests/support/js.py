@@ -31,3 +31,14 @@ def ensure_js_packages() -> Path:
         if result.returncode != 0:
             pytest.fail(f"npm ci --prefix {JS_DIR} failed:\n{result.stdout}\n{result.stderr}")
     return JS_DIR
+
+
+def beside_js_packages(directory: Path, *programs: Path) -> Path:
+    """Copies ``programs`` (the manual's examples, say) into ``directory`` beside tests/js's
+    installed packages, as a reader who ran ``npm install`` next to them would have them; returns
+    ``directory``. Node resolves a module's packages from where the module is, so the examples
+    cannot run from docs/examples itself."""
+    for program in programs:
+        shutil.copy(program, directory / program.name)
+    (directory / "node_modules").symlink_to(ensure_js_packages() / "node_modules")
+    return directory

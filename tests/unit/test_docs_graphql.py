@@ -79,6 +79,7 @@ def test_the_docs_show_operations() -> None:
         "docs/graphql/guide.md",
         "docs/examples/tour.py",
         "docs/examples/watch_tree.mjs",
+        "docs/examples/apollo_client.mjs",
     ):
         assert expected in shown, f"no GraphQL operation found in {expected}: did its format change?"
     assert len(OPERATIONS) >= 25
