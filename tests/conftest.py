@@ -9,12 +9,15 @@ create their own workspaces instead of cleaning up after each other.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpcore
 import httpx
 import hypothesis
 import pytest
@@ -248,3 +251,41 @@ async def stop_worker(w: Any, task: asyncio.Task[None]) -> None:
 
     await stop(w, task)
     await w.close()
+
+
+@pytest.fixture
+def stub_resolver(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str] | OSError]:
+    """Answers for chosen names (under ``.localhost``) instead of DNS; other names resolve
+    as usual (the tests only use loopback otherwise). As a safety net, a TCP connection to
+    anything but loopback fails the test instead of leaving the machine, so a broken guard
+    shows up as a failure and not as traffic."""
+    answers: dict[str, list[str] | OSError] = {}
+    real_getaddrinfo = asyncio.BaseEventLoop.getaddrinfo
+    real_connect = httpcore.AnyIOBackend.connect_tcp
+
+    async def getaddrinfo(
+        self: asyncio.BaseEventLoop, host: Any, port: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if name not in answers:
+            return await real_getaddrinfo(self, host, port, *args, **kwargs)
+        answer = answers[name]
+        if isinstance(answer, OSError):
+            raise answer
+        return [_addrinfo(address, int(port or 0)) for address in answer]
+
+    async def connect_tcp(
+        self: httpcore.AnyIOBackend, host: str, port: int, *args: Any, **kwargs: Any
+    ) -> Any:
+        assert ipaddress.ip_address(host).is_loopback, f"a test tried to connect to {host}"
+        return await real_connect(self, host, port, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(httpcore.AnyIOBackend, "connect_tcp", connect_tcp)
+    return answers
+
+
+def _addrinfo(address: str, port: int) -> tuple[Any, ...]:
+    if ":" in address:
+        return (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port, 0, 0))
+    return (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))

@@ -17,7 +17,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.cli import common
 from app.cli.common import CliError, machine_admin
@@ -213,6 +213,7 @@ async def _describe_tree_node(session: AsyncSession, run: orm.Run) -> dict[str, 
     described = describe_run(run, names[run.agent_id])
     described |= {
         "error_code": run.error_code,
+        "held_reason": run.held_reason,
         "usage": run.usage or {},
         "tree_usage": run.tree_usage or {},
         "budget": await _describe_budget(session, run),
@@ -233,7 +234,8 @@ async def _describe_budget(session: AsyncSession, run: orm.Run) -> list[dict[str
     """The run's effective limits, as ``Run.budget`` shows them (docs/concepts/budgets.md)."""
     from app.clock import utcnow
     from app.db import orm
-    from app.domain.budgets import effective
+    from app.domain.budgets import concurrency_effective, concurrency_limit, effective
+    from app.domain.runs import RunStatus
     from app.services.transitions.usage import ledger
 
     chain = [run]
@@ -241,6 +243,15 @@ async def _describe_budget(session: AsyncSession, run: orm.Run) -> list[dict[str
         chain.append(await session.get_one(orm.Run, chain[-1].parent_run_id))
     now = utcnow()
     limits = effective([ledger(common.settings(log=False), r, now) for r in reversed(chain)])
+    if concurrency_limit(run.budget) is not None:
+        running = await session.scalar(
+            select(func.count())
+            .select_from(orm.Run)
+            .where(orm.Run.agent_id == run.agent_id, orm.Run.status == RunStatus.RUNNING.value)
+        )
+        quota = concurrency_effective(run.budget, run_id=run.id, running=int(running or 0))
+        if quota is not None:
+            limits[quota.key] = quota
     return [
         {"name": f.key, "limit": f.limit, "used": f.used, "remaining": f.remaining, "imposed_by": f.imposed_by,
          "imposed_on_run_id": to_global_id("Run", f.run_id)}
@@ -285,6 +296,8 @@ def _print_run(run: dict[str, Any]) -> None:
         print(f"  task      {run['delegation_task']}")
     print(f"  input     {js(run['input'])}")
     print(f"  result    {js(run['result'])}")
+    if run["held_reason"]:
+        print(f"  held      {run['held_reason']}")
     if run["error"]:
         print(f"  error     {run['error']}" + (f" ({run['error_code']})" if run["error_code"] else ""))
     usage, tree = run["usage"], run["tree_usage"]

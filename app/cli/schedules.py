@@ -72,8 +72,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"workspace": args.workspace, "schedules": schedules}))
         return 0
-    columns = ("id", "agent", "cron", "timezone", "enabled", "overlap", "next_fire_at", "last_fired_at")
-    common.print_rows(columns, schedules, empty=f"Workspace {args.workspace!r} has no schedules.")
+    columns = ("id", "agent", "cron", "timezone", "enabled", "overlap", "max_concurrent_runs", "budget",
+               "next_fire_at", "last_fired_at")  # fmt: skip
+    # The budget a schedule tightens its runs' with, as compact JSON (docs/concepts/budgets.md).
+    shown = [s | {"budget": json.dumps(s["budget"], separators=(",", ":")) if s["budget"] else None}
+             for s in schedules]  # fmt: skip
+    common.print_rows(columns, shown, empty=f"Workspace {args.workspace!r} has no schedules.")
     for s in schedules:
         if s["last_skip_reason"]:
             print(f"{s['id']} last skipped {s['last_skipped_at']}: {s['last_skip_reason']}")
@@ -89,6 +93,9 @@ def _describe(schedule: Any, agent: str) -> dict[str, Any]:
         "timezone": schedule.timezone,
         "enabled": schedule.enabled,
         "overlap": schedule.overlap_policy,
+        # Overlap ALLOW's cap on its runs that have not ended (docs/concepts/budgets.md#quotas).
+        "max_concurrent_runs": schedule.max_concurrent_runs,
+        "budget": schedule.budget,
         "input": schedule.input,
         "next_fire_at": common.iso(schedule.next_fire_at),
         "last_fired_at": common.iso(schedule.last_fired_at),

@@ -155,6 +155,17 @@ def concurrency_limit(stored: Any) -> int | None:
     return None if not isinstance(found, dict) else int(found["limit"])
 
 
+def concurrency_effective(stored: Any, *, run_id: int, running: int) -> Effective | None:
+    """A run's ``maxConcurrentRuns`` as ``Run.budget`` lists it (docs/concepts/budgets.md#quotas):
+    used is how many of its agent's runs are RUNNING now (``running``); None without one."""
+    found = stored.get("maxConcurrentRuns") if isinstance(stored, dict) else None
+    if not isinstance(found, dict):
+        return None
+    limit = float(found["limit"])
+    return Effective("maxConcurrentRuns", limit, float(running), max(0.0, limit - running),
+                     str(found["imposedBy"]), run_id, limit)  # fmt: skip
+
+
 def limits_json(limits: Limits) -> dict[str, Any]:
     return {key: limit.as_json() for key, limit in limits.items()}
 

@@ -106,6 +106,10 @@ class Loaders:
         self.memory_revisions: Pages[orm.MemoryRevision, None] = self._per_parent(
             orm.MemoryRevision, orm.MemoryRevision.memory_id, self._revisions
         )
+        # How many of each agent's runs are RUNNING (``Run.budget``'s maxConcurrentRuns).
+        self.agent_running: DataLoader[int, int] = DataLoader(
+            load_fn=self._agent_running, max_batch_size=MAX_BATCH
+        )
         self.token = self._by_id(orm.ApiToken)
         self.version_by_id = self._by_id(orm.AgentVersion)
         self.audit_event = self._by_id(orm.AuditEvent)
@@ -126,6 +130,20 @@ class Loaders:
             self._scoped(orm.ScheduleFiring),
             prime=self.firing,
         )
+
+    async def _agent_running(self, agent_ids: Sequence[int]) -> list[int]:
+        stmt = (
+            select(orm.Run.agent_id, func.count())
+            .where(
+                orm.Run.agent_id.in_(agent_ids),
+                orm.Run.workspace_id == self.workspace_id,
+                orm.Run.status == RunStatus.RUNNING.value,
+            )
+            .group_by(orm.Run.agent_id)
+        )
+        async with self._sessionmaker() as session:
+            counts = {agent_id: int(count) for agent_id, count in await session.execute(stmt)}
+        return [counts.get(agent_id, 0) for agent_id in agent_ids]
 
     def _memories(self, session: AsyncSession, search: MemoriesFilter) -> Select[orm.Memory]:
         query, tags = search

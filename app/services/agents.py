@@ -167,6 +167,13 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
     if patch.policy is not KEEP:
         changes["policy"] = await _check_policy(rt, patch.policy)
     async with rt.sessionmaker() as session, session.begin():
+        released = Released()
+        if changes.get("status") == AgentStatus.ACTIVE:
+            # Runs before the agent's row, the order a claim takes them in (root, run, agent;
+            # docs/architecture.md#lock-order): locked the other way round, a claim of one
+            # of them and this release would wait on each other. Released even when the
+            # agent turns out ACTIVE already: a run still held is held again by its claim.
+            released = await release_held(session, workspace_id=principal.workspace_id, agent_id=agent_id)
         # Locked: the version number is read, bumped and written back (two updaters in a row
         # number their versions one after the other).
         row = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id, lock=True)
@@ -189,9 +196,6 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
         await _flush_unique_name(session, row.name)
         if new_version:
             session.add(version_row(row, principal.actor, row.updated_at))
-        released = Released()
-        if was != AgentStatus.ACTIVE and row.status == AgentStatus.ACTIVE:
-            released = await release_held(session, workspace_id=row.workspace_id, agent_id=row.id)
         changed = audit_diff(before, _audited(row))
         if changed:
             # A status change alone is agent.status; anything else is agent.update.

@@ -42,13 +42,16 @@ async def pause_workspace(rt: Runtime, principal: Principal, *, reason: str) -> 
 async def resume_workspace(rt: Runtime, principal: Principal) -> Workspace:
     principal.require(Role.ADMIN)
     async with rt.sessionmaker() as session, session.begin():
+        # The held runs before the workspace's row, the order a claim takes them in (runs,
+        # then workspace; docs/architecture.md#lock-order). Not paused after all: the
+        # transaction rolls back and nothing was released.
+        released = await release_held(session, workspace_id=principal.workspace_id)
         workspace = await _locked(session, principal.workspace_id)
         if workspace.paused_at is None:
             raise InvalidTransition("the workspace is not paused")
         workspace.paused_at = None
         workspace.paused_reason = None
         workspace.paused_by = None
-        released = await release_held(session, workspace_id=workspace.id)
         await audit.append(
             session, workspace_id=workspace.id, actor=principal.actor, action="workspace.resume",
             object_type="Workspace", object_id=workspace.id,

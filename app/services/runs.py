@@ -209,12 +209,15 @@ async def claim(
         run = await tx.run(run_id)
         if run.status != RunStatus.QUEUED:
             return None
-        if pre.held is not None:
+        # Read before the lock: a pause committed since reaches the run through the worker's
+        # stop notice, at its first step boundary. A hold is read again under the run's lock:
+        # a release (agent made ACTIVE, workspace resumed) that committed after the first read
+        # has passed this run by, and would leave it held for good (docs/architecture.md).
+        held = pre.held if pre.held is None else await _hold_now(tx.session, run)
+        if held is not None:
             # Held (docs/concepts/holds.md): it stays QUEUED, with no job, until released.
-            # Read before the lock: a pause committed since reaches the run through the
-            # worker's stop notice, at its first step boundary.
-            if run.held_reason != pre.held:
-                run.held_reason = pre.held
+            if run.held_reason != held:
+                run.held_reason = held
                 run.updated_at = tx.now
             return None
         run.held_reason = None
@@ -261,6 +264,18 @@ async def claim(
         return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps,
                      current_policies=pre.current_policies)  # fmt: skip
     return None  # unreachable; keeps type checkers content about the context manager
+
+
+async def _hold_now(session: AsyncSession, run: Run) -> str | None:
+    """Why the run is held, as committed now (a plain read: it waits on no lock)."""
+    found = (
+        await session.execute(
+            select(Agent.name, Agent.status, Workspace.paused_reason)
+            .join(Workspace, Workspace.id == Agent.workspace_id)
+            .where(Agent.id == run.agent_id)
+        )
+    ).one()
+    return hold_reason(agent_name=found[0], agent_status=found[1], workspace_paused_reason=found[2])
 
 
 # A workspace this close to its quota (read without a lock) is counted again under its row's

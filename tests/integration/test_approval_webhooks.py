@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.domain.approvals import RETRY_BASE_S
+from tests.conftest import stop_worker
 from tests.support.runs import scripted_agent, start_run
 from tests.support.servers import serve
 
@@ -53,6 +55,20 @@ def verified(headers: dict[str, str], body: bytes) -> bool:
     return hmac.compare_digest(headers.get("x-enverif-signature", ""), expected)
 
 
+async def _notified(
+    gql: Any, token: str, run_id: str, done: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """The run once its first approval's first notification is ``done``."""
+    deadline = time.monotonic() + 30
+    while True:
+        run: dict[str, Any] = (await gql.ok(NOTIFICATIONS, {"id": run_id}, token=token))["run"]
+        notes = [n for a in run["pendingApprovals"] for n in a["notifications"]]
+        if notes and done(notes[0]):
+            return run
+        assert time.monotonic() < deadline, run
+        await asyncio.sleep(0.1)
+
+
 async def test_a_requested_approval_is_posted_signed_and_retried_until_delivered(
     gql, workspace, worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -70,14 +86,7 @@ async def test_a_requested_approval_is_posted_signed_and_retried_until_delivered
             steps=[{"call": "webhook.post", "args": {"url": url + "/elsewhere", "payload": {"n": 1}}}, {"final": "x"}],
         )  # fmt: skip
         run_id = await start_run(gql, workspace.operator, agent)
-        deadline = time.monotonic() + 30
-        while True:
-            run = (await gql.ok(NOTIFICATIONS, {"id": run_id}, token=workspace.viewer))["run"]
-            notes = [n for a in run["pendingApprovals"] for n in a["notifications"]]
-            if notes and notes[0]["status"] == "DELIVERED":
-                break
-            assert time.monotonic() < deadline, (run, receiver.got)
-            await asyncio.sleep(0.1)
+        run = await _notified(gql, workspace.viewer, run_id, lambda note: note["status"] == "DELIVERED")
     [approval] = run["pendingApprovals"]
     [note] = approval["notifications"]
     assert (note["status"], note["attempts"], note["nextAt"]) == ("DELIVERED", 3, None)
@@ -120,3 +129,40 @@ async def test_only_admins_set_or_read_the_webhook(gql, workspace) -> None:
     assert (await gql.error(read, token=workspace.viewer))["extensions"]["code"] == "FORBIDDEN"
     cleared = await gql.ok(SET_HOOK, {}, token=workspace.admin)
     assert cleared["setApprovalWebhook"]["approvalWebhook"] is None
+
+
+@pytest.fixture
+async def public_only_worker(settings) -> AsyncIterator[Any]:
+    """A worker (and so its sweeper, which sends the notifications) of a deployment that
+    does not allow private networks, as production does."""
+    from workers.main import build_worker
+
+    w = build_worker(settings.model_copy(update={"http_allow_private_networks": False}), handle_signals=False)
+    task = asyncio.create_task(w.main())
+    yield w
+    await stop_worker(w, task)
+
+
+@pytest.mark.usefixtures("public_only_worker")
+async def test_a_webhook_that_resolves_to_a_private_address_is_refused_and_says_so(
+    gql, workspace, stub_resolver: dict[str, list[str] | OSError], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The name resolves (a stubbed resolver, nothing leaves the machine) to loopback, which
+    is not public: the guarded client refuses it before any connection, and the approval's
+    notification shows why."""
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    stub_resolver["hooks.localhost"] = ["127.0.0.1"]
+    await gql.ok(
+        SET_HOOK, {"url": "http://hooks.localhost:9/hook", "secretEnv": SECRET_ENV}, token=workspace.admin
+    )
+    agent = await scripted_agent(
+        gql, workspace.admin,
+        steps=[{"call": "webhook.post", "args": {"url": "http://127.0.0.1:9/x", "payload": {}}}, {"final": "x"}],
+    )  # fmt: skip
+    run_id = await start_run(gql, workspace.operator, agent)
+    run = await _notified(gql, workspace.viewer, run_id, lambda note: note["attempts"] >= 1)
+    [note] = [n for a in run["pendingApprovals"] for n in a["notifications"]]
+    assert note["status"] != "DELIVERED", note
+    assert note["lastError"] == "refused: host 'hooks.localhost' resolves to non-public address 127.0.0.1", (
+        note
+    )

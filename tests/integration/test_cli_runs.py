@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db import orm
 from app.graphql.ids import from_global_id, to_global_id
 from tests.conftest import DB_KIND
+from tests.integration.test_holds import HELD
 from tests.support.cli import Enverif, assert_one_line_error, cli_env, in_thread, run_enverif
 from tests.support.runs import get_run, scripted_agent, start_run, wait_run
 from tests.support.trees import waiting_parent_with_child
@@ -153,6 +154,31 @@ async def test_show_prints_a_run_with_its_steps_and_children(
     assert human.returncode == 0, human.stderr
     assert f"Run {parent_id}" in human.stdout and "WAITING_CHILD" in human.stdout
     assert "agents.delegate" in human.stdout and child_id in human.stdout
+
+
+@pytest.mark.usefixtures("worker")
+async def test_show_prints_why_a_run_is_held_and_its_agents_quota(
+    enverif: Enverif, gql: Any, workspace: Any
+) -> None:
+    agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "x"}], name=f"held-{workspace.name}",
+                                 budget={"maxConcurrentRuns": 2})  # fmt: skip
+    await gql.ok('mutation { pauseWorkspace(reason: "ops freeze") { pausedAt } }', token=workspace.admin)
+    run_id = await start_run(gql, workspace.operator, agent)
+    deadline = asyncio.get_running_loop().time() + 15
+    while not (await gql.ok(HELD, {"id": run_id}, token=workspace.viewer))["run"]["heldReason"]:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
+
+    shown = await in_thread(enverif, "runs", "show", run_id, "--workspace", workspace.name, "--json")
+    run = _json(shown)["run"]
+    assert (run["status"], run["held_reason"]) == ("QUEUED", "workspace paused: ops freeze")
+    [quota] = [b for b in run["budget"] if b["name"] == "maxConcurrentRuns"]
+    assert (quota["limit"], quota["used"], quota["remaining"]) == (2, 0, 2)
+    assert quota["imposed_by"] == f"agent 'held-{workspace.name}'"
+    human = await in_thread(enverif, "runs", "show", run_id, "--workspace", workspace.name)
+    assert human.returncode == 0, human.stderr
+    assert "  held      workspace paused: ops freeze\n" in human.stdout
+    assert "  budget    maxConcurrentRuns 0/2 (2 left" in human.stdout
 
 
 async def test_cancel_cancels_the_run_and_its_descendants_once(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +27,14 @@ async def test_list_shows_each_schedule_and_its_last_skip(
     )
     hourly = await create_schedule(gql, workspace.operator, agent, cron="0 * * * *", input={"a": 1})
     yearly = await create_schedule(
-        gql, workspace.operator, agent, cron="0 0 1 1 *", timezone="Europe/Berlin", overlapPolicy="ALLOW"
+        gql,
+        workspace.operator,
+        agent,
+        cron="0 0 1 1 *",
+        timezone="Europe/Berlin",
+        overlapPolicy="ALLOW",
+        maxConcurrentRuns=2,
+        budget={"maxTurns": 4},
     )
     await gql.ok(UPDATE_AGENT, {"id": agent, "input": {"status": "PAUSED"}}, token=workspace.admin)
     await make_due(sessionmaker, yearly, ago=timedelta(days=367))
@@ -47,12 +55,17 @@ async def test_list_shows_each_schedule_and_its_last_skip(
     assert by_id[hourly["id"]]["last_skip_reason"] is None
     assert by_id[yearly["id"]]["timezone"] == "Europe/Berlin" and by_id[yearly["id"]]["overlap"] == "ALLOW"
     assert "is PAUSED" in by_id[yearly["id"]]["last_skip_reason"]
+    assert (by_id[yearly["id"]]["max_concurrent_runs"], by_id[yearly["id"]]["budget"]) == (2, {"maxTurns": 4})
+    assert by_id[hourly["id"]]["budget"] is None
 
     human = await in_thread(enverif, "schedules", "list", "--workspace", workspace.name)
     assert human.returncode == 0, human.stderr
     lines = human.stdout.splitlines()
     assert lines[0].split()[:3] == ["id", "agent", "cron"]
     assert any(hourly["id"] in line and "0 * * * *" in line for line in lines)
+    assert "max_concurrent_runs" in lines[0] and "budget" in lines[0]
+    assert any(line.startswith(yearly["id"]) and re.search(r'ALLOW +2 +\{"maxTurns":4\}', line)
+               for line in lines), lines  # fmt: skip
     assert any(line.startswith(f"{yearly['id']} last skipped") and "PAUSED" in line for line in lines)
 
 

@@ -48,10 +48,28 @@ async def test_an_agents_quota_holds_runs_and_releases_them_as_slots_free(gql, w
         agent = await scripted_agent(gql, workspace.admin, name="quota-scout", steps=_one_slow_call(url),
                                      policy=ALLOW, budget={"maxConcurrentRuns": 2})  # fmt: skip
         runs = [await start_run(gql, workspace.operator, agent) for _ in range(5)]
+        # Run.budget lists the quota: used counts the agent's runs RUNNING now.
+        deadline = time.monotonic() + 20
+        while (quota := await _quota(gql, workspace.viewer, runs[0]))["used"] == 0:
+            assert time.monotonic() < deadline, quota
+            await asyncio.sleep(0.02)
+        assert quota["used"] in {1, 2} and quota["remaining"] == 2 - quota["used"], quota
         most, reasons = await _watch(gql, workspace.viewer, runs)
     assert most == 2
     assert reasons == {"quota: agent 'quota-scout' has 2 runs running (budget.maxConcurrentRuns 2)"}
     assert len(sink.deliveries) == 5
+    assert await _quota(gql, workspace.viewer, runs[0]) == {
+        "name": "maxConcurrentRuns", "limit": 2, "used": 0, "remaining": 2, "imposedBy": "agent 'quota-scout'"
+    }  # fmt: skip
+
+
+QUOTA = "query($id: ID!) { run(id: $id) { budget { name limit used remaining imposedBy } } }"
+
+
+async def _quota(gql: Any, token: str, run_id: str) -> dict[str, Any]:
+    budget = (await gql.ok(QUOTA, {"id": run_id}, token=token))["run"]["budget"]
+    [quota] = [b for b in budget if b["name"] == "maxConcurrentRuns"]
+    return dict(quota)
 
 
 @pytest.fixture

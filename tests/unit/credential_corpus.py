@@ -457,6 +457,11 @@ def _login_pair(rng: Rng) -> str:
             f"default creds {account}/{rng.choice(['admin', 'toor', 'changeme', account])}",
             f"login {_word(rng)}:{password}",
             f"sign in as {account}/{password}",
+            # Short labels: ``u: admin p: hunter2``.
+            f"u: {account} p: {password}",
+            f"U={_word(rng)} P={password}",
+            f"usr: {_word(rng)}@{_domain(rng)}, pw: {password}",
+            f"u: {account} / p: {rng.choice(['admin', 'changeme', 'hunter2', account])}",
         ]
     )
 
@@ -1044,7 +1049,8 @@ BENIGN_FAMILIES: dict[str, Callable[[Rng], Sample]] = {
 
 
 def _slash_pair(rng: Rng) -> Sample:
-    """``/`` and ``:`` between two words, as notes use them: no login pair."""
+    """``/`` and ``:`` between two words, ``u:`` and ``p:`` labels, as notes use them: no
+    login pair."""
     account = rng.choice(ACCOUNTS)
     value = rng.choice(
         [
@@ -1058,6 +1064,14 @@ def _slash_pair(rng: Rng) -> Sample:
             f"chown {account}:{account} /srv/{_word(rng)}",
             f"the user/group is {account}/staff",
             f"input/output of the {_word(rng)} job, login {rng.randint(1, 12):02d}:{rng.randint(0, 59):02d}",
+            # ``u:`` and ``p:`` as statistics and notes use them.
+            f"u: {rng.random():.2f}, p: {rng.random() / 10:.3f}",
+            f"fit for {_word(rng)}: u = {rng.randint(1, 40)} p = {rng.randint(1, 9)}",
+            f"u: {account} p: (see the vault)",
+            f"u: {account} p: {rng.choice(['settings', 'unknown', 'pending', 'rotated'])}",
+            f"id: {rng.randint(1, 9999)} p: {rng.randint(1, 99)}",
+            f"U-{rng.randint(200, 240)}, p: {rng.randint(80, 99)} protons",
+            f"login: {rng.randint(1, 12):02d}:{rng.randint(0, 59):02d} p: {rng.randint(1, 5)} pages",
         ]
     )
     return Sample("slash-pair", _key(rng, "runbook", _word(rng)), value, ["ops"])

@@ -154,6 +154,10 @@ NPM = "np" + "m_" + "a8Kd02Lq93Zm47Xc61Vb28Nn05Tr39Wy71Pq"
         ("pair", "note", "switch: admin / Tulip42!", [], "Login Pair"),
         ("pair", "login", "admin:hunter2", [], "Login Pair"),
         ("pair", "note", "use root/toor", [], "Login Pair"),
+        ("pair", "router", "u: admin p: hunter2", [], "Login Pair"),
+        ("pair", "note", "U=root, P=Tulip42!", [], "Login Pair"),
+        ("pair", "note", "usr: jane@acme.localhost pw: tulipanes", [], "Login Pair"),
+        ("pair", "note", "u: guest / p: guest", [], "Login Pair"),
         ("pair", "note", "WiFi: GuestNet / tulip4242", [], "Login Pair"),
         ("pair", "note", "SSID Acme-Guest, WPA key Tulip4242", [], "Keyword Assignment"),
         ("pair", "note", "psw: tulip42", [], "Keyword Assignment"),
@@ -277,6 +281,14 @@ def test_families(family: str, key: str, value: str, tags: list[str], rule: str)
         ("label", "admin-2"),
         ("greeting", "Hello!"),
         ("document", "passport"),
+        # near misses of short-labelled pairs (u: … p: …)
+        ("stats", "u: 0.31, p: 0.002"),
+        ("stats", "u = 12 p = 3"),
+        ("note", "u: admin p: (see the vault)"),
+        ("note", "u: admin p: settings"),
+        ("note", "u: alice p: bob"),
+        ("ids", "id: 42 p: 3"),
+        ("isotope", "U-235, p: 92 protons"),
     ],
 )
 def test_ordinary_facts_pass(key: str, value: str) -> None:

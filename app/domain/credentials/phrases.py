@@ -211,6 +211,13 @@ _PAIR: Final = re.compile(
     r"(?P<user>[a-z0-9._%+\-]{1,64}@[a-z0-9.\-]{1,64}|[a-z0-9][a-z0-9._\-]{0,31})[ \t]*(?P<sep>(?(verb)[/:]|/))[ \t]*"
     r"(?P<v>[^\s/:,;|()\[\]<>]{3,128})(?![/\w:@])"
 )
+# ``u: admin p: hunter2``, ``U=root, P=Tulip42!``, ``usr: jane pw: …``: a user and a
+# password under short labels, side by side. ``p:`` alone is any label (a p-value, a page);
+# after a user label it is the password, when the value reads like one.
+_LABELLED_PAIR: Final = re.compile(
+    r"(?<![\w.\-])(?:u|usr|user(?:name)?|login|id)[ \t]*[:=][ \t]*(?P<user>[^\s,;|/]{1,64})[ \t]*[,;|/]?[ \t]*"
+    r"(?:p|pw|pwd|pword|pass(?:word)?|passwd)[ \t]*[:=][ \t]*(?P<v>[^\s,;|()\[\]<>]{1,128})"
+)
 _SESSION: Final = re.compile(
     r"(?<![a-z0-9_\-])(?:session(?:[_\-]?(?:id|key|token))?|sess(?:ion)?id|sid|phpsessid|jsessionid|connect\.sid"
     r"|laravel_session|_session|ci_session|asp\.net_sessionid|sessid)\s*=\s*(?P<v>[A-Za-z0-9%._+/=~\-]{8,})"
@@ -273,6 +280,19 @@ def _pair_value(m: re.Match[str], value: str) -> bool:
     return looks_like_secret(value) and not _NUMBERISH.fullmatch(low)
 
 
+def _labelled_pair_value(m: re.Match[str], value: str) -> bool:
+    user = m["user"]
+    value = value.strip("'\"`").rstrip(SENTENCE_END)
+    low = value.lower()
+    if not value or PLACEHOLDER.match(value) or _NUMBERISH.fullmatch(low) or _NUMBERISH.fullmatch(user):
+        return False  # ``u: 3 p: 0.04``, ``u: admin p: (see the vault)``
+    if low in DEFAULT_PASSWORDS or low == user or is_common_password(value):
+        return True  # ``u: admin p: admin``
+    if is_prose_word(value):
+        return False  # ``u: admin p: settings``
+    return looks_like_secret(value) or ((user in ACCOUNT_NAMES or "@" in user) and len(value) >= 6)
+
+
 def _session_value(m: re.Match[str], value: str) -> bool:
     return (
         not PLACEHOLDER.match(value) and not _slug(value) and (looks_like_secret(value) or len(value) >= 16)
@@ -320,6 +340,8 @@ _SHAPES: Final[tuple[_Shape, ...]] = (
     _Shape("Login And Password",
            _LOGIN_WORDS, _LOGIN_SLASH, _login_value, anchored=True),
     _Shape("Login Pair", ("/", ":"), _PAIR, _pair_value, before=72, after=140),
+    _Shape("Login Pair", ("p:", "p=", "p :", "p =", "pw", "pass"), _LABELLED_PAIR, _labelled_pair_value,
+           before=100, after=140),
     _Shape("Session Identifier", ("sess", "sid"), _SESSION, _session_value, before=24),
     _Shape("PIN", ("pin",), _PIN, written=True, anchored=True),
     _Shape("PIN", ("puk",), _PUK, anchored=True),

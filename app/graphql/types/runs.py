@@ -15,7 +15,7 @@ from strawberry.scalars import JSON
 
 from app.clock import utcnow
 from app.db import orm
-from app.domain.budgets import effective
+from app.domain.budgets import concurrency_effective, concurrency_limit, effective
 from app.domain.errors import NotFound
 from app.domain.global_ids import object_id, public_policy_chain, public_step_result
 from app.domain.policy import Decision
@@ -238,13 +238,21 @@ class Run(Node):
         )
 
     @strawberry.field(
-        description="The run's effective budget limits: the tightest of its own and what is left of every ancestor's."
+        description="The run's effective budget limits: the tightest of its own and what is left of every ancestor's; "
+        "and maxConcurrentRuns, used counting its agent's runs RUNNING now."
     )
     async def budget(self, info: Info) -> list[BudgetLimit]:
         path = await self.path(info)
         now = utcnow()
         settings = info.context.settings
         limits = effective([ledger(settings, r.row, now) for r in path])
+        if concurrency_limit(self.row.budget) is not None:
+            # A quota, not a spend (docs/concepts/budgets.md#quotas): used counts the agent's
+            # runs RUNNING now, this one among them while it runs.
+            running = await (await info.context.loaders()).agent_running.load(self.row.agent_id)
+            quota = concurrency_effective(self.row.budget, run_id=self.row.id, running=running)
+            if quota is not None:
+                limits[quota.key] = quota
         return [BudgetLimit.of(found, to_global_id("Run", found.run_id)) for found in limits.values()]
 
     @strawberry.field(description="The agent it runs.")
