@@ -28,6 +28,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     async def run(engine: AsyncEngine) -> str | None:
         if args.downgrade:
+            if await common.current_revision(engine) in common.head_revisions():
+                # Before 'e2c7a9f4b1d3' every audit event is chained: seal what is pending,
+                # so the downgrade keeps them all (docs/concepts/audit.md).
+                from app.db.session import create_sessionmaker
+                from app.services import audit
+
+                while await audit.seal_pending(create_sessionmaker(engine)):
+                    pass
             await migrate.downgrade(engine, args.downgrade)
         else:
             await migrate.upgrade(engine, args.revision)

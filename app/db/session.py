@@ -9,15 +9,20 @@ On MySQL/MariaDB the row locks are real (``with_for_update``).
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.util import await_
+
+T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 READ_ONLY_OPTION = "enverif_read_only"
@@ -230,3 +235,29 @@ def create_read_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSes
 
 def is_mysql(engine: AsyncEngine) -> bool:
     return engine.dialect.name in ("mysql", "mariadb")
+
+
+# MariaDB/MySQL's "Deadlock found when trying to get lock; try restarting transaction": the
+# victim's transaction was rolled back whole, so running it again is safe.
+MYSQL_DEADLOCK = 1213
+DEADLOCK_ATTEMPTS = 3
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    args: tuple[Any, ...] = getattr(getattr(exc, "orig", None), "args", ())
+    return isinstance(exc, OperationalError) and len(args) > 0 and args[0] == MYSQL_DEADLOCK
+
+
+async def retry_deadlocks(transaction: Callable[[], Awaitable[T]]) -> T:
+    """Run ``transaction`` (one whole transaction, nothing sent before it commits) again when
+    the database chose it as a deadlock's victim: a few times, after a short random pause.
+    For the rare paths that must lock rows in an order a claim cannot share
+    (docs/architecture.md#lock-order)."""
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            return await transaction()
+        except OperationalError as exc:
+            if attempt == DEADLOCK_ATTEMPTS or not is_deadlock(exc):
+                raise
+            await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)
+    raise AssertionError("unreachable")

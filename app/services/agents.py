@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
+from app.db.session import retry_deadlocks
 from app.domain.actors import Actor
 from app.domain.agent_versions import VERSIONED_FIELDS, changes_configuration, config_of
 from app.domain.agents import DEFAULT_MEMORY_MAX_CHARS, DEFAULT_MEMORY_MAX_ITEMS, AgentStatus, Role
@@ -166,49 +167,58 @@ async def update_agent(rt: Runtime, principal: Principal, *, agent_id: int, patc
     changes = _validated_changes(patch, settings=rt.settings)
     if patch.policy is not KEEP:
         changes["policy"] = await _check_policy(rt, patch.policy)
-    async with rt.sessionmaker() as session, session.begin():
-        released = Released()
-        if changes.get("status") == AgentStatus.ACTIVE:
-            # Runs before the agent's row, the order a claim takes them in (root, run, agent;
-            # docs/architecture.md#lock-order): locked the other way round, a claim of one
-            # of them and this release would wait on each other. Released even when the
-            # agent turns out ACTIVE already: a run still held is held again by its claim.
-            released = await release_held(session, workspace_id=principal.workspace_id, agent_id=agent_id)
-        # Locked: the version number is read, bumped and written back (two updaters in a row
-        # number their versions one after the other).
-        row = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id, lock=True)
-        if "name" in changes and changes["name"] != row.name:
-            await _ensure_name_free(
-                session, workspace_id=principal.workspace_id, name=changes["name"], agent_id=row.id
+
+    async def update() -> tuple[orm.Agent, str, dict[str, Any], Released]:
+        async with rt.sessionmaker() as session, session.begin():
+            released = Released()
+            if changes.get("status") == AgentStatus.ACTIVE:
+                # Runs before the agent's row, the order a claim takes them in (root, run, agent;
+                # docs/architecture.md#lock-order): locked the other way round, a claim of one
+                # of them and this release would wait on each other. Released even when the
+                # agent turns out ACTIVE already: a run still held is held again by its claim.
+                released = await release_held(session, workspace_id=principal.workspace_id, agent_id=agent_id)
+            # Locked: the version number is read, bumped and written back (two updaters in a row
+            # number their versions one after the other).
+            row = await get_owned(
+                session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id, lock=True
             )
-        # Versioned before the row changes: compared with what the agent is now.
-        new_version = changes_configuration(config_of(_columns(row)), changes)
-        was = row.status
-        before = _audited(row)
-        for attr, value in changes.items():
-            setattr(row, attr, value)
-        if "budget" in changes or "model" in changes:
-            _check_agent_budget(row, rt.settings)
-        if changes:
-            row.updated_at = utcnow()
-        if new_version:
-            row.version += 1
-        await _flush_unique_name(session, row.name)
-        if new_version:
-            session.add(version_row(row, principal.actor, row.updated_at))
-        changed = audit_diff(before, _audited(row))
-        if changed:
-            # A status change alone is agent.status; anything else is agent.update.
-            action = "agent.status" if set(changed) == {"status"} else "agent.update"
-            summary = (
-                f"agent {row.name!r} {was} -> {row.status}" if action == "agent.status"
-                else f"updated agent {row.name!r}: {', '.join(changed)}"
-                + (f" (version {row.version})" if new_version else "")
-            )  # fmt: skip
-            await audit.append(
-                session, workspace_id=row.workspace_id, actor=principal.actor, action=action,
-                object_type="Agent", object_id=row.id, summary=summary, diff=changed,
-            )  # fmt: skip
+            if "name" in changes and changes["name"] != row.name:
+                await _ensure_name_free(
+                    session, workspace_id=principal.workspace_id, name=changes["name"], agent_id=row.id
+                )
+            # Versioned before the row changes: compared with what the agent is now.
+            new_version = changes_configuration(config_of(_columns(row)), changes)
+            was = row.status
+            before = _audited(row)
+            for attr, value in changes.items():
+                setattr(row, attr, value)
+            if "budget" in changes or "model" in changes:
+                _check_agent_budget(row, rt.settings)
+            if changes:
+                row.updated_at = utcnow()
+            if new_version:
+                row.version += 1
+            await _flush_unique_name(session, row.name)
+            if new_version:
+                session.add(version_row(row, principal.actor, row.updated_at))
+            changed = audit_diff(before, _audited(row))
+            if changed:
+                # A status change alone is agent.status; anything else is agent.update.
+                action = "agent.status" if set(changed) == {"status"} else "agent.update"
+                summary = (
+                    f"agent {row.name!r} {was} -> {row.status}" if action == "agent.status"
+                    else f"updated agent {row.name!r}: {', '.join(changed)}"
+                    + (f" (version {row.version})" if new_version else "")
+                )  # fmt: skip
+                await audit.append(
+                    session, workspace_id=row.workspace_id, actor=principal.actor, action=action,
+                    object_type="Agent", object_id=row.id, summary=summary, diff=changed,
+                )  # fmt: skip
+        return row, was, changed, released
+
+    # Deadlocks retried: releasing held runs locks them before the agent, as a claim does,
+    # yet MariaDB can still pick this transaction as a victim (docs/architecture.md#lock-order).
+    row, was, changed, released = await retry_deadlocks(update)
     # After commit (docs/concepts/holds.md): a paused or archived agent's running runs are
     # told at once and stop at their next step boundary; a resumed one's held runs go on.
     # A policy change reaches every live run with the agent on its chain (tightening is

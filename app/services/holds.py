@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.clock import db_now
 from app.db.orm import Workspace
+from app.db.session import retry_deadlocks
 from app.domain.agents import Role
 from app.domain.errors import InvalidTransition, NotFound
 from app.domain.holds import MAX_PAUSE_REASON_CHARS
@@ -16,7 +17,7 @@ from app.events.stops import publish_stop
 from app.services import audit
 from app.services.auth import Principal
 from app.services.runtime import Runtime
-from app.services.transitions import release_held
+from app.services.transitions import Released, release_held
 from app.services.validation import check_text
 
 
@@ -41,22 +42,27 @@ async def pause_workspace(rt: Runtime, principal: Principal, *, reason: str) -> 
 
 async def resume_workspace(rt: Runtime, principal: Principal) -> Workspace:
     principal.require(Role.ADMIN)
-    async with rt.sessionmaker() as session, session.begin():
-        # The held runs before the workspace's row, the order a claim takes them in (runs,
-        # then workspace; docs/architecture.md#lock-order). Not paused after all: the
-        # transaction rolls back and nothing was released.
-        released = await release_held(session, workspace_id=principal.workspace_id)
-        workspace = await _locked(session, principal.workspace_id)
-        if workspace.paused_at is None:
-            raise InvalidTransition("the workspace is not paused")
-        workspace.paused_at = None
-        workspace.paused_reason = None
-        workspace.paused_by = None
-        await audit.append(
-            session, workspace_id=workspace.id, actor=principal.actor, action="workspace.resume",
-            object_type="Workspace", object_id=workspace.id,
-            summary=f"resumed the workspace ({len(released.wakeups)} held runs released)",
-        )  # fmt: skip
+
+    async def resume() -> tuple[Workspace, Released]:
+        async with rt.sessionmaker() as session, session.begin():
+            # The held runs before the workspace's row, the order a claim takes them in (runs,
+            # then workspace; docs/architecture.md#lock-order). Not paused after all: the
+            # transaction rolls back and nothing was released.
+            released = await release_held(session, workspace_id=principal.workspace_id)
+            workspace = await _locked(session, principal.workspace_id)
+            if workspace.paused_at is None:
+                raise InvalidTransition("the workspace is not paused")
+            workspace.paused_at = None
+            workspace.paused_reason = None
+            workspace.paused_by = None
+            await audit.append(
+                session, workspace_id=workspace.id, actor=principal.actor, action="workspace.resume",
+                object_type="Workspace", object_id=workspace.id,
+                summary=f"resumed the workspace ({len(released.wakeups)} held runs released)",
+            )  # fmt: skip
+        return workspace, released
+
+    workspace, released = await retry_deadlocks(resume)
     await released.enqueue(rt)
     return workspace
 

@@ -30,6 +30,14 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Before this revision every event is chained. `enverif migrate --downgrade` seals the
+    # pending ones first; anything left unsealed is refused here rather than dropped.
+    pending = op.get_bind().scalar(sa.text("SELECT COUNT(*) FROM audit_events WHERE seq IS NULL"))
+    if pending:
+        raise RuntimeError(
+            f"{pending} audit events are not chained yet: downgrade with `enverif migrate "
+            "--downgrade`, which chains them first"
+        )
     op.drop_index("ix_audit_events_seq", table_name="audit_events")
     with op.batch_alter_table("audit_events") as batch:
         batch.alter_column("hash", existing_type=sa.String(length=64), nullable=False)

@@ -277,6 +277,10 @@ WITHOUT_ID = {
     "Usage": "a value of the one field that holds it (Run.usage, Run.treeUsage, RunStep.usage)",
     "BudgetLimit": "an entry of Run.budget, read whole with its run",
     "McpTool": "an entry of McpServer.tools, replaced whole by each sync (named by its name)",
+    "ApprovalWebhook": "a value of Workspace.approvalWebhook, replaced whole by setApprovalWebhook",
+    "PolicyPreview": "a computed answer to one policyPreview question, never stored",
+    "PolicyPreviewLink": "an entry of PolicyPreview.chain, read whole with its answer",
+    "ApprovalEvent": "a subscription's passing event (the approval it names has its id)",
 }
 
 # Objects whose id is there only sometimes: an Actor's is its token's, null for the CLI and

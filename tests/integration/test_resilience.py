@@ -491,14 +491,15 @@ async def test_unreachable_database_is_unavailable_with_503(settings, workspace,
 
 async def test_a_sql_bug_stays_internal(gql, workspace, monkeypatch) -> None:
     """Precise detection: a statement the database rejects is a bug, not an outage."""
-    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy import literal_column, select
 
+    from app.db.orm import Agent
     from app.services import reads
 
-    async def broken(session: AsyncSession, **_: Any) -> Any:
-        await session.execute(text("SELECT no_such_column FROM agent_runs"))
+    def broken(workspace_id: int, statuses: Any = None) -> Any:
+        return select(Agent).where(literal_column("no_such_column") == 1)
 
-    monkeypatch.setattr(reads, "list_agents", broken)
+    monkeypatch.setattr(reads, "agents_query", broken)
     response = await gql.http.post(
         "/graphql",
         json={"query": "{ agents { edges { cursor } } }"},
