@@ -64,6 +64,12 @@ def output_key(prefix: str, run_id: int) -> str:
     return f"{prefix}:output:{run_id}"
 
 
+def output_watch_key(prefix: str, run_id: int) -> str:
+    """Set (with a TTL the subscription renews) while a ``runOutput`` subscription watches
+    the run: a worker writes a turn's live output only then (``app.events.output``)."""
+    return f"{prefix}:output-watch:{run_id}"
+
+
 def run_stops_channel(prefix: str) -> str:
     """Stop notices for workers (a cancelled tree, a paused agent or workspace): each worker
     process subscribes once and re-checks the database for the runs a notice concerns."""

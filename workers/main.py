@@ -221,6 +221,9 @@ def build_worker(
             # One session per MCP server for all runs of this worker, opened on first use.
             ctx["mcp"] = McpConnections(settings)
         ctx.setdefault("owner", worker_id())
+        if ctx["runtime"].output_watch is None:
+            # Live output only for runs someone watches (app.events.output).
+            ctx["runtime"].output_watch = {}
         if "live_runs" not in ctx:
             # Stop notices (a cancel, a pause) reach the runs this process executes at once.
             live = LiveRuns()

@@ -241,19 +241,22 @@ def _inherits(key: str) -> bool:
     return key in SUBTREE or key == "maxWallS"
 
 
-def effective(chain: Sequence[Ledger]) -> dict[str, Effective]:
-    """The effective limits of ``chain[-1]`` (``chain`` is root first): for each key, the
-    least remainder among its own limit and, for subtree and wall-clock limits, every
-    ancestor's. Ties go to the higher run (the ancestor imposed it first)."""
+def effective(chain: Sequence[Ledger], keys: Sequence[str] = KEYS) -> dict[str, Effective]:
+    """The effective limits of ``chain[-1]`` (``chain`` is root first) among ``keys``: for
+    each key, the least remainder among its own limit and, for subtree and wall-clock limits,
+    every ancestor's. Ties go to the higher run (the ancestor imposed it first)."""
     me = chain[-1]
     out: dict[str, Effective] = {}
-    for key in KEYS:
-        used = me.used(key)
+    for key in keys:
+        inherits = _inherits(key)
         best: Effective | None = None
+        used = 0.0
         for ledger in chain:
             limit = ledger.limits.get(key)
-            if limit is None or (ledger is not me and not _inherits(key)):
+            if limit is None or (ledger is not me and not inherits):
                 continue
+            if best is None:
+                used = me.used(key)  # only for keys some run of the chain limits
             remaining = max(0.0, limit.limit - ledger.used(key))
             if best is None or remaining < best.remaining:
                 best = Effective(
@@ -267,7 +270,7 @@ def effective(chain: Sequence[Ledger]) -> dict[str, Effective]:
 def spent(chain: Sequence[Ledger]) -> Effective | None:
     """The first token, cost or wall-clock limit of the chain that is used up, if any: the
     run must end (``BUDGET_EXCEEDED``)."""
-    limits = effective(chain)
+    limits = effective(chain, SPENDABLE)
     for key in SPENDABLE:
         found = limits.get(key)
         if found is not None and found.remaining <= 0:
@@ -286,7 +289,7 @@ class Admission:
 def admit(chain: Sequence[Ledger], key: str, asked: int) -> Admission:
     """How many of ``asked`` new items counted by ``key`` (tool calls, children, tree runs)
     the effective limit still admits."""
-    found = effective(chain).get(key)
+    found = effective(chain, (key,)).get(key)
     if found is None or found.remaining >= asked:
         return Admission(asked)
     return Admission(int(found.remaining), found)

@@ -109,8 +109,19 @@ async def execute_run(
                 live=live,
             )
     generation = None if live is None else live.generation
-    claimed = await runs.claim(rt, run_id, owner=owner, root_id=root_id)
+    watched = rt.output_watch
+    if watched is not None:
+        # The claim's commit asks Redis whether a runOutput subscription watches the run.
+        watched.setdefault(run_id, False)
+    try:
+        claimed = await runs.claim(rt, run_id, owner=owner, root_id=root_id)
+    except BaseException:
+        if watched is not None:
+            watched.pop(run_id, None)
+        raise
     if claimed is None:
+        if watched is not None:
+            watched.pop(run_id, None)
         return  # duplicate delivery, held, or the run was cancelled / taken meanwhile
     attempt = claimed.attempt
     executor = RunExecutor(rt, registry, claimed, providers, stopping, mcp=mcp)
@@ -171,6 +182,8 @@ async def execute_run(
     finally:
         if live is not None:
             live.discard(run_id)
+        if watched is not None:
+            watched.pop(run_id, None)
         executor.job_ended = True  # the renewer stops even if this cancel is lost
         renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -380,11 +393,13 @@ class RunExecutor:
                 return turns.out_of_turns(state)  # the model is not asked again
             # Live output (runOutput): the text belongs to the step this turn will write,
             # after the batched reads that are recorded with it.
+            watch = self.rt.output_watch
             output = OutputWriter(
                 self.rt.redis,
                 self.rt.settings.redis_prefix,
                 run_id=self.run_id,
                 step_seq=state.next_seq() + len(state.reads),
+                watched=None if watch is None else watch.get(self.run_id, False),
             )
             ctx = turns.turn_context(state, history, state.asked_turn, on_text=output.on_text)
             turn = await turns.ask(model, ctx, io=self._io(), run_id=self.run_id)

@@ -12,6 +12,15 @@ to drop what it already sent and to notice a piece it missed (pub/sub is at-most
 then, and after an overflow or a reconnect, it reads the string again. So nobody gets text
 twice or out of order, and a missed piece costs one GET, not a closed websocket.
 
+A worker writes a turn's output only for a run some subscription watches: the subscription
+sets ``keys.output_watch_key`` (with a TTL it renews) before it reads the text so far, and the
+worker learns of it in the round trip each of its commits makes anyway
+(``Runtime.output_watch``), or, while the model streams, with one ``EXISTS`` per flush
+until a watcher comes; the first write then holds the whole text so far. A turn said
+without yielding (the scripted provider) goes by the last commit's answer: a subscription
+that starts between that commit and the turn's end misses that turn's live output (the
+step has its text; docs/graphql/guide.md#live-model-output-runoutput).
+
 Everything is best effort, like event publishing: Redis trouble is logged and the run goes
 on; live output is a view, not a record.
 """
@@ -38,6 +47,10 @@ logger = logging.getLogger(__name__)
 # A turn's text stays readable this long if its worker dies before it says ``done``.
 OUTPUT_TTL_S = 3_600
 PUBLISH_TIMEOUT_S = 2.0
+# A subscription's mark on a run (``keys.output_watch_key``) lasts this long unless renewed,
+# and is renewed this often while the subscription lasts.
+WATCH_TTL_S = 60
+WATCH_RENEW_S = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +91,18 @@ class OutputWriter:
     model replying in one go) is written whole by ``finish``: the text so far, its pieces,
     the string's deletion and ``done``, in one round trip (docs/performance.md)."""
 
-    def __init__(self, redis: Redis, prefix: str, *, run_id: int, step_seq: int) -> None:
+    def __init__(
+        self, redis: Redis, prefix: str, *, run_id: int, step_seq: int, watched: bool | None = None
+    ) -> None:
         self._redis = redis
         self._channel = keys.output_channel(prefix)
         self._key = keys.output_key(prefix, run_id)
+        self._watch_key = keys.output_watch_key(prefix, run_id)
+        # Whether a subscription watches the run: None, not known (always write); False,
+        # nobody did at the last commit's round trip: nothing is written until a flush finds
+        # one (see the module docstring).
+        self._watched = watched
+        self._asked = False  # a flush asked Redis about watchers (the model yielded)
         self._run_id = run_id
         self._step_seq = step_seq
         self._header = f"{step_seq}:"
@@ -102,6 +123,16 @@ class OutputWriter:
 
     async def _flush(self) -> None:
         while self._queued and not self._broken:
+            if self._watched is False:
+                # Nothing written yet: the pieces stay queued (the whole text so far) until
+                # a subscription watches; asking costs one command, not the writes.
+                self._flushing = True
+                async with self._best_effort():
+                    self._asked = True
+                    self._watched = bool(await self._redis.exists(self._watch_key))
+                if not self._watched:
+                    return
+                continue
             pieces, self._queued = self._queued, []
             self._flushing = True
             async with self._best_effort():
@@ -128,6 +159,14 @@ class OutputWriter:
                     await flusher
         if self._broken:
             self._queued = []  # a subscriber notices the gap and reads the text so far
+        if self._watched is False and self._queued and self._asked:
+            # The turn took its time (the model yielded): a subscription may have come since
+            # the last flush asked.
+            async with self._best_effort():
+                self._watched = bool(await self._redis.exists(self._watch_key))
+        if self._watched is False:
+            self._queued = []  # nobody watches: nothing to write, nothing to delete
+            return
         if not (self._started or self._queued):
             return
         done = encode_piece(Piece(self._run_id, self._step_seq, self._end, "", done=True))
@@ -229,6 +268,17 @@ class OutputHub:
 
     async def so_far(self, run_id: int) -> tuple[int, str] | None:
         return await read_so_far(self._redis, self._prefix, run_id)
+
+    async def announce(self, run_id: int) -> None:
+        """Mark the run as watched, so its worker writes its live output (before the first
+        read of the text so far, and again every ``WATCH_RENEW_S``)."""
+        try:
+            async with asyncio.timeout(PUBLISH_TIMEOUT_S):
+                await self._redis.set(keys.output_watch_key(self._prefix, run_id), b"1", ex=WATCH_TTL_S)
+        except (RedisError, OSError, TimeoutError) as exc:
+            # The run's worker writes nothing it would not have written: the subscription
+            # still gets each turn's end and completes with the run.
+            logger.warning("run %s: could not mark its live output as watched (Redis: %r)", run_id, exc)
 
     # -- ChannelHandler --
 

@@ -9,6 +9,7 @@ one whose worker died mid-turn) completes rather than waiting forever.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db import orm
 from app.domain.errors import NotFound
 from app.domain.runs import TERMINAL_RUN, RunStatus
-from app.events.output import OutputHub
+from app.events.output import WATCH_RENEW_S, OutputHub
 
 # How long a subscription waits in silence before it checks whether the run has ended.
 IDLE_CHECK_S = 2.0
@@ -55,9 +56,15 @@ async def output_chunks(
     idle_s: float = IDLE_CHECK_S,
 ) -> AsyncIterator[OutputChunk]:
     with hub.watch(run_id) as watch:  # watching first: nothing said after the read below is lost
+        # Then marked as watched (before the first read): the run's worker writes from here on.
+        await hub.announce(run_id)
+        announced_at = time.monotonic()
         seq: int | None = None
         sent = 0
         while True:
+            if time.monotonic() - announced_at >= WATCH_RENEW_S:
+                await hub.announce(run_id)
+                announced_at = time.monotonic()
             if watch.stale:
                 watch.stale = False
                 so_far = await hub.so_far(run_id)

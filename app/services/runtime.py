@@ -46,6 +46,11 @@ class Runtime:
     # Agent versions runs were claimed with, by (id, agent id, number): a version row never
     # changes, so a worker reads each one once (``app.services.memory_injection``).
     pinned_versions: dict[tuple[int, int, int], AgentConfig] = field(default_factory=dict)
+    # Workers only: whether a ``runOutput`` subscription watches each run this process
+    # executes, as the last commit's round trip to Redis found (``outbox.send``); None where
+    # nobody asks (the API, tests calling the engine directly): live output is then always
+    # written (app.events.output).
+    output_watch: dict[int, bool] | None = None
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         task = asyncio.create_task(work, name=name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -72,12 +73,19 @@ class Emit(Protocol):
 async def after_commit(rt: Runtime, events: list[EventMessage], wakeups: list[WakeUp]) -> None:
     """Publish and enqueue, in one round trip. Never raises for Redis trouble."""
     if events or wakeups:
-        await send(rt, encode_events(events) if events else [], wakeups)
+        watched = rt.output_watch
+        runs = [] if watched is None else list(dict.fromkeys(e.run_id for e in events if e.run_id in watched))
+        await send(rt, encode_events(events) if events else [], wakeups, watch=runs)
 
 
-async def send(rt: Runtime, messages: list[str], wakeups: list[WakeUp]) -> None:
-    """Publish encoded event messages (in order), then enqueue the wake-ups: one pipeline."""
-    channel = keys.events_channel(rt.settings.redis_prefix)
+async def send(rt: Runtime, messages: list[str], wakeups: list[WakeUp], *, watch: Sequence[int] = ()) -> None:
+    """Publish encoded event messages (in order), then enqueue the wake-ups: one pipeline.
+
+    ``watch``: runs this worker executes whose ``runOutput`` watchers the same round trip
+    asks about (``Runtime.output_watch``), so a turn's live output costs nothing when
+    nobody watches (app.events.output)."""
+    prefix = rt.settings.redis_prefix
+    channel = keys.events_channel(prefix)
     try:
         async with asyncio.timeout(PUBLISH_TIMEOUT_S):
             async with rt.redis.pipeline(transaction=False) as pipe:
@@ -86,7 +94,13 @@ async def send(rt: Runtime, messages: list[str], wakeups: list[WakeUp]) -> None:
                     pipe.publish(channel, message)
                 for wakeup in wakeups:
                     _enqueue(rt, pipe, wakeup)
-                await pipe.execute()
+                for run_id in watch:
+                    pipe.exists(keys.output_watch_key(prefix, run_id))
+                replies = await pipe.execute()
+        if watch and rt.output_watch is not None:
+            for run_id, found in zip(watch, replies[len(replies) - len(watch) :], strict=True):
+                if run_id in rt.output_watch:
+                    rt.output_watch[run_id] = bool(found)
     except (RedisError, OSError, TimeoutError) as exc:
         if messages:
             log.warning(
