@@ -24,14 +24,18 @@ from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 
 from app import keys
+from app.domain.run_events import EventType
+from app.domain.runs import TERMINAL_RUN
 from app.events.publish import PUBLISH_TIMEOUT_S, EventMessage, encode_events
 from app.services.runtime import Runtime
 
 if TYPE_CHECKING:
     from app.db.orm import Run
-    from app.domain.run_events import EventType
 
 log = logging.getLogger(__name__)
+
+_ENDED = frozenset(status.value for status in TERMINAL_RUN)
+RUN_STATUS_CHANGED = EventType.RUN_STATUS_CHANGED.value
 
 EXECUTE_RUN = "execute_run"
 
@@ -73,9 +77,19 @@ class Emit(Protocol):
 async def after_commit(rt: Runtime, events: list[EventMessage], wakeups: list[WakeUp]) -> None:
     """Publish and enqueue, in one round trip. Never raises for Redis trouble."""
     if events or wakeups:
-        watched = rt.output_watch
-        runs = [] if watched is None else list(dict.fromkeys(e.run_id for e in events if e.run_id in watched))
-        await send(rt, encode_events(events) if events else [], wakeups, watch=runs)
+        await send(rt, encode_events(events) if events else [], wakeups, watch=_watch(rt, events))
+
+
+def _watch(rt: Runtime, events: list[EventMessage]) -> list[int]:
+    """The runs of this worker whose watchers to ask about: those the transaction touched,
+    unless it ended them (no turn follows)."""
+    watched = rt.output_watch
+    if not watched:
+        return []
+    runs = {e.run_id for e in events if e.run_id in watched}
+    if runs:
+        runs -= {e.run_id for e in events if e.type == RUN_STATUS_CHANGED and e.status in _ENDED}
+    return sorted(runs)
 
 
 async def send(rt: Runtime, messages: list[str], wakeups: list[WakeUp], *, watch: Sequence[int] = ()) -> None:
