@@ -110,6 +110,30 @@ async def test_scripted_final_answer_streams_in_chunks_to_run_output(gql, worksp
     assert {p["stepSeq"] for p in pieces} == {run["steps"][-1]["seq"]} == {2}
 
 
+async def test_a_run_nobody_watches_writes_no_live_output(gql, workspace, settings) -> None:
+    from redis.asyncio import Redis
+
+    from app import keys
+    from app.graphql.ids import from_global_id
+
+    redis = Redis.from_url(settings.effective_redis_url)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(keys.output_channel(settings.redis_prefix))
+    try:
+        agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "nobody reads this " * 8}])
+        unwatched = await start_run(gql, workspace.operator, agent)
+        run = await wait_run(gql, workspace.viewer, unwatched)
+        seen: set[int] = set()
+        while (msg := await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)) is not None:
+            seen.add(json.loads(msg["data"])["r"])
+    finally:
+        await pubsub.aclose()
+        await redis.aclose()
+    assert run["status"] == "SUCCEEDED" and run["result"] == "nobody reads this " * 8
+    # Nothing published for it (a watched run's pieces: the tests above and below).
+    assert from_global_id(unwatched, "Run") not in seen
+
+
 async def test_a_subscriber_joining_mid_turn_gets_the_text_so_far_first(
     gql, workspace, model_server, keys, ws_url
 ) -> None:

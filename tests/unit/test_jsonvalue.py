@@ -117,3 +117,32 @@ def test_the_depth_cap_is_what_mariadb_stores(kind: str) -> None:
 
 def test_depth_is_measured_without_recursion() -> None:
     assert json_depth(_nested(200_000)) == 200_001
+
+
+deep_values = st.recursive(
+    st.none() | st.integers() | st.text(alphabet="[]{}ab", max_size=4),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.text(alphabet="[{a", max_size=2), children, max_size=3)
+    ),
+    max_leaves=40,
+)
+
+
+@given(deep_values, st.integers(min_value=2, max_value=12))
+def test_a_value_is_refused_for_depth_exactly_when_it_is_deeper_than_the_cap(value: Any, cap: int) -> None:
+    # strict_json only walks values whose encoding has as many brackets as the cap (strings
+    # full of brackets included): the verdict must be the walk's in every case.
+    deeper = json_depth(value) > cap
+    try:
+        strict_json(value, max_bytes=10_000_000, max_depth=cap, what="v")
+    except NotStorable as refused:
+        assert deeper and refused.message.startswith(f"v is nested {json_depth(value)} levels deep")
+    else:
+        assert not deeper
+
+
+def test_a_value_too_deep_and_not_json_is_refused_for_its_depth_first() -> None:
+    with pytest.raises(NotStorable) as refused:
+        strict_json(_nested(40, leaf=float("nan")), max_bytes=10_000, what="v")
+    assert refused.value.message == f"v is nested 41 levels deep; at most {MAX_JSON_DEPTH}"
