@@ -19,7 +19,7 @@ worker learns of it in the round trip each of its commits makes anyway
 until a watcher comes; the first write then holds the whole text so far. A turn said
 without yielding (the scripted provider) goes by the last commit's answer: a subscription
 that starts between that commit and the turn's end misses that turn's live output (the
-step has its text; docs/graphql/guide.md#live-model-output-runoutput).
+step has its text; docs/graphql/guide.md#live-model-output).
 
 Everything is best effort, like event publishing: Redis trouble is logged and the run goes
 on; live output is a view, not a record.
