@@ -63,9 +63,15 @@ async def test_memories_under_the_current_names_and_the_older_ones(gql: Any, wor
     )
     assert error["extensions"] == {"code": "VALIDATION_FAILED", "field": "changes"}
 
+    revisions = "query($id: ID!) { node(id: $id) { ... on Memory { revisions { id } } } }"
+    history = (await gql.ok(revisions, {"id": memory}, token=workspace.viewer))["node"]["revisions"]
     removed = (await gql.ok(REMOVE_MEMORY, {"id": memory}, token=token))["removeMemory"]
     assert removed == {"deletedId": memory, "agent": {"id": agent, "memories": {"totalCount": 1}}}
     assert (await gql.raw(NODE, {"id": memory}, token=workspace.viewer)) == {"data": {"node": None}}
+    # Its revisions are nodes, and outlive it.
+    revision = "query($id: ID!) { node(id: $id) { ... on MemoryRevision { id action newValue } } }"
+    first = (await gql.ok(revision, {"id": history[0]["id"]}, token=workspace.viewer))["node"]
+    assert first == {"id": history[0]["id"], "action": "CREATE", "newValue": "v1"}
     # The older form answers the same id, bare.
     other = old["createMemory"]["id"]
     deleted = await gql.ok("mutation($id: ID!) { deleteMemory(id: $id) }", {"id": other}, token=token)
