@@ -35,6 +35,8 @@ from app import keys
 
 logger = logging.getLogger(__name__)
 
+TAKE_TIMEOUT_S = 2.0
+
 # KEYS[1]: the token's set; ARGV: member, cap, ttl_ms. Redis's clock, so processes on hosts
 # whose clocks disagree still agree on what has lapsed.
 _TAKE = """
@@ -94,8 +96,11 @@ class SocketSlots:
         member = f"{self._owner}:{next(self._ids)}"
         key = keys.ws_token_sockets_key(self._prefix, token_id)
         try:
-            taken = await self._take(keys=[key], args=[member, cap, self.ttl_ms])
-        except (RedisError, OSError) as exc:
+            # Bounded: a Redis that hangs must not hold a socket's sign-in longer than one
+            # that is down.
+            async with asyncio.timeout(TAKE_TIMEOUT_S):
+                taken = await self._take(keys=[key], args=[member, cap, self.ttl_ms])
+        except (RedisError, OSError, TimeoutError) as exc:
             logger.warning("websocket slots: Redis unreachable, counting this process only (%s)", exc)
             return None
         if not taken:
