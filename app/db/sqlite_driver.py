@@ -3,8 +3,8 @@
 aiosqlite runs every call on its connection's own thread, and SQLAlchemy's adapter makes
 several calls per statement: create a cursor, execute, fetch the rows, close the cursor.
 Each is a round trip to that thread and back (a queue put, a thread wake-up, a
-``call_soon_threadsafe`` back to the loop): four per statement, some twenty per durable
-call. Here a statement is one trip: the function queued on the thread makes the cursor,
+``call_soon_threadsafe`` back to the loop): up to four per statement, 131 per run of three
+durable calls in ``bench/throughput.py`` (49 with this driver; docs/performance.md). Here a statement is one trip: the function queued on the thread makes the cursor,
 executes, fetches every row and closes the cursor, and the adapter reads the buffered rows.
 SQLAlchemy's adapter buffers every row of a (non-streamed) result anyway, so nothing is
 read earlier than before; a streamed result is buffered whole too (Enverif streams none).
