@@ -3,7 +3,10 @@
 SQLite (embedded default) runs in WAL mode with a busy timeout, and every transaction starts
 with ``BEGIN IMMEDIATE``: SQLite has no ``SELECT ... FOR UPDATE``, so taking the write lock
 up front is what serialises our read-check-write transitions there (and it avoids the
-"database is locked" error a deferred transaction gets when it upgrades to a writer).
+"database is locked" error a deferred transaction gets when it upgrades to a writer). The
+writers of a process wait their turn in the process before asking SQLite
+(``app.db.sqlite_writer``), and each statement is one trip to aiosqlite's thread
+(``app.db.sqlite_driver``); docs/operating/sqlite.md.
 On MySQL/MariaDB the row locks are real (``with_for_update``).
 """
 
@@ -71,11 +74,11 @@ def create_engine(
                 if file
                 else {}
             ),
-            # Our own reset (_reset_only_if_needed): no ROLLBACK, one more trip to the
-            # driver's thread, after a COMMIT.
+            # Our own reset (_reset_sqlite_only_if_needed): no ROLLBACK, one more trip to
+            # the driver's thread, after a COMMIT.
             pool_reset_on_return=None,
         )
-        _reset_only_if_needed(engine)
+        _reset_sqlite_only_if_needed(engine)
         _configure_sqlite(engine, file)
         if statement_timeout_ms > 0:
             _limit_sqlite_statements(engine, statement_timeout_ms)
@@ -128,6 +131,19 @@ def _reset_only_if_needed(engine: AsyncEngine) -> None:
     @event.listens_for(sync_engine.pool, "reset")
     def _reset(dbapi_connection: Any, record: Any, state: Any) -> None:
         if state.asyncio_safe and record is not None and record.info.pop(_IN_TRANSACTION, True):
+            dbapi_connection.rollback()
+
+
+def _reset_sqlite_only_if_needed(engine: AsyncEngine) -> None:
+    """Roll a SQLite connection back on its return to the pool only if it is in a
+    transaction. SQLite says so itself (``sqlite3_get_autocommit``, read without a trip to
+    the driver's thread: the connection is idle when it is returned), which also covers a
+    COMMIT that failed and left its transaction, and the write lock, open."""
+
+    @event.listens_for(engine.sync_engine.pool, "reset")
+    def _reset(dbapi_connection: Any, record: Any, state: Any) -> None:
+        raw = getattr(dbapi_connection.driver_connection, "_connection", None)
+        if state.asyncio_safe and raw is not None and raw.in_transaction:
             dbapi_connection.rollback()
 
 
@@ -267,12 +283,15 @@ def _configure_sqlite(engine: AsyncEngine, file: str | None) -> None:
 
 def _roll_back_dropped(dbapi_connection: Any) -> None:
     """End the transaction of a connection SQLAlchemy drops (a task cancelled mid-statement
-    does that), before it is closed. Closing alone is not enough: the cancelled statement's
-    cursor is still referenced (by the traceback), so SQLite defers the close, and the
-    ROLLBACK with it, until the garbage collector finds the cursor; the database stayed
-    write-locked for the whole busy timeout (30 s) meanwhile. ``interrupt`` stops the
-    statement running on the driver's thread (``sqlite3_interrupt`` may be called from any
-    thread); the ROLLBACK then runs there next."""
+    does that), before it is closed, so that the next writer gets the lock at once.
+
+    ``interrupt`` stops the statement still running on the driver's thread
+    (``sqlite3_interrupt`` may be called from any thread); the ROLLBACK then runs there next.
+    Closing alone was not enough with aiosqlite's own cursors: the cancelled statement's cursor
+    was still referenced (by the traceback), so SQLite deferred the close, and the rollback
+    with it, until the garbage collector found the cursor; the database stayed write-locked
+    for the whole busy timeout (30 s) meanwhile. (``app.db.sqlite_driver`` closes every cursor
+    with its statement; a ``:memory:`` or ``file:`` database still uses aiosqlite's.)"""
     driver = getattr(dbapi_connection, "driver_connection", None)
     raw = getattr(driver, "_connection", None)  # aiosqlite's sqlite3 connection, None once closed
     if driver is None or raw is None:
