@@ -113,6 +113,7 @@ typecheck: setup
 
 bench: setup
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/throughput.py --db sqlite
 	$(BIN)/python bench/delegation.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/credentials.py
