@@ -189,10 +189,13 @@ class Databases:
         self.postgres_url = postgres_url.rstrip("/")
         self.workdir = workdir
         self._cluster: Path | None = None
+        self._postgres_data: str | None = None
 
     def start(self, needed: set[str]) -> None:
-        if "postgres" in needed and not self._postgres_answers():
-            self._start_cluster()
+        if "postgres" in needed:
+            if not self._postgres_answers():
+                self._start_cluster()
+            self.pids("postgres")
 
     def stop(self) -> None:
         if self._cluster is not None:
@@ -259,8 +262,12 @@ class Databases:
         if database == "mariadb":
             return pids_named("mariadbd")
         try:
-            data = self._psql_value("SELECT setting FROM pg_settings WHERE name = 'data_directory'")
-            postmaster = int((Path(data) / "postmaster.pid").read_text().split()[0])
+            if self._postgres_data is None:
+                # Read once: the backend of this very query is a child that is about to exit.
+                self._postgres_data = self._psql_value(
+                    "SELECT setting FROM pg_settings WHERE name = 'data_directory'"
+                )
+            postmaster = int((Path(self._postgres_data) / "postmaster.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError, subprocess.CalledProcessError):
             return None
         found = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True, check=False)
@@ -298,7 +305,13 @@ def measure(engine: str, database: str, repetition: int, url: str, server: str,
             print(f"  [{engine}] {line.rstrip()}", flush=True)
         else:
             raise RuntimeError(f"{engine} on {database} exited before it was ready ({runner.wait()})")
-        groups: dict[str, list[int] | None] = {"main": [runner.pid], "db": databases.pids(database)}
+        # One group per database process: one that exits in the window (an autovacuum
+        # worker) loses its own CPU, not the whole server's.
+        db_pids = databases.pids(database) or []
+        groups: dict[str, list[int] | None] = {
+            "main": [runner.pid],
+            **{f"db {pid}": [pid] for pid in db_pids},
+        }
         if engine == "enverif":
             groups["redis"] = pids_named("redis-server")
         meter = CpuMeter(groups)
@@ -315,10 +328,11 @@ def measure(engine: str, database: str, repetition: int, url: str, server: str,
     if runner.returncode != 0:
         raise RuntimeError(f"{engine} on {database} exited with {runner.returncode}")
     per_run = share.cpu_ms_per_run
+    db_ms = [ms for name, ms in per_run.items() if name.startswith("db ") and ms is not None]
     return Measurement(
         engine=engine, database=database, repetition=repetition,
         runs_per_s=report["runs"] / report["elapsed_s"],
-        main_cpu_ms=per_run["main"], db_cpu_ms=per_run["db"], redis_cpu_ms=per_run.get("redis"),
+        main_cpu_ms=per_run["main"], db_cpu_ms=sum(db_ms) if db_ms else None, redis_cpu_ms=per_run.get("redis"),
     )  # fmt: skip
 
 

@@ -71,26 +71,24 @@ async def main() -> None:
             policy={"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]},
         )  # fmt: skip
 
-        async def batch(n: int) -> dict[int, float]:
+        async def queue(n: int) -> asyncio.Task[dict[int, float]]:
+            """``n`` started runs, and the task that sees each reach SUCCEEDED."""
             ids = {(await runs.start_run(rt, principal, agent_id=agent, input=None)).id for _ in range(n)}
             watcher = asyncio.create_task(wait_statuses(rt, ids, timeout_s=600))
             await asyncio.sleep(0.2)  # the watcher's subscription
-            return await watcher if worker.allow_pick_jobs else await _released(watcher)
+            return watcher
 
-        async def _released(watcher: asyncio.Task[dict[int, float]]) -> dict[int, float]:
-            print("ready", flush=True)
-            await asyncio.to_thread(sys.stdin.readline)
-            started[0] = time.perf_counter()
-            worker.allow_pick_jobs = True
-            return await watcher
-
-        started = [0.0]
-        await batch(args.in_flight)  # warm-up, the worker picking jobs as they come
+        await (await queue(args.in_flight))  # warm-up, the worker picking jobs as they come
         worker.allow_pick_jobs = False
-        done = await batch(args.runs)
+        watcher = await queue(args.runs)
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        started = time.perf_counter()
+        worker.allow_pick_jobs = True
+        done = await watcher
         if len(done) < args.runs:
             raise RuntimeError(f"only {len(done)} of {args.runs} runs succeeded")
-        print(json.dumps({"runs": args.runs, "elapsed_s": max(done.values()) - started[0]}), flush=True)
+        print(json.dumps({"runs": args.runs, "elapsed_s": max(done.values()) - started}), flush=True)
     finally:
         await stop_worker(worker, poll)
         await rt.close()
