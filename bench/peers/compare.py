@@ -210,7 +210,8 @@ class Databases:
         """A throwaway PostgreSQL cluster in a temporary directory, on loopback only."""
         cluster = self.workdir / "postgres"
         cluster.mkdir()
-        if os.geteuid() == 0:  # initdb refuses to run as root
+        if os.geteuid() == 0:  # initdb refuses to run as root: the cluster is postgres's
+            self.workdir.chmod(0o755)  # a TemporaryDirectory is 0700
             shutil.chown(cluster, "postgres")
         port = _free_port()
         data = cluster / "data"
