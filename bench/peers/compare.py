@@ -131,6 +131,10 @@ def summarise(measurements: list[Measurement]) -> list[Row]:
     return rows
 
 
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
 def _cpu(row: Row) -> str:
     if row.main_cpu_ms is None:
         return "n/a"
@@ -377,7 +381,7 @@ def main() -> None:
                         m = measure(engine, database, repetition, url, server, args, databases)
                     measurements.append(m)
                     print(f"repetition {repetition}: {engine} on {database}: {m.runs_per_s:.1f} runs/s, "
-                          f"CPU ms per run: main {m.main_cpu_ms}, db {m.db_cpu_ms}", flush=True)  # fmt: skip
+                          f"CPU ms per run: main {_ms(m.main_cpu_ms)}, db {_ms(m.db_cpu_ms)}", flush=True)  # fmt: skip
         finally:
             databases.stop()
             page.terminate()
