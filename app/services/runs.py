@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.clock import now_sql
 from app.db.orm import Agent, Run, RunStep, Workspace
 from app.domain import input_schema
-from app.domain.agent_versions import AgentConfig
+from app.domain.agent_versions import VERSION_MISSING, AgentConfig, version_missing_message
 from app.domain.agents import AgentStatus, Role
 from app.domain.budgets import concurrency_limit, parse_budget, refusal_message, spent
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
@@ -244,13 +244,20 @@ async def claim(
                 run.held_reason = over_quota
                 run.updated_at = tx.now
             return None
+        if agent is None or agent.id != run.agent_id:
+            # The read before the lock found the run but not the version it is pinned to (or
+            # found no run: so never). A version row is never deleted by Enverif; one removed
+            # by hand would leave the run unclaimable for good: it fails, saying so.
+            agent = await memory_injection.read_pinned(tx.session, run)
+            if agent is None:
+                await tx.set_run_status(run, RunStatus.FAILED, error_code=VERSION_MISSING,
+                                        error=version_missing_message(run.agent_version))  # fmt: skip
+                return None
         first_start = run.injected_memory_ids is None
         run.attempt += 1
         run.lease_owner = owner
         run.lease_expires_at = tx.now + timedelta(seconds=lease_s)
         await tx.set_run_status(run, RunStatus.RUNNING, reason=f"claimed by {owner}")
-        if agent is None or agent.id != run.agent_id:  # the run was gone when read (so: never)
-            agent = await memory_injection.read_pinned(tx.session, run)
         if first_start:
             memories = await memory_injection.inject(tx, run, agent, candidates)
             steps: list[RunStep] = []
