@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from app.domain.errors import Unavailable
-from app.outages import MYSQL_OUTAGE_ERRNOS, is_outage
+from app.outages import MYSQL_OUTAGE_ERRNOS, SendOutage, is_outage
 
 
 def wrapped(orig: BaseException, cls: type = OperationalError, *, invalidated: bool = False) -> BaseException:
@@ -123,3 +123,36 @@ def test_outage_of_names_the_service(exc: BaseException, service: str) -> None:
     from app.outages import outage_of
 
     assert outage_of(exc) == service
+
+
+@pytest.mark.parametrize(
+    ("sends", "logged", "recovery"),
+    [
+        # (messages, wake-ups) of each send, None for one that worked.
+        ([None, None], [], [None, None]),
+        ([(1, 0), (1, 1), (2, 0), None], [True, False, False],
+         [None, None, None, "3 after-commit send(s) failed meanwhile (4 event message(s) not published, "
+                            "1 wake-up(s) not enqueued"]),
+        ([(0, 1), None, (1, 0), None], [True, True],
+         [None, "1 after-commit send(s) failed meanwhile (0 event message(s) not published, 1 wake-up(s)",
+          None, "1 after-commit send(s) failed meanwhile (1 event message(s) not published, 0 wake-up(s)"]),
+    ],
+)  # fmt: skip
+def test_a_send_outage_is_logged_once_then_counted_until_a_send_works(
+    sends: list[tuple[int, int] | None], logged: list[bool], recovery: list[str | None]
+) -> None:
+    now = [100.0]
+    outage = SendOutage(clock=lambda: now[0])
+    firsts, lines = [], []
+    for send in sends:
+        now[0] += 1.5
+        if send is None:
+            lines.append(outage.recovered())
+        else:
+            firsts.append(outage.failed(messages=send[0], wakeups=send[1]))
+            lines.append(None)
+    assert firsts == logged
+    for line, expected in zip(lines, recovery, strict=True):
+        assert (line is None) == (expected is None), (line, expected)
+        if line is not None and expected is not None:
+            assert expected in line and line.startswith("Redis answers again after "), line
