@@ -17,6 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from app.db.session import DEADLOCK_ATTEMPTS, is_lock_conflict, retry_deadlocks
 from app.domain.errors import Unavailable
 from app.outages import MYSQL_OUTAGE_ERRNOS, SendOutage, is_outage
 
@@ -156,3 +157,48 @@ def test_a_send_outage_is_logged_once_then_counted_until_a_send_works(
         assert (line is None) == (expected is None), (line, expected)
         if line is not None and expected is not None:
             assert expected in line and line.startswith("Redis answers again after "), line
+
+
+@pytest.mark.parametrize(
+    ("exc", "retried"),
+    [
+        (wrapped(MyOperationalError(1213, "Deadlock found when trying to get lock")), True),
+        (wrapped(MyOperationalError(1205, "Lock wait timeout exceeded")), True),
+        # max_statement_time: a slow statement, not a lock conflict; run again it is only slower.
+        (
+            wrapped(
+                MyOperationalError(1969, "Query execution was interrupted (max_statement_time exceeded)")
+            ),
+            False,
+        ),
+        (wrapped(MyOperationalError(2006, "MySQL server has gone away")), False),
+        (wrapped(sqlite3.OperationalError("database is locked")), False),
+        (wrapped(MyInternalError(1213, "not an OperationalError"), cls=ProgrammingError), False),
+    ],
+)
+def test_only_deadlocks_and_lock_wait_timeouts_are_run_again(exc: BaseException, retried: bool) -> None:
+    assert is_lock_conflict(exc) is retried
+
+
+async def test_retry_deadlocks_runs_the_transaction_again_and_gives_up_after_its_attempts() -> None:
+    attempts: list[int] = []
+
+    async def deadlocking(times: int) -> str:
+        attempts.append(1)
+        if len(attempts) <= times:
+            raise wrapped(MyOperationalError(1213, "Deadlock found"))
+        return "committed"
+
+    assert await retry_deadlocks(lambda: deadlocking(DEADLOCK_ATTEMPTS - 1)) == "committed"
+    assert len(attempts) == DEADLOCK_ATTEMPTS
+    attempts.clear()
+    with pytest.raises(OperationalError):
+        await retry_deadlocks(lambda: deadlocking(DEADLOCK_ATTEMPTS))
+    assert len(attempts) == DEADLOCK_ATTEMPTS
+    attempts.clear()
+    with pytest.raises(OperationalError):  # anything else: at once
+        await retry_deadlocks(lambda: _raise(wrapped(MyOperationalError(2006, "gone away"))))
+
+
+async def _raise(exc: BaseException) -> str:
+    raise exc
