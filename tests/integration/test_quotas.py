@@ -242,3 +242,31 @@ async def test_a_quota_release_chosen_as_a_deadlocks_victim_runs_again(
     found = (await gql.ok(RUNS, {"ids": held}, token=workspace.viewer))["nodes"]
     assert [r["heldReason"] is None for r in found] == [True, False], found
     assert "quota release" not in caplog.text, caplog.text
+
+
+@pytest.fixture
+async def unswept_worker(settings) -> AsyncIterator[Any]:
+    """A worker whose sweeper sweeps once, at its start, and then not for an hour: only the
+    releases that follow a run's end or a hold free a quota-held run."""
+    from workers.main import build_worker
+
+    w = build_worker(settings.model_copy(update={"sweep_interval_s": 3600}), handle_signals=False)
+    task = asyncio.create_task(w.main())
+    await asyncio.sleep(0.5)  # its one sweep is done before the runs exist
+    yield w
+    await stop_worker(w, task)
+
+
+@pytest.mark.usefixtures("unswept_worker")
+async def test_runs_finishing_while_others_are_held_release_them_without_the_sweeper(gql, workspace) -> None:
+    """Many short runs of an agent with two slots: holds, releases and ends race all the time.
+    Before: a run held while another ended stayed held, and a run released while the job of
+    the claim that held it was still in progress was released with no job (arq refuses that
+    job id until the job ends); both waited for the next sweep."""
+    agent = await scripted_agent(gql, workspace.admin, name="quota-race", steps=[{"final": "done"}],
+                                 budget={"maxConcurrentRuns": 2})  # fmt: skip
+    runs_ = await asyncio.gather(*(start_run(gql, workspace.operator, agent) for _ in range(24)))
+    # Every run ends, none left held (or released with no job) waiting for a sweep. (How many
+    # ran at once is the test above's: ``nodes`` reads one run after another, so with runs
+    # this short its count would mix moments.)
+    await _watch(gql, workspace.viewer, list(runs_), timeout_s=30)

@@ -44,8 +44,10 @@ class Released:
     wakeups: list[WakeUp] = field(default_factory=list)
 
     async def enqueue(self, rt: Runtime) -> None:
-        """After commit: the released runs' jobs, under their current wake (their last job
-        was taken by the claim that held them)."""
+        """After commit: the released runs' jobs, each under a new wake. Not the wake whose
+        job held the run: that job may still be in progress (a release right after the
+        hold committed, or the claim's own look again), and arq refuses a job id while its
+        job runs, so the release would clear the hold and enqueue nothing."""
         await after_commit(rt, [], self.wakeups)
 
 
@@ -66,8 +68,12 @@ async def release_held(session: AsyncSession, *, workspace_id: int, agent_id: in
         stmt = stmt.where(Run.agent_id == agent_id)
     rows = list(await session.execute(stmt))
     if rows:
-        await session.execute(update(Run).where(Run.id.in_([r[0] for r in rows])).values(held_reason=None))
-    return Released([WakeUp(run_id, wake, root or run_id) for run_id, wake, root in rows])
+        await session.execute(
+            update(Run)
+            .where(Run.id.in_([r[0] for r in rows]))
+            .values(held_reason=None, wake_count=Run.wake_count + 1)
+        )
+    return Released([WakeUp(run_id, wake + 1, root or run_id) for run_id, wake, root in rows])
 
 
 # Quota-held runs one release looks at, oldest first.
@@ -118,8 +124,10 @@ async def _release_quota(
                              workspace_limit=workspace_limit))  # fmt: skip
     if not ids:
         return Released()
-    await session.execute(update(Run).where(Run.id.in_(sorted(ids))).values(held_reason=None))
-    return Released([WakeUp(r.id, r.wake_count, r.root_run_id or r.id) for r in rows if r.id in ids])
+    await session.execute(
+        update(Run).where(Run.id.in_(sorted(ids))).values(held_reason=None, wake_count=Run.wake_count + 1)
+    )
+    return Released([WakeUp(r.id, r.wake_count + 1, r.root_run_id or r.id) for r in rows if r.id in ids])
 
 
 def _held_stmt(agent_ids: Collection[int] | None) -> Select[Any]:
