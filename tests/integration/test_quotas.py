@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from app.keys import sweeper_turn_key
 from app.services import runs
 from tests.conftest import DB_KIND, stop_worker
 from tests.integration.test_schedule_firing import A_YEAR, YEARLY
@@ -245,7 +246,7 @@ async def test_a_quota_release_chosen_as_a_deadlocks_victim_runs_again(
 
 
 @pytest.fixture
-async def unswept_worker(settings) -> AsyncIterator[Any]:
+async def unswept_worker(settings, runtime) -> AsyncIterator[Any]:
     """A worker whose sweeper sweeps once, at its start, and then not for an hour: only the
     releases that follow a run's end or a hold free a quota-held run."""
     from workers.main import build_worker
@@ -255,6 +256,9 @@ async def unswept_worker(settings) -> AsyncIterator[Any]:
     await asyncio.sleep(0.5)  # its one sweep is done before the runs exist
     yield w
     await stop_worker(w, task)
+    # Its sweep took the session's sweeper turn for most of the hour: give it back, or no
+    # later test's worker would sweep.
+    await runtime.redis.delete(sweeper_turn_key(settings.redis_prefix))
 
 
 @pytest.mark.usefixtures("unswept_worker")
