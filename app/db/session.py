@@ -323,26 +323,36 @@ def is_mysql(engine: AsyncEngine) -> bool:
 
 
 # MariaDB/MySQL's "Deadlock found when trying to get lock; try restarting transaction": the
-# victim's transaction was rolled back whole, so running it again is safe.
+# victim's transaction was rolled back whole. "Lock wait timeout exceeded" (only when
+# ENVERIF_DB_STATEMENT_TIMEOUT_MS is off or longer than innodb_lock_wait_timeout: a statement
+# cut short by max_statement_time is error 1969, and is not retried, since a slow query run
+# again is only slower) rolls back the statement; leaving ``session.begin()`` with the error
+# rolls back the rest. Either way nothing of the transaction is left: running it again is safe.
 MYSQL_DEADLOCK = 1213
+MYSQL_LOCK_WAIT_TIMEOUT = 1205
+MYSQL_LOCK_CONFLICTS = frozenset({MYSQL_DEADLOCK, MYSQL_LOCK_WAIT_TIMEOUT})
 DEADLOCK_ATTEMPTS = 3
 
 
-def is_deadlock(exc: BaseException) -> bool:
+def is_lock_conflict(exc: BaseException) -> bool:
+    """A deadlock's victim or a lock wait that timed out (MariaDB/MySQL; SQLite has neither:
+    its one writer waits for the write lock, up to its busy timeout)."""
     args: tuple[Any, ...] = getattr(getattr(exc, "orig", None), "args", ())
-    return isinstance(exc, OperationalError) and len(args) > 0 and args[0] == MYSQL_DEADLOCK
+    return isinstance(exc, OperationalError) and len(args) > 0 and args[0] in MYSQL_LOCK_CONFLICTS
 
 
 async def retry_deadlocks(transaction: Callable[[], Awaitable[T]]) -> T:
-    """Run ``transaction`` (one whole transaction, nothing sent before it commits) again when
-    the database chose it as a deadlock's victim: a few times, after a short random pause.
-    For the rare paths that must lock rows in an order a claim cannot share
-    (docs/architecture.md#lock-order)."""
+    """Run ``transaction`` again when the database chose it as a deadlock's victim, or its
+    wait for a row lock timed out: a few times, after a short random pause.
+
+    ``transaction`` must be one whole transaction that sends nothing outside the database
+    before it commits (publishing and enqueueing after commit are fine: a failed attempt
+    never got there). The write paths that can race use it (docs/architecture.md#lock-order)."""
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
         try:
             return await transaction()
         except OperationalError as exc:
-            if attempt == DEADLOCK_ATTEMPTS or not is_deadlock(exc):
+            if attempt == DEADLOCK_ATTEMPTS or not is_lock_conflict(exc):
                 raise
             await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)
     raise AssertionError("unreachable")

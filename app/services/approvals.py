@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Approval, Run
+from app.db.session import retry_deadlocks
 from app.domain.actors import SYSTEM, Actor
 from app.domain.agents import Role
 from app.domain.approvals import (
@@ -52,40 +53,47 @@ async def decide_approval(
         )
     if found is None:
         raise NotFound("approval not found", field="id")
-    request = ask.read()
-    async with tree_tx(rt, found) as tx:
-        run = await tx.run(found)
-        approval = await tx.session.scalar(
-            select(Approval).where(Approval.id == approval_id).with_for_update()
-        )
-        assert approval is not None
-        if approval.status != ApprovalStatus.PENDING:
-            raise InvalidTransition(f"approval is already {approval.status}")
-        if RunStatus(run.status) in TERMINAL_RUN:
-            raise InvalidTransition(f"run is {run.status}; its approvals can no longer be decided")
-        if request.decision is ApprovalDecision.EDIT:
-            checked = await _checked_edit(rt, tx.session, run, approval.tool, request.arguments)
-            request = dataclasses.replace(request, arguments=checked)
-        elif request.decision is ApprovalDecision.RESPOND:
-            request = dataclasses.replace(request, response=_checked_response(rt, request.response))
-        original = approval.arguments
-        await tx.decide_approval(run, approval, request, actor=principal.actor)
-        also = await _approve_rest_of_run(tx, run, approval) if request.scope is ApprovalScope.RUN else []
-        await tx.wake_if_unblocked(run)
-        diff: dict[str, Any] = {
-            "status": {"before": "PENDING", "after": approval.status},
-            "decision": {"before": None, "after": request.decision.value},
-            "scope": {"before": None, "after": request.scope.value},
-            "reason": {"before": None, "after": request.reason},
-        }
-        if request.decision is ApprovalDecision.EDIT:
-            diff["arguments"] = {"before": original, "after": request.arguments}
-        if request.decision is ApprovalDecision.RESPOND:
-            diff["response"] = {"before": None, "after": request.response}
-        await _audit(tx, run, approval, principal.actor, diff)
-        for other in also:
-            await audit_approved_for_run(tx, run, other)
-    return approval
+    initial = ask.read()
+
+    async def decide_once() -> Approval:
+        request = initial
+        async with tree_tx(rt, found) as tx:
+            run = await tx.run(found)
+            approval = await tx.session.scalar(
+                select(Approval).where(Approval.id == approval_id).with_for_update()
+            )
+            assert approval is not None
+            if approval.status != ApprovalStatus.PENDING:
+                raise InvalidTransition(f"approval is already {approval.status}")
+            if RunStatus(run.status) in TERMINAL_RUN:
+                raise InvalidTransition(f"run is {run.status}; its approvals can no longer be decided")
+            if request.decision is ApprovalDecision.EDIT:
+                checked = await _checked_edit(rt, tx.session, run, approval.tool, request.arguments)
+                request = dataclasses.replace(request, arguments=checked)
+            elif request.decision is ApprovalDecision.RESPOND:
+                request = dataclasses.replace(request, response=_checked_response(rt, request.response))
+            original = approval.arguments
+            await tx.decide_approval(run, approval, request, actor=principal.actor)
+            also = await _approve_rest_of_run(tx, run, approval) if request.scope is ApprovalScope.RUN else []
+            await tx.wake_if_unblocked(run)
+            diff: dict[str, Any] = {
+                "status": {"before": "PENDING", "after": approval.status},
+                "decision": {"before": None, "after": request.decision.value},
+                "scope": {"before": None, "after": request.scope.value},
+                "reason": {"before": None, "after": request.reason},
+            }
+            if request.decision is ApprovalDecision.EDIT:
+                diff["arguments"] = {"before": original, "after": request.arguments}
+            if request.decision is ApprovalDecision.RESPOND:
+                diff["response"] = {"before": None, "after": request.response}
+            await _audit(tx, run, approval, principal.actor, diff)
+            for other in also:
+                await audit_approved_for_run(tx, run, other)
+        return approval
+
+    # Lock conflicts retried (docs/architecture.md#lock-order): the decision's events and
+    # the run's wake-up go out after commit.
+    return await retry_deadlocks(decide_once)
 
 
 async def _checked_edit(rt: Runtime, session: AsyncSession, run: Run, tool: str, arguments: Any) -> Any:

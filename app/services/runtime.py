@@ -15,6 +15,7 @@ from app.db.session import create_engine, create_read_sessionmaker, create_sessi
 from app.dev.embedded import ensure_embedded_redis
 from app.domain.agent_versions import AgentConfig
 from app.domain.policy import RiskClass
+from app.outages import SendOutage
 from app.services.token_cache import TokenCache
 from app.settings import Settings
 
@@ -46,6 +47,8 @@ class Runtime:
     # Agent versions runs were claimed with, by (id, agent id, number): a version row never
     # changes, so a worker reads each one once (``app.services.memory_injection``).
     pinned_versions: dict[tuple[int, int, int], AgentConfig] = field(default_factory=dict)
+    # Whether after-commit sends to Redis are failing now, and how many have (``outbox``).
+    send_outage: SendOutage = field(default_factory=SendOutage)
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         task = asyncio.create_task(work, name=name)

@@ -163,7 +163,10 @@ class Run(Node):
     result: JSON | None = strawberry.field(description="Its final answer once SUCCEEDED; null before.")
     error: str | None = strawberry.field(description="Why it FAILED, in words; null otherwise.")
     error_code: str | None = strawberry.field(
-        description="Why a FAILED run failed, when it has a code: BUDGET_EXCEEDED."
+        description=(
+            "Why a FAILED run failed, when it has a code: BUDGET_EXCEEDED, or AGENT_VERSION_MISSING "
+            "(the version it is pinned to was removed)."
+        )
     )
     cancel_reason: str | None = strawberry.field(
         description="The reason given when it was cancelled; null otherwise."
