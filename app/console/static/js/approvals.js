@@ -11,7 +11,7 @@
 // `approve: Boolean` form only) is polled every 2 s and offers approve and reject.
 
 import { gql, session, subscribe } from './api.js';
-import { act, errorSlot, field, fill, h, json, parseJson, runLink, when } from './dom.js';
+import { act, errorSlot, field, fill, h, json, parseJson, runLink, settled, when } from './dom.js';
 import { schemaProblems } from './schema_check.js';
 
 const POLL_MS = 2000;
@@ -114,12 +114,13 @@ async function loadSchemas() {
 function approvalCard(approval, { modern, schema, changed }) {
   const slot = errorSlot();
   const reasonId = `reason-${approval.id}`;
-  const decide = (variables) => async (event) => {
+  const decide = (variables, said) => async (event) => {
     const reason = document.getElementById(reasonId).value || null;
     const send = modern
       ? () => gql(DECIDE_AS, { id: approval.id, reason, ...variables() })
       : () => gql(DECIDE, { id: approval.id, approve: variables().decision === 'APPROVE', reason });
-    if (await act(event.currentTarget, slot, send)) await changed();
+    // The card is gone once decided: the focus goes to the page's result line.
+    if (await act(event.currentTarget, slot, send)) await settled(changed, `${said}: ${approval.tool} of ${approval.run.agent.name}.`);
   };
   const path = approval.run.path;
   return h('article', { class: 'card', 'data-approval': approval.id, 'aria-labelledby': `h-${approval.id}` },
@@ -129,13 +130,13 @@ function approvalCard(approval, { modern, schema, changed }) {
     h('p', { class: 'muted' }, 'Requested ', when(approval.requestedAt), ` · step ${approval.step.seq}`,
       approval.step.decisionReason ? ` · ${approval.step.decisionReason}` : '',
       approval.expiresAt ? [' · expires ', when(approval.expiresAt), ' (then rejected)'] : null),
-    h('h3', {}, 'Arguments'), json(approval.arguments),
+    h('h3', {}, 'Arguments'), Object.assign(json(approval.arguments), { id: `args-${approval.id}` }),
     session.canOperate ? [
       h('form', { class: 'inline', onsubmit: (e) => e.preventDefault() },
         h('label', { for: reasonId }, 'Reason', h('input', { id: reasonId })),
-        h('button', { type: 'button', class: 'primary', onclick: decide(() => ({ decision: 'APPROVE' })) }, 'Approve'),
-        h('button', { type: 'button', class: 'danger', onclick: decide(() => ({ decision: 'REJECT' })) }, 'Reject'),
-        modern ? h('button', { type: 'button', onclick: decide(() => ({ decision: 'APPROVE', scope: 'RUN' })) },
+        h('button', { type: 'button', class: 'primary', onclick: decide(() => ({ decision: 'APPROVE' }), 'Approved') }, 'Approve'),
+        h('button', { type: 'button', class: 'danger', onclick: decide(() => ({ decision: 'REJECT' }), 'Rejected') }, 'Reject'),
+        modern ? h('button', { type: 'button', onclick: decide(() => ({ decision: 'APPROVE', scope: 'RUN' }), 'Approved for this run') },
           'Approve for this run') : null),
       modern ? editAndRespond(approval, schema, decide) : null,
     ] : h('p', { class: 'muted' }, 'Viewers see approvals; an operator decides them.'),
@@ -152,10 +153,11 @@ function editAndRespond(approval, schema, decide) {
       schema ? h('details', {}, h('summary', {}, 'The tool\'s input schema'), json(schema))
         : h('p', { class: 'muted' }, 'The server checks the arguments against the tool\'s schema and decides them again by policy.'),
       h('button', { type: 'button', class: 'primary', onclick: decide(() => ({
-        decision: 'EDIT', arguments: checkedArguments(args.value, schema) })) }, 'Approve with these arguments')),
+        decision: 'EDIT', arguments: checkedArguments(args.value, schema) }), 'Approved with edited arguments') },
+        'Approve with these arguments')),
     h('details', { class: 'panel' }, h('summary', {}, 'Respond instead'),
       field('Response the model receives (JSON or text); the tool does not run', response, { class: 'wide' }),
-      h('button', { type: 'button', onclick: decide(() => ({ decision: 'RESPOND', response: asJsonOrText(response.value) })) },
+      h('button', { type: 'button', onclick: decide(() => ({ decision: 'RESPOND', response: asJsonOrText(response.value) }), 'Responded') },
         'Send response')),
   ];
 }
