@@ -300,7 +300,8 @@ async def update_memory(
     return row
 
 
-async def delete_memory(rt: Runtime, principal: Principal, *, memory_id: int) -> int:
+async def delete_memory(rt: Runtime, principal: Principal, *, memory_id: int) -> orm.Memory:
+    """Deletes the memory; returns the row as it was (its ``agent_id`` for the answer)."""
     principal.require(Role.OPERATOR)
     now = utcnow()
     async with rt.sessionmaker() as session, session.begin():
@@ -312,7 +313,7 @@ async def delete_memory(rt: Runtime, principal: Principal, *, memory_id: int) ->
             object_type="Memory", object_id=memory_id, summary=f"deleted memory {before['key']!r}",
             diff=audit_diff(before, {}), at=now,
         )  # fmt: skip
-    return memory_id
+    return row
 
 
 def _audited(row: orm.Memory) -> dict[str, Any]:

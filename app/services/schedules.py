@@ -208,7 +208,8 @@ async def update_schedule(
     return row
 
 
-async def delete_schedule(rt: Runtime, principal: Principal, *, schedule_id: int) -> int:
+async def delete_schedule(rt: Runtime, principal: Principal, *, schedule_id: int) -> orm.Schedule:
+    """Deletes the schedule; returns the row as it was (its ``agent_id`` for the answer)."""
     principal.require(Role.OPERATOR)
     async with rt.sessionmaker() as session, session.begin():
         row = await get_owned(session, orm.Schedule, workspace_id=principal.workspace_id, pk=schedule_id)
@@ -219,7 +220,7 @@ async def delete_schedule(rt: Runtime, principal: Principal, *, schedule_id: int
             object_type="Schedule", object_id=schedule_id, summary=f"deleted schedule {schedule_id}",
             diff=audit_diff(before, {}),
         )  # fmt: skip
-    return schedule_id
+    return row
 
 
 def _audited(row: orm.Schedule) -> dict[str, Any]:

@@ -17,7 +17,7 @@ query Servers {
 const CREATE = `mutation CreateServer($input: CreateMcpServerInput!) { createMcpServer(input: $input) { id name } }`;
 const UPDATE = `mutation UpdateServer($id: ID!, $input: UpdateMcpServerInput!) { updateMcpServer(id: $id, input: $input) { id } }`;
 const SYNC = 'mutation Sync($id: ID!) { syncMcpServer(id: $id) { id lastError } }';
-const DELETE = 'mutation DeleteServer($id: ID!) { deleteMcpServer(id: $id) }';
+const DELETE = 'mutation DeleteServer($id: ID!) { removeMcpServer(id: $id) { deletedId } }';
 
 export const loadServers = async () => (await gql(SERVERS)).mcpServers.edges.map((e) => e.node);
 

@@ -9,8 +9,8 @@ export const SCHEDULE_FIELDS = `id cron timezone enabled overlapPolicy nextFireA
   nextFireTimes(count: 3)
   firings(first: 5) { edges { node { id fireAt outcome reason missed run { id status } } } }`;
 
-const CREATE = `mutation CreateSchedule($agentId: ID!, $input: ScheduleInput!) { createSchedule(agentId: $agentId, input: $input) { id } }`;
-const UPDATE = `mutation UpdateSchedule($id: ID!, $input: SchedulePatch!) { updateSchedule(id: $id, input: $input) { id } }`;
+const CREATE = `mutation CreateSchedule($agentId: ID!, $input: CreateScheduleInput!) { createSchedule(agentId: $agentId, schedule: $input) { id } }`;
+const UPDATE = `mutation UpdateSchedule($id: ID!, $input: UpdateScheduleInput!) { updateSchedule(id: $id, changes: $input) { id } }`;
 
 export function schedulesSection(agent, changed) {
   const rows = agent.schedules.map((s) => scheduleRow(s, changed));
