@@ -88,6 +88,10 @@ class Loaders:
         self.schedules = self._grouped(
             orm.Schedule, orm.Schedule.agent_id, order=orm.Schedule.id, prime=self.schedule
         )
+        # An approval's webhook deliveries, oldest first (an inbox page lists many approvals).
+        self.approval_notifications = self._grouped(
+            orm.ApprovalNotification, orm.ApprovalNotification.approval_id, order=orm.ApprovalNotification.id
+        )
 
         self.agent_runs: Pages[orm.Run, tuple[RunStatus, ...]] = self._per_parent(
             orm.Run,

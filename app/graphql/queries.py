@@ -28,9 +28,10 @@ from app.graphql.types.policy_preview import PolicyPreview
 from app.graphql.types.runs import Run, RunConnection, RunStep, run_connection
 from app.graphql.types.schedules import Schedule, ScheduleFiring
 from app.graphql.types.tokens import ApiTokenConnection, api_token_connection, api_token_node
+from app.graphql.types.tools import ToolDescriptor
 from app.graphql.types.versions import AgentVersion
 from app.graphql.types.workspace import Viewer, Workspace
-from app.services import policy_preview, reads
+from app.services import policy_preview, reads, tool_catalog
 from app.services.auth import Principal
 from app.services.reads import PageRequest, RunFilter
 
@@ -346,6 +347,22 @@ class Query:
     )
     async def api_tokens(self, info: Info, page: PageRequest) -> ApiTokenConnection:
         return await api_token_connection(info, page=page)
+
+    @strawberry.field(
+        description="Every tool an agent of the workspace can be offered, by name: the workers' built-ins "
+        "and plugins, and the enabled MCP servers' tools, each with the JSON Schema of its arguments."
+    )
+    async def tools(
+        self,
+        info: Info,
+        names: Annotated[
+            list[str] | None,
+            strawberry.argument(description="Only these tools (unknown names are left out); all when null."),
+        ] = None,
+    ) -> list[ToolDescriptor]:
+        principal = await info.context.principal()
+        found = await tool_catalog.workspace_tools(info.context.runtime, principal, names=names)
+        return [ToolDescriptor.of(t) for t in found]
 
     @strawberry.field(
         description="What would be decided for a call of `tool` in a new run down `agentIds` (root first, "

@@ -30,7 +30,7 @@ from app.domain.planner import Action, Call, Limits, ToolInfo, plan_call
 from app.domain.policy import RiskClass, live_chain, parse_chain
 from app.domain.runs import TERMINAL_RUN, ApprovalStatus, RunStatus
 from app.events.hub import HubStopped, Resync, Subscription
-from app.services import audit
+from app.services import audit, tool_catalog
 from app.services.auth import Principal
 from app.services.memory_injection import current_policies
 from app.services.runtime import Runtime
@@ -100,7 +100,7 @@ async def _checked_edit(rt: Runtime, session: AsyncSession, run: Run, tool: str,
     """The edited arguments as they will be stored, after the checks the model's own call
     went through: storable JSON, the tool's schema, the credential guard, and the policy
     decided again on the run's live chain (a tightening since the request counts)."""
-    specs = await _tool_specs(rt)
+    specs = await tool_catalog.registered_specs(rt)
     spec = specs.get(tool)
     chain = live_chain(parse_chain(run.policy_chain), await current_policies(session, run.policy_chain))
     settings = rt.settings
@@ -141,16 +141,6 @@ def _checked_response(rt: Runtime, response: Any) -> Any:
         )["response"]  # fmt: skip
     except NotStorable as exc:
         raise ValidationFailed(exc.message, field="response") from None
-
-
-async def _tool_specs(rt: Runtime) -> dict[str, Any]:
-    """The registered tools' specs (risk, argument schema), loaded once per process. A
-    connector's (``mcp.``) tool is not among them: its server checks its arguments."""
-    if rt.tool_specs is None:
-        from app.engine.tools.registry import registered_tool_specs  # the engine loads plugins
-
-        rt.tool_specs = await registered_tool_specs(rt.settings)
-    return rt.tool_specs
 
 
 async def _approve_rest_of_run(tx: TreeTx, run: Run, standing: Approval) -> list[Approval]:

@@ -45,6 +45,7 @@ from app.domain.runs import (
     waiting_status_for,
 )
 from app.events.publish import EventMessage
+from app.services.approval_webhooks import deliver_requested
 from app.services.runtime import Runtime
 from app.services.transitions.creation import NewRun, RunCreation, insert_run
 from app.services.transitions.holds import release_quota
@@ -76,6 +77,7 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
         # seen resuming during its own end (docs/concepts/runs.md).
         self._ending: set[int] = set()
         self._awaiting = []
+        self.notify_approvals = []
         # Agents with a concurrency quota whose quota-held runs are released, as far as they
         # fit, after commit (docs/concepts/budgets.md#quotas): one of their runs stopped
         # RUNNING here, or a claim here held one of their runs for a slot (``hold_for_quota``).
@@ -329,6 +331,10 @@ async def tree_tx(
         # After commit, and never cut short: the renewer of a worker whose run just ended
         # must not cancel what tells the world it ended (engine.loop keeps it from trying).
         await after_commit(rt, tx.events, tx.wakeups)
+        if tx.notify_approvals:
+            # Not awaited: the POST goes through a remote receiver, and a worker's run must
+            # not wait for it (docs/concepts/approvals.md, "Notifications").
+            rt.spawn(deliver_requested(rt, tx.notify_approvals), name="enverif-approval-webhook")
         if tx.quota_release:
             await release_quota(rt, agent_ids=tx.quota_release)
 
