@@ -14,7 +14,7 @@ PYTEST := $(BIN)/pytest -q -p no:cacheprovider
 PYTEST_ARGS ?=
 
 .PHONY: help setup run test schema schema-check lint-schema lint fmt typecheck unit integration \
-	integration-sqlite integration-mysql docs bench chaos clean
+	integration-sqlite integration-mysql docs bench bench-peers chaos clean
 
 help:
 	@echo "make run      set up everything and start 'enverif dev' (API + worker + demo workspace)"
@@ -26,6 +26,7 @@ help:
 	@echo "make lint-schema  @graphql-eslint (schema-recommended + relay rules) on schema.graphql"
 	@echo "make lint     ruff check + ruff format --check;  make fmt: ruff format + ruff check --fix"
 	@echo "make bench    run the benchmarks (bench/);  make chaos: the fault-injection tests"
+	@echo "make bench-peers  the durable 3-call run on Enverif, DBOS, LangGraph and a raw floor: one table"
 
 setup: $(STAMP)
 
@@ -113,6 +114,7 @@ typecheck: setup
 
 bench: setup
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/throughput.py --db sqlite
 	$(BIN)/python bench/delegation.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/credentials.py
@@ -120,6 +122,21 @@ bench: setup
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/providers.py
 	$(BIN)/python bench/fragments.py
+
+# Each peer in its own venv from its pinned requirements.txt, made on first use and again when
+# the file changes (docs/performance.md). BENCH_PEERS_ARGS: e.g. --only floor,dbos --runs 200.
+PEERS := floor dbos langgraph
+PEER_STAMPS := $(foreach peer,$(PEERS),bench/peers/$(peer)/.venv/.installed)
+BENCH_PEERS_ARGS ?=
+
+bench/peers/%/.venv/.installed: bench/peers/%/requirements.txt
+	rm -rf bench/peers/$*/.venv
+	$(PYTHON) -m venv bench/peers/$*/.venv
+	bench/peers/$*/.venv/bin/pip install --disable-pip-version-check -q -r $<
+	touch $@
+
+bench-peers: setup $(PEER_STAMPS)
+	$(BIN)/python bench/peers/compare.py $(BENCH_PEERS_ARGS)
 
 chaos: setup
 	@if [ -d tests/chaos ]; then ENVERIF_TEST_DB=$${ENVERIF_TEST_DB:-mysql} $(PYTEST) -m chaos tests/chaos $(PYTEST_ARGS); \

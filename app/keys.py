@@ -74,3 +74,9 @@ def run_stops_channel(prefix: str) -> str:
     """Stop notices for workers (a cancelled tree, a paused agent or workspace): each worker
     process subscribes once and re-checks the database for the runs a notice concerns."""
     return f"{prefix}:run-stops"
+
+
+def ws_token_sockets_key(prefix: str, token_id: int) -> str:
+    """The websockets one token holds in the deployment: a sorted set of slots, each scored
+    by when it lapses unless its API process renews it (app.services.socket_slots)."""
+    return f"{prefix}:ws-sockets:{token_id}"

@@ -1,6 +1,7 @@
 """The ASGI app: ``/graphql`` (HTTP and graphql-transport-ws), ``/healthz``, the operator
 console at ``/console`` (``app.console``), dev routes,
-behind a request body size limit (``app.http_limits``).
+behind a request body size limit (``app.http_limits``); ``/graphql`` over HTTP behind fair
+admission (``app.graphql.admission``).
 
 The lifespan owns the process's resources (no module-level clients): the runtime (database
 engine, Redis pool) and the process's one Redis subscriber (``app.events.subscriber``) with
@@ -28,12 +29,14 @@ from app.events.hub import EventHub
 from app.events.output import OutputHub
 from app.events.subscriber import RedisSubscriber
 from app.graphql import graphiql_page
+from app.graphql.admission import FairAdmission
 from app.graphql.schema import build_schema
 from app.graphql.view import GraphQLView
 from app.graphql.ws_auth import SocketCounts, TokenChecks
 from app.http_limits import BodySizeLimit
 from app.services import health
 from app.services.runtime import open_runtime
+from app.services.socket_slots import SocketSlots
 from app.services.token_cache import TokenCache
 from app.settings import Settings
 
@@ -62,7 +65,8 @@ def create_app(settings: Settings) -> Starlette:
     graphql.max_subscriptions_per_connection = None
     graphql.max_response_bytes = settings.max_response_bytes
     routes: list[BaseRoute] = [
-        Route("/graphql", graphql),
+        # Only HTTP is gated: /healthz and the console never wait behind GraphQL requests.
+        Route("/graphql", FairAdmission(graphql, settings)),
         WebSocketRoute("/graphql", graphql),
         Route("/healthz", healthz, methods=["GET"]),
         *console.routes,
@@ -158,7 +162,14 @@ async def _serving(app: Starlette, settings: Settings) -> AsyncIterator[None]:
             app.state.output_hub = output_hub
             app.state.token_checks = TokenChecks()
             app.state.socket_counts = SocketCounts()
-            yield
+            app.state.socket_slots = slots = SocketSlots(
+                runtime.redis, settings.redis_prefix, ttl_s=settings.ws_socket_slot_ttl_s
+            )
+            slots.start()
+            try:
+                yield
+            finally:
+                await slots.stop()
         finally:
             await subscriber.stop()
             hub.stop()

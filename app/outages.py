@@ -120,3 +120,42 @@ class OutageWarnings:
 
 # The process's one: each worker process warns once per interval, whatever it runs.
 OUTAGE_WARNINGS = OutageWarnings()
+
+
+class SendOutage:
+    """After-commit sends to Redis during an outage (``app.services.transitions.outbox``):
+    one warning when the first send fails, then only counting, and one warning with the
+    counts when a send works again. Each transaction of every run sends after its commit,
+    so an outage of a few seconds would otherwise log hundreds of lines saying the same.
+    Not thread-safe, and not meant to be: one per runtime, used from its event loop."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.since: float | None = None  # the clock when the first send of this outage failed
+        self.failed_sends = 0
+        self.lost_messages = 0
+        self.lost_wakeups = 0
+
+    def failed(self, *, messages: int, wakeups: int) -> bool:
+        """Count a failed send; True for the first of an outage (the one to log)."""
+        first = self.since is None
+        if first:
+            self.since = self._clock()
+        self.failed_sends += 1
+        self.lost_messages += messages
+        self.lost_wakeups += wakeups
+        return first
+
+    def recovered(self) -> str | None:
+        """After a send worked: the line to log when it ended an outage, else None."""
+        if self.since is None:
+            return None
+        line = (
+            f"Redis answers again after {self._clock() - self.since:.1f}s: {self.failed_sends} "
+            f"after-commit send(s) failed meanwhile ({self.lost_messages} event message(s) not "
+            f"published, {self.lost_wakeups} wake-up(s) not enqueued; subscribers re-read the "
+            "events, the sweeper re-enqueues the runs)"
+        )
+        self.since = None
+        self.failed_sends = self.lost_messages = self.lost_wakeups = 0
+        return line

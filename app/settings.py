@@ -109,6 +109,18 @@ class Settings(BaseSettings):
     # connection_init's answer; one more is closed with 1013 at once).
     ws_max_sockets_per_token: int = Field(default=32, ge=1, le=100_000)
     ws_max_pending_sockets_per_address: int = Field(default=32, ge=1, le=100_000)
+    # The per-token cap is counted in Redis for the whole deployment; a socket's place there
+    # lapses this long after its API process last renewed it (every third of it), so a
+    # crashed process's sockets stop counting within this long.
+    ws_socket_slot_ttl_s: float = Field(default=30.0, ge=0.5, le=3600)
+    # Fair admission (app/graphql/admission.py): GraphQL requests over HTTP one client has in
+    # progress at once in one API process, per verified token and per client address (no
+    # token, or one not verified yet); more wait (at most admission_wait_s, at most
+    # max_queued_per_client of them) or get 429 RATE_LIMITED.
+    graphql_max_in_flight_per_address: int = Field(default=4, ge=1, le=10_000)
+    graphql_max_in_flight_per_token: int = Field(default=8, ge=1, le=10_000)
+    graphql_max_queued_per_client: int = Field(default=512, ge=0, le=1_000_000)
+    graphql_admission_wait_s: float = Field(default=10.0, gt=0, le=600)
     # Live events one runTree subscription may have waiting to be sent; a subscriber that
     # falls this far behind has its websocket closed (code 1013) instead of growing memory.
     subscription_queue_max: int = Field(default=1_000, ge=10, le=1_000_000)

@@ -22,6 +22,10 @@ Printed per scenario: p50/p95 of each, the ratio of its p50 to idle's, the bombs
 per second and how many were refused with ``VALIDATION_FAILED`` (all of them must be).
 Target: under bombs, both p50s within 2x idle's.
 
+Also printed per scenario: **api_cpu_share**, the API process's CPU time over the scenario's
+wall time (of one core): near 1 the API's own event loop is what the others wait behind
+(what fair admission shares out); well below 1 the wait is the machine's.
+
 Latencies on a shared machine move with its load (another process's CPU delays every
 request alike), so the bench also prints **cpu_ms_per_request**: the API process's own CPU
 time (user + system, from /proc) per request, for bombs (plain and aliased), ``{ __typename }``
@@ -160,9 +164,11 @@ async def run(args: argparse.Namespace, settings: Settings, token: str) -> dict[
                 attacker.start()
                 try:
                     await asyncio.sleep(1.0)  # the 20 connections open and fill
-                    started, before = time.perf_counter(), counts[0]
+                    started, before, cpu_before = time.perf_counter(), counts[0], _cpu_s(server.pid)
                     loaded = await _measure(client, token, args.requests)
-                    rate = (counts[0] - before) / (time.perf_counter() - started)
+                    elapsed = time.perf_counter() - started
+                    rate = (counts[0] - before) / elapsed
+                    cpu_share = (_cpu_s(server.pid) - cpu_before) / elapsed
                 finally:
                     stop.set()
                     attacker.join(timeout=args.seconds_cap)
@@ -175,6 +181,9 @@ async def run(args: argparse.Namespace, settings: Settings, token: str) -> dict[
                         figures[name]["p50_ms"] / report["idle"][name]["p50_ms"], 2
                     )
                 figures["answered_per_s"] = round(rate, 1)
+                # Of one core: near 1 the API itself is the bottleneck (what admission shares
+                # out); well below it, the wait is the machine's (other processes' CPU).
+                figures["api_cpu_share"] = round(cpu_share, 2)
                 figures["answered"], figures["refused_validation_failed"] = counts[0], counts[1]
                 report[kind] = figures
                 print(f"{kind}: {figures}", flush=True)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from redis.asyncio import Redis
 from sqlalchemy import text
 
 from app.db import migrate
 from app.db.session import create_engine
+from app.domain.agents import Role
+from app.services import auth
 from app.settings import Settings
 
 
@@ -56,3 +59,10 @@ async def bench_settings(server_url: str, redis_url: str) -> AsyncIterator[Setti
             await redis.delete(key)
         await redis.aclose()
         await drop_database()
+
+
+async def operator_workspace(rt: Any, name: str) -> tuple[int, auth.Principal]:
+    """A new workspace: its id, and an OPERATOR principal in it to start runs as."""
+    async with rt.sessionmaker() as session:
+        workspace, _ = await auth.create_workspace(session, name=name)
+    return workspace.id, auth.Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)

@@ -1,7 +1,7 @@
 """Run throughput and latency, against a baseline measured in the same process.
 
     .venv/bin/python bench/throughput.py [--runs 500] [--latency-runs 50] [--only procs,e2e]
-                                         [--server URL] [--profile FILE]
+                                         [--server URL] [--profile FILE] [--db sqlite]
 
 1. Baselines (always run): raw arq no-op jobs/s through one worker with the same tuning as
    ours; and the ceiling (``bench/ceiling.py``): the READ scenario's runs done by a raw
@@ -23,16 +23,27 @@
 5. ``latency``: p50/p95 from ``startRun`` to ``SUCCEEDED`` of a 1-call run, with a worker
    waiting; completion is seen on the live event channel, as a subscriber would see it.
 
-``--only`` runs some of (2)-(5) (comma list; a profiler run can be limited to what it needs);
+6. ``inflight``: the write agent (three ``webhook.post`` calls) with 16 runs in flight (the
+   worker's ``worker_max_jobs``): each of 16 starters starts a run and waits for it to
+   succeed before starting the next, through the in-process worker; runs/s, p50/p95 from
+   ``startRun`` to ``SUCCEEDED``, and this process's CPU per run (worker, starters and
+   subscriber). On SQLite its ratio to the raw floor (``bench/floor.py``: 3 GETs and 3
+   INSERT+COMMIT per run on the same database file, 16 in flight), measured just before.
+
+``--only`` runs some of (2)-(6) (comma list; a profiler run can be limited to what it needs);
 the JSON report then holds the baselines and what ran. The benchmark runs on uvloop, as
-``enverif worker`` does. MariaDB by default (a fresh schema is created and dropped); Redis at
-127.0.0.1:6379. The machine's figures count everything running on it: run it on a quiet one.
+``enverif worker`` does. MariaDB by default (a fresh schema is created and dropped); with
+``--db sqlite``, a fresh database file in a temporary directory (WAL, as Enverif opens it),
+``inflight`` and ``inproc`` by default, and the raw floor instead of the MariaDB ceiling.
+Redis at 127.0.0.1:6379. The machine's figures count everything running on it: run it on a
+quiet one.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -40,6 +51,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -64,6 +76,7 @@ from app.services.runtime import open_runtime, redis_settings
 from app.settings import Settings
 from bench.ceiling import ceiling
 from bench.cpu import CpuMeter, CpuShare, machine_busy_s, pids_named
+from bench.floor import sqlite_floor
 from bench.support import create_database
 from workers.main import build_worker, stop_worker
 
@@ -350,7 +363,8 @@ async def end_to_end(
     return n / (max(finished) - started), share
 
 
-SCENARIOS = ("inproc", "procs", "e2e", "latency")
+SCENARIOS = ("inproc", "procs", "e2e", "latency", "inflight")
+SQLITE_SCENARIOS = ["inproc", "inflight"]
 
 TARGETS = {
     "inproc": {"runs_per_s_3_read_calls": ">= 60 (aim 100)"},
@@ -361,6 +375,14 @@ TARGETS = {
     },
     "e2e": {"ratio_to_arq_noop_end_to_end": ">= 0.10"},
     "latency": {"p50_ms": "<= 35"},
+    "inflight": {},
+}
+# Issue 28's targets for SQLite (ratios in the same run).
+SQLITE_TARGETS = {
+    "inflight": {
+        "ratio_to_floor_3_webhook_calls_16_in_flight": ">= 0.40",
+        "p95_start_to_succeeded_ms_3_webhook_calls_16_in_flight": "<= 100",
+    },
 }
 
 
@@ -521,18 +543,115 @@ async def latency(rt: Any, principal: Any, agent_id: int, n: int) -> dict[str, A
     }
 
 
+async def in_flight(rt: Any, principal: Any, agent_id: int, n: int, width: int) -> dict[str, Any]:
+    """``n`` runs of the agent, ``width`` in flight: each starter starts a run, waits for its
+    SUCCEEDED event, then starts the next. Returns runs/s, latency percentiles (ms) and this
+    process's CPU ms per run."""
+    finished: dict[int, asyncio.Future[float]] = {}
+    loop = asyncio.get_running_loop()
+
+    def future(run_id: int) -> asyncio.Future[float]:
+        return finished.setdefault(run_id, loop.create_future())
+
+    pubsub = rt.redis.pubsub()
+    await pubsub.subscribe(events_channel(rt.settings.redis_prefix))
+
+    async def listen() -> None:
+        while True:
+            msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if msg:
+                for event in raw_events(msg["data"]):
+                    # A run can succeed before its startRun returns: the future is made here then.
+                    if _finished(event) and not future(event["run_id"]).done():
+                        future(event["run_id"]).set_result(time.perf_counter())
+            else:  # a second of quiet: a publish may have been lost; the database has the truth
+                pending = {i for i, f in finished.items() if not f.done()}
+                done: dict[int, float] = {}
+                await _succeeded_in_db(rt, pending, done)
+                for run_id, at in done.items():
+                    finished[run_id].set_result(at)
+
+    latencies: list[float] = []
+    left = list(range(n))
+
+    async def starter() -> None:
+        while left:
+            left.pop()
+            t0 = time.perf_counter()
+            run = await runs.start_run(rt, principal, agent_id=agent_id, input=None)
+            latencies.append((await asyncio.wait_for(future(run.id), 120) - t0) * 1000)
+
+    listener = asyncio.create_task(listen())
+    await asyncio.sleep(0.2)
+    started, cpu = time.perf_counter(), time.process_time()
+    try:
+        await asyncio.gather(*(starter() for _ in range(width)))
+        elapsed, used = time.perf_counter() - started, time.process_time() - cpu
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        await pubsub.aclose()
+    cuts = statistics.quantiles(latencies, n=20)
+    return {"runs_per_s": n / elapsed, "p50_ms": statistics.median(latencies), "p95_ms": cuts[-1],
+            "cpu_ms_per_run": used * 1000 / n}  # fmt: skip
+
+
+async def runs_in_flight(
+    rt: Any, principal: Any, agents: Agents, n: int, width: int, floor_rate: float | None
+) -> dict[str, Any]:
+    got = await in_flight(rt, principal, agents.writes, n, width)
+    ratio = f", x{got['runs_per_s'] / floor_rate:.2f} of the floor" if floor_rate else ""
+    print(
+        f"3 webhook.post calls, {width} in flight: {got['runs_per_s']:.1f} runs/s{ratio}; "
+        f"p50 {got['p50_ms']:.1f} ms, p95 {got['p95_ms']:.1f} ms; {got['cpu_ms_per_run']:.1f} ms CPU/run "
+        "(this process: worker, starters, subscriber)",
+        flush=True,
+    )
+    key = f"3_webhook_calls_{width}_in_flight"
+    report = {
+        f"runs_per_s_{key}": round(got["runs_per_s"], 1),
+        f"p50_start_to_succeeded_ms_{key}": round(got["p50_ms"], 1),
+        f"p95_start_to_succeeded_ms_{key}": round(got["p95_ms"], 1),
+        f"process_cpu_ms_per_run_{key}": round(got["cpu_ms_per_run"], 1),
+    }
+    if floor_rate:
+        report[f"ratio_to_floor_{key}"] = round(got["runs_per_s"] / floor_rate, 3)
+    return report
+
+
+@contextlib.asynccontextmanager
+async def sqlite_database() -> Any:
+    """A fresh database file in a temporary directory, migrated to head: its URL and path."""
+    from app.db import migrate
+    from app.db.session import create_engine
+
+    with tempfile.TemporaryDirectory(prefix="enverif-bench-") as tmp:
+        path = f"{tmp}/bench.db"
+        url = f"sqlite+aiosqlite:///{path}"
+        engine = create_engine(url)
+        try:
+            await migrate.upgrade(engine)
+        finally:
+            await engine.dispose()
+        yield url, path
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--latency-runs", type=int, default=50)
     parser.add_argument("--noop-jobs", type=int, default=2000)
+    parser.add_argument("--db", choices=["mariadb", "sqlite"], default="mariadb",
+                        help="sqlite: a fresh database file (WAL) instead of a MariaDB schema")  # fmt: skip
+    parser.add_argument("--in-flight", type=int, default=16, help="runs in flight in the inflight scenario")
     parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--port", type=int, default=0, help="page server port (default: a free one)")
     parser.add_argument("--api-port", type=int, default=0, help="API port (default: a free one)")
     parser.add_argument(
-        "--only", type=_scenarios, default=list(SCENARIOS), metavar="SCENARIOS",
-        help=f"comma list among {','.join(SCENARIOS)} (default: all); the baselines always run",
+        "--only", type=_scenarios, default=None, metavar="SCENARIOS",
+        help=f"comma list among {','.join(SCENARIOS)} (default: all; with --db sqlite, "
+        f"{','.join(SQLITE_SCENARIOS)}); the baselines always run",
     )  # fmt: skip
     parser.add_argument(
         "--profile",
@@ -546,7 +665,19 @@ async def main() -> None:
     args.port = args.port or _free_port()
     args.api_port = args.api_port or _free_port()
 
-    url, drop_database = await create_database(args.server, keep=args.keep)
+    if args.only is None:
+        args.only = SQLITE_SCENARIOS if args.db == "sqlite" else list(SCENARIOS)
+    async with contextlib.AsyncExitStack() as stack:
+        if args.db == "sqlite":
+            url, path = await stack.enter_async_context(sqlite_database())
+        else:
+            url, drop_database = await create_database(args.server, keep=args.keep)
+            stack.push_async_callback(drop_database)
+            path = None
+        await measure(args, url, path)
+
+
+async def measure(args: argparse.Namespace, url: str, sqlite_path: str | None) -> None:
     settings = Settings(
         database_url=url,
         redis_url=args.redis_url,
@@ -576,38 +707,49 @@ async def main() -> None:
         # process subscribes to every event (and holds the idle in-process worker, if any).
         groups = {
             "page_server": [page.pid],
-            "mariadbd": pids_named("mariadbd"),
+            **({} if sqlite_path else {"mariadbd": pids_named("mariadbd")}),
             "redis_server": pids_named("redis-server"),
             "bench": [os.getpid()],
         }
 
         noop_rate = await baseline_arq(settings, args.noop_jobs)
         print(f"baseline: raw arq no-op jobs: {noop_rate:.1f} jobs/s", flush=True)
-        fresh = await queued_runs(rt, agents.reads, args.runs)
-        ceiling_rate, ceiling_cpu = await ceiling(
-            settings, f"{base}/page", fresh, lambda ids: wait_statuses(rt, ids, timeout_s=600)
-        )
-        print(f"ceiling (raw asyncmy script, 3 READ calls): {ceiling_rate:.1f} runs/s, "
-              f"{ceiling_cpu:.1f} ms CPU/run", flush=True)  # fmt: skip
         report: dict[str, Any] = {
-            "database": "mariadb",
+            "database": args.db,
             "budget": BUDGET or None,
             "event_loop": "uvloop",
             "machine_cores": machine_busy_s()[1],
             "baseline_arq_noop_jobs_per_s": round(noop_rate, 1),
-            "ceiling_runs_per_s_3_read_calls": round(ceiling_rate, 1),
-            "ceiling_cpu_ms_per_run": round(ceiling_cpu, 1),
             "runs_per_scenario": args.runs,
         }
+        floor_rate = None
+        if sqlite_path:
+            floor_rate, floor_cpu = await sqlite_floor(sqlite_path, f"{base}/page", args.runs, args.in_flight)
+            print(f"floor (raw aiosqlite script, 3 GETs and 3 INSERT+COMMIT per run, {args.in_flight} in "
+                  f"flight): {floor_rate:.1f} runs/s, {floor_cpu:.1f} ms CPU/run", flush=True)  # fmt: skip
+            report |= {"floor_runs_per_s": round(floor_rate, 1), "floor_cpu_ms_per_run": round(floor_cpu, 1)}
+            # The in-process scenario's ratio to the ceiling becomes its ratio to the floor.
+            ceiling_rate = floor_rate
+        else:
+            fresh = await queued_runs(rt, agents.reads, args.runs)
+            ceiling_rate, ceiling_cpu = await ceiling(
+                settings, f"{base}/page", fresh, lambda ids: wait_statuses(rt, ids, timeout_s=600)
+            )
+            print(f"ceiling (raw asyncmy script, 3 READ calls): {ceiling_rate:.1f} runs/s, "
+                  f"{ceiling_cpu:.1f} ms CPU/run", flush=True)  # fmt: skip
+            report |= {"ceiling_runs_per_s_3_read_calls": round(ceiling_rate, 1),
+                       "ceiling_cpu_ms_per_run": round(ceiling_cpu, 1)}  # fmt: skip
 
         worker = None
-        if "inproc" in args.only or "latency" in args.only:
+        if {"inproc", "latency", "inflight"} & set(args.only):
             worker = build_worker(settings, handle_signals=False)
             worker_task = asyncio.create_task(worker.main())
         if "inproc" in args.only:
             report |= await in_process(
                 rt, principal, agents, args.runs, worker, args.profile, noop_rate, ceiling_rate
             )
+        if "inflight" in args.only:
+            report |= await runs_in_flight(rt, principal, agents, args.runs, args.in_flight, floor_rate)
         if worker is not None:
             worker.allow_pick_jobs = False  # the in-process worker sits out the process scenarios
         if "procs" in args.only:
@@ -622,13 +764,15 @@ async def main() -> None:
                 report |= await latency(rt, principal, agents.one, args.latency_runs)
             await stop_worker(worker, worker_task)
 
-        report["targets"] = {key: target for name in args.only for key, target in TARGETS[name].items()}
+        targets = SQLITE_TARGETS if sqlite_path else TARGETS
+        report["targets"] = {
+            key: target for name in args.only for key, target in targets.get(name, {}).items()
+        }
         print(json.dumps(report, indent=2))
     finally:
         await rt.close()
         page.terminate()
         page.wait()
-        await drop_database()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 SQLite (embedded default) runs in WAL mode with a busy timeout, and every transaction starts
 with ``BEGIN IMMEDIATE``: SQLite has no ``SELECT ... FOR UPDATE``, so taking the write lock
 up front is what serialises our read-check-write transitions there (and it avoids the
-"database is locked" error a deferred transaction gets when it upgrades to a writer).
+"database is locked" error a deferred transaction gets when it upgrades to a writer). The
+writers of a process wait their turn in the process before asking SQLite
+(``app.db.sqlite_writer``), and each statement is one trip to aiosqlite's thread
+(``app.db.sqlite_driver``); docs/operating/sqlite.md.
 On MySQL/MariaDB the row locks are real (``with_for_update``).
 """
 
@@ -21,6 +24,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.util import await_
+from sqlalchemy.util.concurrency import in_greenlet
+
+from app.db import sqlite_driver, sqlite_writer
 
 T = TypeVar("T")
 
@@ -55,10 +61,25 @@ def create_engine(
     counted: that is the busy timeout's business)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-        _configure_sqlite(engine)
+        file = _sqlite_file(parsed.database)
+        if file:
+            Path(file).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(
+            url,
+            echo=echo,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+            # A database file: one trip to aiosqlite's thread per statement (app.db.sqlite_driver).
+            **(
+                {"async_creator": sqlite_driver.connector(file, SQLITE_BUSY_TIMEOUT_MS / 1000)}
+                if file
+                else {}
+            ),
+            # Our own reset (_reset_sqlite_only_if_needed): no ROLLBACK, one more trip to
+            # the driver's thread, after a COMMIT.
+            pool_reset_on_return=None,
+        )
+        _reset_sqlite_only_if_needed(engine)
+        _configure_sqlite(engine, file)
         if statement_timeout_ms > 0:
             _limit_sqlite_statements(engine, statement_timeout_ms)
         return engine
@@ -110,6 +131,19 @@ def _reset_only_if_needed(engine: AsyncEngine) -> None:
     @event.listens_for(sync_engine.pool, "reset")
     def _reset(dbapi_connection: Any, record: Any, state: Any) -> None:
         if state.asyncio_safe and record is not None and record.info.pop(_IN_TRANSACTION, True):
+            dbapi_connection.rollback()
+
+
+def _reset_sqlite_only_if_needed(engine: AsyncEngine) -> None:
+    """Roll a SQLite connection back on its return to the pool only if it is in a
+    transaction. SQLite says so itself (``sqlite3_get_autocommit``, read without a trip to
+    the driver's thread: the connection is idle when it is returned), which also covers a
+    COMMIT that failed and left its transaction, and the write lock, open."""
+
+    @event.listens_for(engine.sync_engine.pool, "reset")
+    def _reset(dbapi_connection: Any, record: Any, state: Any) -> None:
+        raw = getattr(dbapi_connection.driver_connection, "_connection", None)
+        if state.asyncio_safe and raw is not None and raw.in_transaction:
             dbapi_connection.rollback()
 
 
@@ -198,7 +232,17 @@ def _limit_sqlite_statements(engine: AsyncEngine, timeout_ms: int) -> None:
             conn.connection.info.pop(_DEADLINE, None)
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
+def _sqlite_file(database: str | None) -> str | None:
+    """The database file of a SQLite URL; None for an in-memory or ``file:`` URI database."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return database
+
+
+def _configure_sqlite(engine: AsyncEngine, file: str | None) -> None:
+    """WAL, the busy timeout, ``BEGIN IMMEDIATE`` for write transactions and, for a database
+    file, the process's write queue (``app.db.sqlite_writer``; docs/operating/sqlite.md)."""
+
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Stop the driver from issuing its own deferred BEGIN; we issue BEGIN IMMEDIATE.
@@ -216,8 +260,49 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         # readers and the one writer never wait for each other.
         if connection.get_execution_options().get(READ_ONLY_OPTION):
             connection.exec_driver_sql("BEGIN")
-        else:
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+            return
+        if file:
+            sqlite_writer.acquire(connection, file, SQLITE_BUSY_TIMEOUT_MS / 1000)
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    pool = engine.sync_engine.pool
+
+    @event.listens_for(pool, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        sqlite_writer.release(record)
+
+    @event.listens_for(pool, "detach")
+    def _on_detach(_dbapi_connection: Any, record: Any) -> None:
+        sqlite_writer.release(record)
+
+    @event.listens_for(pool, "invalidate")
+    def _on_invalidate(dbapi_connection: Any, record: Any, _exc: BaseException | None) -> None:
+        _roll_back_dropped(dbapi_connection)
+        sqlite_writer.release(record)
+
+
+def _roll_back_dropped(dbapi_connection: Any) -> None:
+    """End the transaction of a connection SQLAlchemy drops (a task cancelled mid-statement
+    does that), before it is closed, so that the next writer gets the lock at once.
+
+    ``interrupt`` stops the statement still running on the driver's thread
+    (``sqlite3_interrupt`` may be called from any thread); the ROLLBACK then runs there next.
+    Closing alone was not enough with aiosqlite's own cursors: the cancelled statement's cursor
+    was still referenced (by the traceback), so SQLite deferred the close, and the rollback
+    with it, until the garbage collector found the cursor; the database stayed write-locked
+    for the whole busy timeout (30 s) meanwhile. (``app.db.sqlite_driver`` closes every cursor
+    with its statement; a ``:memory:`` or ``file:`` database still uses aiosqlite's.)"""
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    raw = getattr(driver, "_connection", None)  # aiosqlite's sqlite3 connection, None once closed
+    if driver is None or raw is None:
+        return
+    raw.interrupt()
+    if not in_greenlet():
+        return  # garbage collection of a lost connection: nothing can be awaited here
+    try:
+        await_(asyncio.shield(driver.rollback()))
+    except Exception:  # it failed or was never needed: the connection is being closed anyway
+        return
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -238,26 +323,36 @@ def is_mysql(engine: AsyncEngine) -> bool:
 
 
 # MariaDB/MySQL's "Deadlock found when trying to get lock; try restarting transaction": the
-# victim's transaction was rolled back whole, so running it again is safe.
+# victim's transaction was rolled back whole. "Lock wait timeout exceeded" (only when
+# ENVERIF_DB_STATEMENT_TIMEOUT_MS is off or longer than innodb_lock_wait_timeout: a statement
+# cut short by max_statement_time is error 1969, and is not retried, since a slow query run
+# again is only slower) rolls back the statement; leaving ``session.begin()`` with the error
+# rolls back the rest. Either way nothing of the transaction is left: running it again is safe.
 MYSQL_DEADLOCK = 1213
+MYSQL_LOCK_WAIT_TIMEOUT = 1205
+MYSQL_LOCK_CONFLICTS = frozenset({MYSQL_DEADLOCK, MYSQL_LOCK_WAIT_TIMEOUT})
 DEADLOCK_ATTEMPTS = 3
 
 
-def is_deadlock(exc: BaseException) -> bool:
+def is_lock_conflict(exc: BaseException) -> bool:
+    """A deadlock's victim or a lock wait that timed out (MariaDB/MySQL; SQLite has neither:
+    its one writer waits for the write lock, up to its busy timeout)."""
     args: tuple[Any, ...] = getattr(getattr(exc, "orig", None), "args", ())
-    return isinstance(exc, OperationalError) and len(args) > 0 and args[0] == MYSQL_DEADLOCK
+    return isinstance(exc, OperationalError) and len(args) > 0 and args[0] in MYSQL_LOCK_CONFLICTS
 
 
 async def retry_deadlocks(transaction: Callable[[], Awaitable[T]]) -> T:
-    """Run ``transaction`` (one whole transaction, nothing sent before it commits) again when
-    the database chose it as a deadlock's victim: a few times, after a short random pause.
-    For the rare paths that must lock rows in an order a claim cannot share
-    (docs/architecture.md#lock-order)."""
+    """Run ``transaction`` again when the database chose it as a deadlock's victim, or its
+    wait for a row lock timed out: a few times, after a short random pause.
+
+    ``transaction`` must be one whole transaction that sends nothing outside the database
+    before it commits (publishing and enqueueing after commit are fine: a failed attempt
+    never got there). The write paths that can race use it (docs/architecture.md#lock-order)."""
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
         try:
             return await transaction()
         except OperationalError as exc:
-            if attempt == DEADLOCK_ATTEMPTS or not is_deadlock(exc):
+            if attempt == DEADLOCK_ATTEMPTS or not is_lock_conflict(exc):
                 raise
             await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)
     raise AssertionError("unreachable")

@@ -29,6 +29,15 @@ VERSIONED_FIELDS: tuple[str, ...] = (
     "input_schema",
 )
 
+# ``Run.errorCode`` of a run whose pinned version's row is gone (removed by hand: Enverif
+# never deletes one): it cannot run on the configuration it was created with, and no other
+# is its own, so it fails rather than wait for good (docs/concepts/versions.md).
+VERSION_MISSING = "AGENT_VERSION_MISSING"
+
+
+def version_missing_message(version: int) -> str:
+    return f"the agent's version {version}, which the run is pinned to, no longer exists; run the agent again"
+
 
 def config_of(values: Mapping[str, Any]) -> dict[str, Any]:
     """The versioned part of an agent's columns (``values``: column -> value)."""

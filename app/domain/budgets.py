@@ -173,6 +173,13 @@ def limits_json(limits: Limits) -> dict[str, Any]:
 # -- usage ---------------------------------------------------------------------------------
 
 
+# A turn's usage as kept on its first step also says when the model was asked and answered
+# (ISO 8601 text, the worker's clock): the run page's timeline draws the turn from them. They
+# are never charged nor summed (a run's usage has none).
+MODEL_ASKED_AT = "modelAskedAt"
+MODEL_ANSWERED_AT = "modelAnsweredAt"
+
+
 def add_usage(usage: Mapping[str, Any] | None, delta: Mapping[str, float]) -> dict[str, Any]:
     """A new usage dictionary: ``usage`` plus ``delta`` (zeros are left out)."""
     total: dict[str, Any] = dict(usage or {})

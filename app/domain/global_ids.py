@@ -26,6 +26,8 @@ NODE_TYPES = frozenset(
         "ApiToken",
         "AuditEvent",
         "McpServer",
+        "MemoryRevision",
+        "ScheduleFiring",
     }
 )
 
@@ -33,6 +35,8 @@ NODE_TYPES = frozenset(
 # that a normalised client cache (Apollo, urql, Relay) keeps one copy of each. The id names
 # the owner: an agent's Policy and MemoryBudget, a run's Delegation; a RunEvent is its root
 # run and seq. Never the same string as a node's id (Relay keys its store by id alone).
+# (MemoryRevision and ScheduleFiring were here before they became nodes: their ids,
+# "Type:<pk>", did not change.)
 OBJECT_ID_TYPES = frozenset(
     {
         "Policy",
@@ -40,8 +44,6 @@ OBJECT_ID_TYPES = frozenset(
         "MemoryBudget",
         "Delegation",
         "RunEvent",
-        "MemoryRevision",
-        "ScheduleFiring",
         "ApprovalNotification",
     }
 )

@@ -402,11 +402,14 @@ class RunExecutor:
                 watched=None if watch is None else watch.get(self.run_id, False),
             )
             ctx = turns.turn_context(state, history, state.asked_turn, on_text=output.on_text)
+            asked_at = utcnow()
             turn = await turns.ask(model, ctx, io=self._io(), run_id=self.run_id)
+            answered_at = utcnow()
             await output.finish()
             if isinstance(turn, Fail):
                 return turn  # the provider failed: so does the run
             plan = turns.plan(state, turn, max_identical=self.rt.settings.max_identical_calls)
+            state.time_turn(state.asked_turn, asked_at, answered_at)
             elapsed_s = time.monotonic() - batch_started
             if not batches(
                 plan, fast=state.fast, batched=len(state.reads), elapsed_s=elapsed_s, tools=state.tools

@@ -8,10 +8,11 @@ this module only holds the data and what is derived from it directly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from app.domain.budgets import MODEL_ANSWERED_AT, MODEL_ASKED_AT, add_usage
 from app.domain.budgets import Limits as BudgetLimits
-from app.domain.budgets import add_usage
 from app.domain.engine_rules import Outcome, ReadCall
 from app.domain.planner import Limits, ToolInfo, call_key
 from app.domain.policy import PolicyLink
@@ -97,6 +98,13 @@ class RunState:
         """A turn's usage, to be charged (and shown on its first step) by the next write."""
         self.pending_usage = add_usage(self.pending_usage, usage)
         self.turn_usage[turn] = add_usage(self.turn_usage.get(turn), usage)
+
+    def time_turn(self, turn: int, asked_at: datetime, answered_at: datetime) -> None:
+        """When the model was asked for ``turn`` and when it answered (the worker's clock),
+        kept beside the turn's usage on its first step: the run page draws the model's time
+        (docs/console.md). Not charged: ``pending_usage`` holds only what budgets count."""
+        timed = self.turn_usage.setdefault(turn, {})
+        timed[MODEL_ASKED_AT], timed[MODEL_ANSWERED_AT] = asked_at.isoformat(), answered_at.isoformat()
 
     def take_usage(self) -> dict[str, Any]:
         usage, self.pending_usage = self.pending_usage, {}

@@ -181,8 +181,8 @@ class UpdateAgentInput:
         )
 
 
-@strawberry.input(name="MemoryInput", description="A new memory.")
-class MemoryInput:
+@strawberry.input(name="CreateMemoryInput", description="A new memory: createMemory's `memory`.")
+class CreateMemoryInput:
     key: str = strawberry.field(description="What the memory is about; unique among the agent's memories.")
     value: str = strawberry.field(description="The text to inject into runs' context.")
     tags: list[str] | None = strawberry.field(default=None, description="Labels to filter by.")
@@ -194,8 +194,8 @@ class MemoryInput:
         return MemoryDraft(key=self.key, value=self.value, tags=self.tags, importance=self.importance)
 
 
-@strawberry.input(name="MemoryPatch", description="Omitted fields are kept.")
-class MemoryPatch:
+@strawberry.input(name="UpdateMemoryInput", description="updateMemory's `changes`: omitted fields are kept.")
+class UpdateMemoryInput:
     key: str | None = strawberry.field(
         default=strawberry.UNSET, description="A new key, unique among the agent's memories."
     )
@@ -216,8 +216,11 @@ class MemoryPatch:
         )
 
 
-@strawberry.input(name="ScheduleInput", description="A new schedule: only cron is required.")
-class ScheduleInput:
+@strawberry.input(
+    name="CreateScheduleInput",
+    description="A new schedule, createSchedule's `schedule`: only cron is required.",
+)
+class CreateScheduleInput:
     cron: str = strawberry.field(description="The cron expression to fire on, read in `timezone`.")
     timezone: str | None = strawberry.field(
         default=None, description="An IANA timezone name, e.g. Europe/Paris (UTC when not given)."
@@ -252,8 +255,11 @@ class ScheduleInput:
         )
 
 
-@strawberry.input(name="SchedulePatch", description="Omitted fields are kept; null input clears it.")
-class SchedulePatch:
+@strawberry.input(
+    name="UpdateScheduleInput",
+    description="updateSchedule's `changes`: omitted fields are kept; null input clears it.",
+)
+class UpdateScheduleInput:
     cron: str | None = strawberry.field(default=strawberry.UNSET, description="A new cron expression.")
     timezone: str | None = strawberry.field(default=strawberry.UNSET, description="A new IANA timezone name.")
     input: JSON | None = strawberry.field(
@@ -342,6 +348,54 @@ class UpdateMcpServerInput:
             headers=_given(self.headers),
             tool_risk=_given(self.tool_risk),
         )
+
+
+# The older names of the four inputs above (docs/graphql/guide.md: names): the same fields,
+# taken by the deprecated `input` argument of the same mutations. GraphQL has no aliases for
+# types, and a variable declared `MemoryInput!` must keep validating.
+
+
+@strawberry.input(
+    name="MemoryInput",
+    description="The older name of CreateMemoryInput (createMemory's deprecated `input`); the same fields.",
+)
+class MemoryInput(CreateMemoryInput):
+    pass
+
+
+@strawberry.input(
+    name="MemoryPatch",
+    description="The older name of UpdateMemoryInput (updateMemory's deprecated `input`); the same fields.",
+)
+class MemoryPatch(UpdateMemoryInput):
+    pass
+
+
+@strawberry.input(
+    name="ScheduleInput",
+    description="The older name of CreateScheduleInput (createSchedule's deprecated `input`); the same fields.",
+)
+class ScheduleInput(CreateScheduleInput):
+    pass
+
+
+@strawberry.input(
+    name="SchedulePatch",
+    description="The older name of UpdateScheduleInput (updateSchedule's deprecated `input`); the same fields.",
+)
+class SchedulePatch(UpdateScheduleInput):
+    pass
+
+
+def one_of(current: T | None, older: T | None, *, name: str, older_name: str = "input") -> T:
+    """The argument given of a current one and the older, deprecated one it replaces: exactly
+    one of them (each is nullable in the schema so that either may be left out)."""
+    if current is not None and older is not None:
+        raise ValidationFailed(f"give `{name}` or the older `{older_name}`, not both", field=older_name)
+    chosen = current if current is not None else older
+    if chosen is None:
+        raise ValidationFailed(f"`{name}` is required", field=name)
+    return chosen
 
 
 def _given(value: T | None) -> T | Keep | None:

@@ -73,6 +73,7 @@ class Loaders:
         self.step = self._by_id(orm.RunStep)
         self.approval = self._by_id(orm.Approval)
         self.memory = self._by_id(orm.Memory)
+        self.memory_revision = self._by_id(orm.MemoryRevision)
         self.schedule = self._by_id(orm.Schedule)
         # A whole run tree by its root id: descendants, subtree approvals and ancestors'
         # lookups all come from this one query per tree.
@@ -86,6 +87,10 @@ class Loaders:
         )
         self.schedules = self._grouped(
             orm.Schedule, orm.Schedule.agent_id, order=orm.Schedule.id, prime=self.schedule
+        )
+        # An approval's webhook deliveries, oldest first (an inbox page lists many approvals).
+        self.approval_notifications = self._grouped(
+            orm.ApprovalNotification, orm.ApprovalNotification.approval_id, order=orm.ApprovalNotification.id
         )
 
         self.agent_runs: Pages[orm.Run, tuple[RunStatus, ...]] = self._per_parent(
@@ -104,7 +109,7 @@ class Loaders:
             orm.Run, orm.Run.parent_run_id, self._scoped(orm.Run), prime=self.run
         )
         self.memory_revisions: Pages[orm.MemoryRevision, None] = self._per_parent(
-            orm.MemoryRevision, orm.MemoryRevision.memory_id, self._revisions
+            orm.MemoryRevision, orm.MemoryRevision.memory_id, self._revisions, prime=self.memory_revision
         )
         # How many of each agent's runs are RUNNING (``Run.budget``'s maxConcurrentRuns).
         self.agent_running: DataLoader[int, int] = DataLoader(

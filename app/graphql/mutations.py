@@ -21,6 +21,8 @@ from app.graphql.ids import from_global_id, to_global_id
 from app.graphql.inputs import (
     CreateAgentInput,
     CreateMcpServerInput,
+    CreateMemoryInput,
+    CreateScheduleInput,
     MemoryInput,
     MemoryPatch,
     RunFilterInput,
@@ -28,12 +30,16 @@ from app.graphql.inputs import (
     SchedulePatch,
     UpdateAgentInput,
     UpdateMcpServerInput,
+    UpdateMemoryInput,
+    UpdateScheduleInput,
+    one_of,
 )
 from app.graphql.types.agents import Agent
 from app.graphql.types.approvals import Approval
 from app.graphql.types.enums import ApprovalDecision, ApprovalScope
 from app.graphql.types.mcp import McpServer
 from app.graphql.types.memories import Memory
+from app.graphql.types.payloads import RemoveMcpServerPayload, RemoveMemoryPayload, RemoveSchedulePayload
 from app.graphql.types.runs import Run
 from app.graphql.types.schedules import Schedule
 from app.graphql.types.tokens import ApiToken, CreateApiTokenInput, CreatedApiToken
@@ -64,6 +70,36 @@ def _id_of(noun: str) -> StrawberryArgumentAnnotation:
 
 
 _CHANGES = strawberry.argument(description="The fields to change; fields left out keep their value.")
+# The inputs' older names (docs/graphql/guide.md: names): still taken, as `input`.
+_USE_MEMORY = "Use `memory`, a CreateMemoryInput with the same fields."
+_USE_SCHEDULE = "Use `schedule`, a CreateScheduleInput with the same fields."
+_USE_CHANGES = "Use `changes`, the same fields under the input's current name (Update...Input)."
+
+
+# removeX answers a payload; deleteX, its older form, the payload's deletedId alone.
+
+
+async def _remove_memory(info: Info, id: str) -> RemoveMemoryPayload:
+    principal = await _caller(info, Role.OPERATOR)
+    pk = from_global_id(id, "Memory", field="id")
+    row = await memories.delete_memory(info.context.runtime, principal, memory_id=pk)
+    return RemoveMemoryPayload(deleted_id=strawberry.ID(to_global_id("Memory", pk)), agent_id=row.agent_id)
+
+
+async def _remove_schedule(info: Info, id: str) -> RemoveSchedulePayload:
+    principal = await _caller(info, Role.OPERATOR)
+    pk = from_global_id(id, "Schedule", field="id")
+    row = await schedules.delete_schedule(info.context.runtime, principal, schedule_id=pk)
+    return RemoveSchedulePayload(
+        deleted_id=strawberry.ID(to_global_id("Schedule", pk)), agent_id=row.agent_id
+    )
+
+
+async def _remove_mcp_server(info: Info, id: str) -> RemoveMcpServerPayload:
+    principal = await _caller(info, Role.ADMIN)
+    pk = from_global_id(id, "McpServer", field="id")
+    await mcp_servers.delete_server(info.context.runtime, principal, server_id=pk)
+    return RemoveMcpServerPayload(deleted_id=strawberry.ID(to_global_id("McpServer", pk)))
 
 
 @strawberry.type(
@@ -274,14 +310,20 @@ class Mutation:
         self,
         info: Info,
         agent_id: Annotated[strawberry.ID, strawberry.argument(description="The agent (global id).")],
+        memory: Annotated[
+            CreateMemoryInput | None,
+            strawberry.argument(description="The memory's key, value, tags and importance (required)."),
+        ] = None,
         input: Annotated[
-            MemoryInput, strawberry.argument(description="The memory's key, value, tags and importance.")
-        ],
+            MemoryInput | None,
+            strawberry.argument(description="The same as `memory`.", deprecation_reason=_USE_MEMORY),
+        ] = None,
     ) -> Memory:
         principal = await _caller(info, Role.OPERATOR)
+        given = one_of(memory, input, name="memory")
         pk = from_global_id(agent_id, "Agent", field="agentId")
         row = await memories.create_memory(
-            info.context.runtime, principal, agent_id=pk, draft=input.to_draft()
+            info.context.runtime, principal, agent_id=pk, draft=given.to_draft()
         )
         return Memory.from_row(row)
 
@@ -290,28 +332,40 @@ class Mutation:
         self,
         info: Info,
         id: Annotated[strawberry.ID, _id_of("memory")],
+        changes: Annotated[UpdateMemoryInput | None, _CHANGES] = None,
         input: Annotated[
-            MemoryPatch,
-            _CHANGES,
-        ],
+            MemoryPatch | None,
+            strawberry.argument(description="The same as `changes`.", deprecation_reason=_USE_CHANGES),
+        ] = None,
     ) -> Memory:
         principal = await _caller(info, Role.OPERATOR)
+        given = one_of(changes, input, name="changes")
         pk = from_global_id(id, "Memory", field="id")
         row = await memories.update_memory(
-            info.context.runtime, principal, memory_id=pk, patch=input.to_changes()
+            info.context.runtime, principal, memory_id=pk, patch=given.to_changes()
         )
         return Memory.from_row(row)
 
-    @strawberry.mutation(description="Deletes the memory (its revisions are kept); returns its id.")
+    @strawberry.mutation(
+        description="Deletes the memory (its revisions are kept); returns its id.",
+        deprecation_reason="Use `removeMemory`, which answers a payload with `deletedId` and the agent.",
+    )
     async def delete_memory(
         self,
         info: Info,
         id: Annotated[strawberry.ID, _id_of("memory")],
     ) -> strawberry.ID:
-        principal = await _caller(info, Role.OPERATOR)
-        pk = from_global_id(id, "Memory", field="id")
-        await memories.delete_memory(info.context.runtime, principal, memory_id=pk)
-        return strawberry.ID(to_global_id("Memory", pk))
+        return (await _remove_memory(info, id)).deleted_id
+
+    @strawberry.mutation(
+        description="Deletes the memory (operators); its revisions are kept, ending in a DELETE one."
+    )
+    async def remove_memory(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("memory")],
+    ) -> RemoveMemoryPayload:
+        return await _remove_memory(info, id)
 
     # -- schedules (operator) -----------------------------------------------------------------
 
@@ -322,15 +376,22 @@ class Mutation:
         agent_id: Annotated[
             strawberry.ID, strawberry.argument(description="The agent it starts (global id).")
         ],
+        schedule: Annotated[
+            CreateScheduleInput | None,
+            strawberry.argument(
+                description="Its cron expression, timezone, input and overlap policy (required)."
+            ),
+        ] = None,
         input: Annotated[
-            ScheduleInput,
-            strawberry.argument(description="Its cron expression, timezone, input and overlap policy."),
-        ],
+            ScheduleInput | None,
+            strawberry.argument(description="The same as `schedule`.", deprecation_reason=_USE_SCHEDULE),
+        ] = None,
     ) -> Schedule:
         principal = await _caller(info, Role.OPERATOR)
+        given = one_of(schedule, input, name="schedule")
         pk = from_global_id(agent_id, "Agent", field="agentId")
         row = await schedules.create_schedule(
-            info.context.runtime, principal, agent_id=pk, draft=input.to_draft()
+            info.context.runtime, principal, agent_id=pk, draft=given.to_draft()
         )
         return Schedule.from_row(row)
 
@@ -339,28 +400,38 @@ class Mutation:
         self,
         info: Info,
         id: Annotated[strawberry.ID, _id_of("schedule")],
+        changes: Annotated[UpdateScheduleInput | None, _CHANGES] = None,
         input: Annotated[
-            SchedulePatch,
-            _CHANGES,
-        ],
+            SchedulePatch | None,
+            strawberry.argument(description="The same as `changes`.", deprecation_reason=_USE_CHANGES),
+        ] = None,
     ) -> Schedule:
         principal = await _caller(info, Role.OPERATOR)
+        given = one_of(changes, input, name="changes")
         pk = from_global_id(id, "Schedule", field="id")
         row = await schedules.update_schedule(
-            info.context.runtime, principal, schedule_id=pk, patch=input.to_changes()
+            info.context.runtime, principal, schedule_id=pk, patch=given.to_changes()
         )
         return Schedule.from_row(row)
 
-    @strawberry.mutation(description="Deletes the schedule (its runs are kept); returns its id.")
+    @strawberry.mutation(
+        description="Deletes the schedule (its runs are kept); returns its id.",
+        deprecation_reason="Use `removeSchedule`, which answers a payload with `deletedId` and the agent.",
+    )
     async def delete_schedule(
         self,
         info: Info,
         id: Annotated[strawberry.ID, _id_of("schedule")],
     ) -> strawberry.ID:
-        principal = await _caller(info, Role.OPERATOR)
-        pk = from_global_id(id, "Schedule", field="id")
-        await schedules.delete_schedule(info.context.runtime, principal, schedule_id=pk)
-        return strawberry.ID(to_global_id("Schedule", pk))
+        return (await _remove_schedule(info, id)).deleted_id
+
+    @strawberry.mutation(description="Deletes the schedule (operators); the runs it started are kept.")
+    async def remove_schedule(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("schedule")],
+    ) -> RemoveSchedulePayload:
+        return await _remove_schedule(info, id)
 
     # -- MCP servers (admin) ------------------------------------------------------------------
 
@@ -406,16 +477,24 @@ class Mutation:
         row = await mcp_servers.sync_server(info.context.runtime, principal, server_id=pk)
         return McpServer.from_row(row)
 
-    @strawberry.mutation(description="Removes the server and its tools; returns its id.")
+    @strawberry.mutation(
+        description="Removes the server and its tools; returns its id.",
+        deprecation_reason="Use `removeMcpServer`, which answers a payload with `deletedId`.",
+    )
     async def delete_mcp_server(
         self,
         info: Info,
         id: Annotated[strawberry.ID, _id_of("server")],
     ) -> strawberry.ID:
-        principal = await _caller(info, Role.ADMIN)
-        pk = from_global_id(id, "McpServer", field="id")
-        await mcp_servers.delete_server(info.context.runtime, principal, server_id=pk)
-        return strawberry.ID(to_global_id("McpServer", pk))
+        return (await _remove_mcp_server(info, id)).deleted_id
+
+    @strawberry.mutation(description="Removes the server and its tools (admins).")
+    async def remove_mcp_server(
+        self,
+        info: Info,
+        id: Annotated[strawberry.ID, _id_of("server")],
+    ) -> RemoveMcpServerPayload:
+        return await _remove_mcp_server(info, id)
 
     # -- API tokens (admin) -------------------------------------------------------------------
 

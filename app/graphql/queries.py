@@ -17,19 +17,21 @@ from app.domain.runs import ApprovalStatus, RunStatus, RunTrigger
 from app.graphql.context import Info
 from app.graphql.ids import from_global_id, parse_global_id
 from app.graphql.loaders import Loaders
+from app.graphql.scalars import after_shown
 from app.graphql.types.agents import Agent, AgentConnection, agent_connection
 from app.graphql.types.approvals import Approval, ApprovalConnection, approval_connection
 from app.graphql.types.audit import AuditEvent, AuditEventConnection, audit_connection
 from app.graphql.types.mcp import McpServer, McpServerConnection, mcp_server_connection
-from app.graphql.types.memories import Memory, MemoryConnection, memory_connection
+from app.graphql.types.memories import Memory, MemoryConnection, MemoryRevision, memory_connection
 from app.graphql.types.node import Node, Paged
 from app.graphql.types.policy_preview import PolicyPreview
 from app.graphql.types.runs import Run, RunConnection, RunStep, run_connection
-from app.graphql.types.schedules import Schedule
+from app.graphql.types.schedules import Schedule, ScheduleFiring
 from app.graphql.types.tokens import ApiTokenConnection, api_token_connection, api_token_node
+from app.graphql.types.tools import ToolDescriptor
 from app.graphql.types.versions import AgentVersion
 from app.graphql.types.workspace import Viewer, Workspace
-from app.services import policy_preview, reads
+from app.services import policy_preview, reads, tool_catalog
 from app.services.auth import Principal
 from app.services.reads import PageRequest, RunFilter
 
@@ -59,6 +61,10 @@ async def _node_of(type_name: str, pk: int, loaders: Loaders, principal: Princip
             return _maybe(await loaders.approval.load(pk), Approval.from_row)
         case "Schedule":
             return _maybe(await loaders.schedule.load(pk), Schedule.from_row)
+        case "MemoryRevision":
+            return _maybe(await loaders.memory_revision.load(pk), MemoryRevision.from_row)
+        case "ScheduleFiring":
+            return _maybe(await loaders.firing.load(pk), ScheduleFiring.from_row)
     return None
 
 
@@ -220,7 +226,10 @@ class Query:
             list[RunTrigger] | None, strawberry.argument(description="Runs started in any of these ways.")
         ] = None,
         created_after: Annotated[
-            datetime | None, strawberry.argument(description="Runs created after this instant (exclusive).")
+            datetime | None,
+            strawberry.argument(
+                description="Runs created after this instant (exclusive; to the millisecond, a createdAt given back excludes its own run)."
+            ),
         ] = None,
         created_before: Annotated[
             datetime | None, strawberry.argument(description="Runs created before this instant (exclusive).")
@@ -232,7 +241,7 @@ class Query:
             agent_id=agent_pk,
             roots_only=bool(roots_only),
             triggers=trigger,
-            created_after=_aware(created_after, "createdAfter"),
+            created_after=_after_shown(_aware(created_after, "createdAfter")),
             created_before=_aware(created_before, "createdBefore"),
         )
         return await run_connection(info, page=page, filter=found)
@@ -340,6 +349,22 @@ class Query:
         return await api_token_connection(info, page=page)
 
     @strawberry.field(
+        description="Every tool an agent of the workspace can be offered, by name: the workers' built-ins "
+        "and plugins, and the enabled MCP servers' tools, each with the JSON Schema of its arguments."
+    )
+    async def tools(
+        self,
+        info: Info,
+        names: Annotated[
+            list[str] | None,
+            strawberry.argument(description="Only these tools (unknown names are left out); all when null."),
+        ] = None,
+    ) -> list[ToolDescriptor]:
+        principal = await info.context.principal()
+        found = await tool_catalog.workspace_tools(info.context.runtime, principal, names=names)
+        return [ToolDescriptor.of(t) for t in found]
+
+    @strawberry.field(
         description="What would be decided for a call of `tool` in a new run down `agentIds` (root first, "
         "the calling agent last): each agent's current policy, the strictest wins (docs/concepts/policy.md)."
     )
@@ -368,6 +393,12 @@ async def _agent_pk(info: Info, agent_id: str) -> int:
     if await (await info.context.loaders()).agent.load(pk) is None:
         raise NotFound("no agent with this id", field="agentId")
     return pk
+
+
+def _after_shown(value: datetime | None) -> datetime | None:
+    """A ``createdAt`` given back as ``createdAfter`` excludes its own run, although the run's
+    stored time has microseconds the answer did not show (app/graphql/scalars.py)."""
+    return None if value is None else after_shown(value)
 
 
 def _aware(value: datetime | None, field: str) -> datetime | None:

@@ -22,6 +22,7 @@ from strawberry.extensions import (
     MaxTokensLimiter,
     SchemaExtension,
 )
+from strawberry.schema.config import StrawberryConfig
 
 from app.graphql.context import FreshLoadersPerOperation
 from app.graphql.cost import QueryCostLimiter
@@ -31,17 +32,32 @@ from app.graphql.hardening import MaxQueryLength, OneOperationOrName, RequestErr
 from app.graphql.limits import ArgumentLimiter
 from app.graphql.mutations import Mutation
 from app.graphql.queries import Query
+from app.graphql.scalars import SCALAR_MAP
 from app.graphql.shape import DocumentPrescan, DocumentShapeLimiter, ShapeLimits
 from app.graphql.shared_execution import SharedEventExecutor
 from app.graphql.subscriptions import Subscription
 from app.graphql.types.agents import Agent
 from app.graphql.types.approvals import Approval
-from app.graphql.types.memories import Memory
+from app.graphql.types.memories import Memory, MemoryRevision
 from app.graphql.types.runs import Run, RunStep
-from app.graphql.types.schedules import Schedule
+from app.graphql.types.schedules import Schedule, ScheduleFiring
 from app.graphql.types.tokens import ApiToken
 from app.graphql.types.workspace import Workspace
 from app.settings import Settings
+
+# Reachable only through node(id:) for some clients: every Node is listed explicitly.
+NODE_CLASSES = [
+    Workspace,
+    Agent,
+    Run,
+    RunStep,
+    Memory,
+    MemoryRevision,
+    Approval,
+    Schedule,
+    ScheduleFiring,
+    ApiToken,
+]
 
 MAX_ALIASES = 50
 MAX_TOKENS = 5_000
@@ -89,10 +105,11 @@ def build_schema(
         mutation=Mutation,
         subscription=Subscription,
         extensions=extensions,
-        # Reachable only through node(id:) for some clients: list every Node explicitly.
-        types=[Workspace, Agent, Run, RunStep, Memory, Approval, Schedule, ApiToken],
+        types=NODE_CLASSES,
         # A live runTree event is executed once for every subscription alike, not once each.
         execution_context_class=SharedEventExecutor,
+        # DateTime in one form (app/graphql/scalars.py).
+        config=StrawberryConfig(scalar_map=SCALAR_MAP),
     )
 
 

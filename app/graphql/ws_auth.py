@@ -27,14 +27,16 @@ Two more limits live here because only the connection can enforce them:
   ``CLOSE_TOO_SLOW`` and the hub's reason: its sends are what blocks, and they block for
   every operation on the socket alike.
 
-And two caps per API process, so that neither a stolen token nor an address without one can
-hold the process's sockets (``SocketCounts``; docs/operating/security.md):
+And two socket caps, so that neither a stolen token nor an address without one can hold the
+API's sockets (docs/operating/security.md):
 
 * at most ``ENVERIF_WS_MAX_PENDING_SOCKETS_PER_ADDRESS`` sockets per client address that
-  have not signed in yet (from the handshake until connection_init is answered); one more
-  is closed at once with ``CLOSE_OVER_CAP``;
-* at most ``ENVERIF_WS_MAX_SOCKETS_PER_TOKEN`` signed-in sockets per token; one more is
-  acknowledged and then closed with ``CLOSE_OVER_CAP``, before it can run anything.
+  have not signed in yet (from the handshake until connection_init is answered), per API
+  process (``SocketCounts``); one more is closed at once with ``CLOSE_OVER_CAP``;
+* at most ``ENVERIF_WS_MAX_SOCKETS_PER_TOKEN`` signed-in sockets per token in the whole
+  deployment (``app.services.socket_slots``: slots in Redis, which lapse when their process
+  dies; while Redis is away, per process); one more is acknowledged and then closed with
+  ``CLOSE_OVER_CAP``, before it can run anything.
 
 And every error sent carries an ``extensions.code``, as over HTTP: strawberry's handler sends
 graphql-core's own errors (validation, variable coercion) without one, so a request error
@@ -67,6 +69,7 @@ from app.graphql.hardening import REQUEST_ERROR_CODE, too_large
 from app.outages import is_outage
 from app.services.auth import Principal, recheck
 from app.services.runtime import Runtime
+from app.services.socket_slots import SocketSlots
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +155,7 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
     _closer: asyncio.Task[None] | None = None
     _pending_address: str | None = None  # holds a pending slot for this address
     _token_slot: int | None = None  # holds a slot for this token id
+    _deployment_slot: str | None = None  # and this slot of the deployment's count
 
     async def handle(self) -> None:
         counts = self._counts()
@@ -202,12 +206,23 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
                 await self._close_for(f"this token already holds {cap} sockets", code=CLOSE_OVER_CAP)
                 return
             self._token_slot = principal.token_id
+            slots = self._slots()
+            slot = await slots.take(principal.token_id, cap) if slots is not None else None
+            if slot is False:
+                await self._close_for(f"this token already holds {cap} sockets", code=CLOSE_OVER_CAP)
+                return
+            if isinstance(slot, str):
+                self._deployment_slot = slot
         if self.connection_acknowledged and self._watcher is None:
             self._watcher = asyncio.create_task(self._watch_token(), name="enverif-ws-token-watch")
 
     def _counts(self) -> SocketCounts | None:
         counts: SocketCounts | None = getattr(self.context.request.app.state, "socket_counts", None)
         return counts
+
+    def _slots(self) -> SocketSlots | None:
+        slots: SocketSlots | None = getattr(self.context.request.app.state, "socket_slots", None)
+        return slots
 
     def _give_back_pending(self) -> None:
         counts = self._counts()
@@ -249,6 +264,10 @@ class TokenCheckingHandler(BaseGraphQLTransportWSHandler[Context, None]):
         if self._token_slot is not None and counts is not None:
             counts.give_back(counts.by_token, self._token_slot)
         self._token_slot = None
+        slots, slot = self._slots(), self._deployment_slot
+        self._deployment_slot = None
+        if slots is not None and slot is not None:
+            await slots.give_back(slot)
         watcher, self._watcher = self._watcher, None
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()

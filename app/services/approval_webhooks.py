@@ -4,8 +4,12 @@ variable it names, through the guarded HTTP client (app/engine/net.py), retried 
 (docs/concepts/approvals.md).
 
 A notification is written with its approval request (``TreeTx.request_approval``), so none
-is lost; the sweeper sends the due ones (``deliver_due``). Each is claimed first by a
-conditional UPDATE that pushes its ``next_at`` ahead, so two sweepers never send it at once.
+is lost. The process that requested the approval sends it right after that transaction
+commits (``deliver_requested``, a background task: an operator hears of a waiting call at
+once, not one sweep interval later); the sweeper sends the due ones (``deliver_due``): the
+retries, with backoff, and any whose first send never happened (the process died first). Each
+is claimed first by a conditional UPDATE that pushes its ``next_at`` ahead, so the requesting
+process and the sweepers never send one attempt twice.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import httpx
 from sqlalchemy import select, update
 
+from app.db.clock import db_now
 from app.db.orm import Approval, ApprovalNotification, Workspace
 from app.domain.agents import Role
 from app.domain.approvals import NotificationStatus, after_attempt, check_webhook, signature
@@ -90,13 +95,38 @@ async def deliver_due(rt: Runtime, now: datetime) -> int:
                 .limit(BATCH)
             )
         )  # fmt: skip
-    if not due:
+    return await _deliver(rt, due, now)
+
+
+async def deliver_requested(rt: Runtime, approval_ids: list[int]) -> None:
+    """First attempt at the notifications of approvals just requested (after their commit).
+    Run as a background task of the requesting process: it never raises, since whatever it
+    did not send stays PENDING and due, for the sweeper."""
+    try:
+        async with rt.read_sessionmaker() as session:
+            now = await db_now(session)
+            due = list(
+                await session.scalars(
+                    select(ApprovalNotification.id)
+                    .where(ApprovalNotification.approval_id.in_(approval_ids),
+                           ApprovalNotification.status == NotificationStatus.PENDING.value)
+                    .order_by(ApprovalNotification.id)
+                )
+            )  # fmt: skip
+        await _deliver(rt, due, now)
+    except Exception:
+        log.warning("approval webhook: first delivery for approvals %s failed; the sweeper retries",
+                    approval_ids, exc_info=True)  # fmt: skip
+
+
+async def _deliver(rt: Runtime, notification_ids: list[int], now: datetime) -> int:
+    if not notification_ids:
         return 0
     sent = 0
     async with guarded_client(
         rt.settings, timeout_s=rt.settings.http_timeout_s, user_agent=USER_AGENT
     ) as client:
-        for notification_id in due:
+        for notification_id in notification_ids:
             if await _send(rt, client, notification_id, now):
                 sent += 1
     return sent
@@ -112,7 +142,7 @@ async def _send(rt: Runtime, client: httpx.AsyncClient, notification_id: int, no
             .values(next_at=now + timedelta(seconds=CLAIM_S))
         )  # fmt: skip
         if not claimed.rowcount:  # type: ignore[attr-defined]
-            return False  # another sweeper has it
+            return False  # another process has it, or it is not due (a retry waits its backoff)
         notification = await session.get_one(ApprovalNotification, notification_id)
         approval = await session.get_one(Approval, notification.approval_id)
         body = body_of(approval)

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.orm import Approval, Run
+from app.db.session import retry_deadlocks
 from app.domain.actors import SYSTEM, Actor
 from app.domain.agents import Role
 from app.domain.approvals import (
@@ -29,7 +30,7 @@ from app.domain.planner import Action, Call, Limits, ToolInfo, plan_call
 from app.domain.policy import RiskClass, live_chain, parse_chain
 from app.domain.runs import TERMINAL_RUN, ApprovalStatus, RunStatus
 from app.events.hub import HubStopped, Resync, Subscription
-from app.services import audit
+from app.services import audit, tool_catalog
 from app.services.auth import Principal
 from app.services.memory_injection import current_policies
 from app.services.runtime import Runtime
@@ -52,47 +53,54 @@ async def decide_approval(
         )
     if found is None:
         raise NotFound("approval not found", field="id")
-    request = ask.read()
-    async with tree_tx(rt, found) as tx:
-        run = await tx.run(found)
-        approval = await tx.session.scalar(
-            select(Approval).where(Approval.id == approval_id).with_for_update()
-        )
-        assert approval is not None
-        if approval.status != ApprovalStatus.PENDING:
-            raise InvalidTransition(f"approval is already {approval.status}")
-        if RunStatus(run.status) in TERMINAL_RUN:
-            raise InvalidTransition(f"run is {run.status}; its approvals can no longer be decided")
-        if request.decision is ApprovalDecision.EDIT:
-            checked = await _checked_edit(rt, tx.session, run, approval.tool, request.arguments)
-            request = dataclasses.replace(request, arguments=checked)
-        elif request.decision is ApprovalDecision.RESPOND:
-            request = dataclasses.replace(request, response=_checked_response(rt, request.response))
-        original = approval.arguments
-        await tx.decide_approval(run, approval, request, actor=principal.actor)
-        also = await _approve_rest_of_run(tx, run, approval) if request.scope is ApprovalScope.RUN else []
-        await tx.wake_if_unblocked(run)
-        diff: dict[str, Any] = {
-            "status": {"before": "PENDING", "after": approval.status},
-            "decision": {"before": None, "after": request.decision.value},
-            "scope": {"before": None, "after": request.scope.value},
-            "reason": {"before": None, "after": request.reason},
-        }
-        if request.decision is ApprovalDecision.EDIT:
-            diff["arguments"] = {"before": original, "after": request.arguments}
-        if request.decision is ApprovalDecision.RESPOND:
-            diff["response"] = {"before": None, "after": request.response}
-        await _audit(tx, run, approval, principal.actor, diff)
-        for other in also:
-            await audit_approved_for_run(tx, run, other)
-    return approval
+    initial = ask.read()
+
+    async def decide_once() -> Approval:
+        request = initial
+        async with tree_tx(rt, found) as tx:
+            run = await tx.run(found)
+            approval = await tx.session.scalar(
+                select(Approval).where(Approval.id == approval_id).with_for_update()
+            )
+            assert approval is not None
+            if approval.status != ApprovalStatus.PENDING:
+                raise InvalidTransition(f"approval is already {approval.status}")
+            if RunStatus(run.status) in TERMINAL_RUN:
+                raise InvalidTransition(f"run is {run.status}; its approvals can no longer be decided")
+            if request.decision is ApprovalDecision.EDIT:
+                checked = await _checked_edit(rt, tx.session, run, approval.tool, request.arguments)
+                request = dataclasses.replace(request, arguments=checked)
+            elif request.decision is ApprovalDecision.RESPOND:
+                request = dataclasses.replace(request, response=_checked_response(rt, request.response))
+            original = approval.arguments
+            await tx.decide_approval(run, approval, request, actor=principal.actor)
+            also = await _approve_rest_of_run(tx, run, approval) if request.scope is ApprovalScope.RUN else []
+            await tx.wake_if_unblocked(run)
+            diff: dict[str, Any] = {
+                "status": {"before": "PENDING", "after": approval.status},
+                "decision": {"before": None, "after": request.decision.value},
+                "scope": {"before": None, "after": request.scope.value},
+                "reason": {"before": None, "after": request.reason},
+            }
+            if request.decision is ApprovalDecision.EDIT:
+                diff["arguments"] = {"before": original, "after": request.arguments}
+            if request.decision is ApprovalDecision.RESPOND:
+                diff["response"] = {"before": None, "after": request.response}
+            await _audit(tx, run, approval, principal.actor, diff)
+            for other in also:
+                await audit_approved_for_run(tx, run, other)
+        return approval
+
+    # Lock conflicts retried (docs/architecture.md#lock-order): the decision's events and
+    # the run's wake-up go out after commit.
+    return await retry_deadlocks(decide_once)
 
 
 async def _checked_edit(rt: Runtime, session: AsyncSession, run: Run, tool: str, arguments: Any) -> Any:
     """The edited arguments as they will be stored, after the checks the model's own call
     went through: storable JSON, the tool's schema, the credential guard, and the policy
     decided again on the run's live chain (a tightening since the request counts)."""
-    specs = await _tool_specs(rt)
+    specs = await tool_catalog.registered_specs(rt)
     spec = specs.get(tool)
     chain = live_chain(parse_chain(run.policy_chain), await current_policies(session, run.policy_chain))
     settings = rt.settings
@@ -133,16 +141,6 @@ def _checked_response(rt: Runtime, response: Any) -> Any:
         )["response"]  # fmt: skip
     except NotStorable as exc:
         raise ValidationFailed(exc.message, field="response") from None
-
-
-async def _tool_specs(rt: Runtime) -> dict[str, Any]:
-    """The registered tools' specs (risk, argument schema), loaded once per process. A
-    connector's (``mcp.``) tool is not among them: its server checks its arguments."""
-    if rt.tool_specs is None:
-        from app.engine.tools.registry import registered_tool_specs  # the engine loads plugins
-
-        rt.tool_specs = await registered_tool_specs(rt.settings)
-    return rt.tool_specs
 
 
 async def _approve_rest_of_run(tx: TreeTx, run: Run, standing: Approval) -> list[Approval]:

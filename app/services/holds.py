@@ -24,18 +24,24 @@ from app.services.validation import check_text
 async def pause_workspace(rt: Runtime, principal: Principal, *, reason: str) -> Workspace:
     principal.require(Role.ADMIN)
     reason = check_text(reason, field="reason", max_chars=MAX_PAUSE_REASON_CHARS, allow_empty=False)
-    async with rt.sessionmaker() as session, session.begin():
-        workspace = await _locked(session, principal.workspace_id)
-        if workspace.paused_at is not None:
-            raise InvalidTransition(f"the workspace is already paused: {workspace.paused_reason}")
-        workspace.paused_at = await db_now(session)
-        workspace.paused_reason = reason
-        workspace.paused_by = principal.actor.to_json()
-        await audit.append(
-            session, workspace_id=workspace.id, actor=principal.actor, action="workspace.pause",
-            object_type="Workspace", object_id=workspace.id, summary=f"paused the workspace: {reason}",
-            at=workspace.paused_at,
-        )  # fmt: skip
+
+    async def pause() -> Workspace:
+        async with rt.sessionmaker() as session, session.begin():
+            workspace = await _locked(session, principal.workspace_id)
+            if workspace.paused_at is not None:
+                raise InvalidTransition(f"the workspace is already paused: {workspace.paused_reason}")
+            workspace.paused_at = await db_now(session)
+            workspace.paused_reason = reason
+            workspace.paused_by = principal.actor.to_json()
+            await audit.append(
+                session, workspace_id=workspace.id, actor=principal.actor, action="workspace.pause",
+                object_type="Workspace", object_id=workspace.id, summary=f"paused the workspace: {reason}",
+                at=workspace.paused_at,
+            )  # fmt: skip
+        return workspace
+
+    # Lock conflicts retried: a claim near the workspace's quota locks runs, then this row.
+    workspace = await retry_deadlocks(pause)
     await publish_stop(rt, workspaces=[principal.workspace_id])
     return workspace
 

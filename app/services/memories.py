@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
+from app.db.session import retry_deadlocks
 from app.domain.agents import Role
 from app.domain.audit import diff as audit_diff
 from app.domain.credentials import check_credentials
@@ -219,34 +220,39 @@ async def create_memory(
     importance = check_importance(DEFAULT_IMPORTANCE if draft.importance is None else draft.importance)
     screen(key, value, tags)
     now = utcnow()
-    async with rt.sessionmaker() as session, session.begin():
-        agent = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
-        await _lock_agent(session, agent.id)
-        await _ensure_key_free(session, agent_id=agent.id, key=key, memory_id=None)
-        row = orm.Memory(
-            workspace_id=principal.workspace_id,
-            agent_id=agent.id,
-            key=key,
-            value=value,
-            tags=tags,
-            importance=importance,
-            source_run_id=None,
-            created_at=now,
-            updated_at=now,
-            last_used_at=None,
-        )
-        session.add(row)
-        await _flush_unique_key(session, key)
-        record_revision(
-            session,
-            memory=row,
-            action=RevisionAction.CREATE,
-            old_value=None,
-            token_id=principal.token_id,
-            at=now,
-        )
-        await _audit(session, principal, row, "memory.create", {}, at=now)
-    return row
+
+    async def write() -> orm.Memory:
+        async with rt.sessionmaker() as session, session.begin():
+            agent = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id)
+            await _lock_agent(session, agent.id)
+            await _ensure_key_free(session, agent_id=agent.id, key=key, memory_id=None)
+            row = orm.Memory(
+                workspace_id=principal.workspace_id,
+                agent_id=agent.id,
+                key=key,
+                value=value,
+                tags=tags,
+                importance=importance,
+                source_run_id=None,
+                created_at=now,
+                updated_at=now,
+                last_used_at=None,
+            )
+            session.add(row)
+            await _flush_unique_key(session, key)
+            record_revision(
+                session,
+                memory=row,
+                action=RevisionAction.CREATE,
+                old_value=None,
+                token_id=principal.token_id,
+                at=now,
+            )
+            await _audit(session, principal, row, "memory.create", {}, at=now)
+        return row
+
+    # Lock conflicts retried (docs/architecture.md#lock-order): nothing is sent before commit.
+    return await retry_deadlocks(write)
 
 
 async def update_memory(
@@ -262,57 +268,68 @@ async def update_memory(
     tags = None if isinstance(patch.tags, Keep) else check_tags(patch.tags)
     importance = None if isinstance(patch.importance, Keep) else check_importance(patch.importance)
     now = utcnow()
-    async with rt.sessionmaker() as session, session.begin():
-        row = await _lock_memory(session, workspace_id=principal.workspace_id, memory_id=memory_id)
-        # The guard sees the memory as it would be stored: a new key next to the old value
-        # can make a credential-named key meet a one-word value.
-        screen(
-            row.key if key is None else key,
-            row.value if value is None else value,
-            list(row.tags or []) if tags is None else tags,
-        )
-        old_value = row.value
-        before = _audited(row)
-        old_facets = facets(row)
-        if key is not None and key != row.key:
-            await _ensure_key_free(session, agent_id=row.agent_id, key=key, memory_id=row.id)
-            row.key = key
-        if value is not None:
-            row.value = value
-        if tags is not None:
-            row.tags = tags
-        if importance is not None:
-            row.importance = importance
-        # An operator wrote it last: sourceRun is then null (docs/concepts/memory.md).
-        row.source_run_id = None
-        row.updated_at = now
-        await _flush_unique_key(session, row.key)
-        record_revision(
-            session,
-            memory=row,
-            action=RevisionAction.UPDATE,
-            old_value=old_value,
-            before=old_facets,
-            token_id=principal.token_id,
-            at=now,
-        )
-        await _audit(session, principal, row, "memory.update", before, at=now)
-    return row
+
+    async def write() -> orm.Memory:
+        async with rt.sessionmaker() as session, session.begin():
+            row = await _lock_memory(session, workspace_id=principal.workspace_id, memory_id=memory_id)
+            # The guard sees the memory as it would be stored: a new key next to the old value
+            # can make a credential-named key meet a one-word value.
+            screen(
+                row.key if key is None else key,
+                row.value if value is None else value,
+                list(row.tags or []) if tags is None else tags,
+            )
+            old_value = row.value
+            before = _audited(row)
+            old_facets = facets(row)
+            if key is not None and key != row.key:
+                await _ensure_key_free(session, agent_id=row.agent_id, key=key, memory_id=row.id)
+                row.key = key
+            if value is not None:
+                row.value = value
+            if tags is not None:
+                row.tags = tags
+            if importance is not None:
+                row.importance = importance
+            # An operator wrote it last: sourceRun is then null (docs/concepts/memory.md).
+            row.source_run_id = None
+            row.updated_at = now
+            await _flush_unique_key(session, row.key)
+            record_revision(
+                session,
+                memory=row,
+                action=RevisionAction.UPDATE,
+                old_value=old_value,
+                before=old_facets,
+                token_id=principal.token_id,
+                at=now,
+            )
+            await _audit(session, principal, row, "memory.update", before, at=now)
+        return row
+
+    # Lock conflicts retried (docs/architecture.md#lock-order): nothing is sent before commit.
+    return await retry_deadlocks(write)
 
 
-async def delete_memory(rt: Runtime, principal: Principal, *, memory_id: int) -> int:
+async def delete_memory(rt: Runtime, principal: Principal, *, memory_id: int) -> orm.Memory:
+    """Deletes the memory; returns the row as it was (its ``agent_id`` for the answer)."""
     principal.require(Role.OPERATOR)
     now = utcnow()
-    async with rt.sessionmaker() as session, session.begin():
-        row = await _lock_memory(session, workspace_id=principal.workspace_id, memory_id=memory_id)
-        before = _audited(row)
-        await _delete(session, row, now=now, run_id=None, token_id=principal.token_id)
-        await audit.append(
-            session, workspace_id=principal.workspace_id, actor=principal.actor, action="memory.delete",
-            object_type="Memory", object_id=memory_id, summary=f"deleted memory {before['key']!r}",
-            diff=audit_diff(before, {}), at=now,
-        )  # fmt: skip
-    return memory_id
+
+    async def write() -> orm.Memory:
+        async with rt.sessionmaker() as session, session.begin():
+            row = await _lock_memory(session, workspace_id=principal.workspace_id, memory_id=memory_id)
+            before = _audited(row)
+            await _delete(session, row, now=now, run_id=None, token_id=principal.token_id)
+            await audit.append(
+                session, workspace_id=principal.workspace_id, actor=principal.actor, action="memory.delete",
+                object_type="Memory", object_id=memory_id, summary=f"deleted memory {before['key']!r}",
+                diff=audit_diff(before, {}), at=now,
+            )  # fmt: skip
+        return row
+
+    # Lock conflicts retried (docs/architecture.md#lock-order): nothing is sent before commit.
+    return await retry_deadlocks(write)
 
 
 def _audited(row: orm.Memory) -> dict[str, Any]:

@@ -163,17 +163,17 @@ def pinned_config(version: AgentVersion, *, name: str) -> AgentConfig:
     )  # fmt: skip
 
 
-async def read_pinned(session: AsyncSession, run: Run) -> AgentConfig:
+async def read_pinned(session: AsyncSession, run: Run) -> AgentConfig | None:
     """The run's agent as its pinned version configures it (inside a claim, when the read
-    before it found no run)."""
+    before it found nothing); None when that version's row is gone."""
     found = (
         await session.execute(
             select(Agent.name, AgentVersion)
             .join(AgentVersion, AgentVersion.agent_id == Agent.id)
             .where(Agent.id == run.agent_id, AgentVersion.version == run.agent_version)
         )
-    ).one()
-    return pinned_config(found[1], name=found[0])
+    ).first()
+    return None if found is None else pinned_config(found[1], name=found[0])
 
 
 _Running = aliased(Run)

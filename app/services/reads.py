@@ -294,18 +294,6 @@ def memory_has_tag(session: AsyncSession, tag: str) -> ColumnElement[bool]:
     return exists(select(1).select_from(elements).where(elements.c.value == tag))
 
 
-async def approval_notifications(
-    session: AsyncSession, *, approval_id: int
-) -> list[orm.ApprovalNotification]:
-    return list(
-        await session.scalars(
-            select(orm.ApprovalNotification)
-            .where(orm.ApprovalNotification.approval_id == approval_id)
-            .order_by(orm.ApprovalNotification.id)
-        )
-    )
-
-
 def approvals_query(
     workspace_id: int,
     *,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import bindparam, func, select, update
@@ -13,8 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.clock import now_sql
 from app.db.orm import Agent, Run, RunStep, Workspace
+from app.db.session import retry_deadlocks
 from app.domain import input_schema
-from app.domain.agent_versions import AgentConfig
+from app.domain.agent_versions import VERSION_MISSING, AgentConfig, version_missing_message
 from app.domain.agents import AgentStatus, Role
 from app.domain.budgets import concurrency_limit, parse_budget, refusal_message, spent
 from app.domain.errors import Conflict, InvalidTransition, NotFound, ValidationFailed
@@ -55,24 +57,32 @@ async def start_run(
     tighter = parse_budget(budget) if budget is not None else None
     if len(json.dumps(input, default=str)) > MAX_INPUT_BYTES:
         raise ValidationFailed(f"input is larger than {MAX_INPUT_BYTES} bytes", field="input")
-    async with new_tree_tx(rt) as tree:
-        agent = await tree.read_agent(workspace_id=principal.workspace_id, agent_id=agent_id)
-        if agent is None:
-            raise NotFound("agent not found", field="agentId")
-        if agent.status != AgentStatus.ACTIVE:
-            raise Conflict(f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId")
-        input_schema.check_input(agent.input_schema, input)
-        check_budget(rt.settings, agent_name=agent.name, agent_budget=agent.budget or {}, model=agent.model,
-                     tighter=tighter)  # fmt: skip
-        run = await tree.create_run(
-            NewRun(agent=agent, trigger=trigger, input=input, budget=tighter, started_by=principal.actor)
-        )
-        await audit.append(
-            tree.session, workspace_id=principal.workspace_id, actor=principal.actor, action="run.start",
-            object_type="Run", object_id=run.id, at=await tree.clock(),
-            summary=f"started a run of agent {agent.name!r} (version {agent.version})",
-        )  # fmt: skip
-    return run
+
+    async def start() -> Run:
+        async with new_tree_tx(rt) as tree:
+            agent = await tree.read_agent(workspace_id=principal.workspace_id, agent_id=agent_id)
+            if agent is None:
+                raise NotFound("agent not found", field="agentId")
+            if agent.status != AgentStatus.ACTIVE:
+                raise Conflict(
+                    f"agent {agent.name!r} is {agent.status}; only ACTIVE agents run", field="agentId"
+                )
+            input_schema.check_input(agent.input_schema, input)
+            check_budget(rt.settings, agent_name=agent.name, agent_budget=agent.budget or {}, model=agent.model,
+                         tighter=tighter)  # fmt: skip
+            run = await tree.create_run(
+                NewRun(agent=agent, trigger=trigger, input=input, budget=tighter, started_by=principal.actor)
+            )
+            await audit.append(
+                tree.session, workspace_id=principal.workspace_id, actor=principal.actor, action="run.start",
+                object_type="Run", object_id=run.id, at=await tree.clock(),
+                summary=f"started a run of agent {agent.name!r} (version {agent.version})",
+            )  # fmt: skip
+        return run
+
+    # Lock conflicts retried (docs/architecture.md#lock-order): the run's job is enqueued
+    # only after commit.
+    return await retry_deadlocks(start)
 
 
 async def get_run(session: AsyncSession, *, workspace_id: int, run_id: int) -> Run:
@@ -90,11 +100,17 @@ async def cancel_run(rt: Runtime, principal: Principal, *, run_id: int, reason: 
     _check_reason(reason)
     async with rt.sessionmaker() as session:
         await get_run(session, workspace_id=principal.workspace_id, run_id=run_id)
-    async with tree_tx(rt, run_id) as tx:
-        run = await tx.run(run_id)
-        if RunStatus(run.status) not in CANCELLABLE_RUN:
-            raise InvalidTransition(f"run is already {run.status}")
-        await _cancel(tx, run, principal, reason)
+
+    async def cancel() -> Run:
+        async with tree_tx(rt, run_id) as tx:
+            run = await tx.run(run_id)
+            if RunStatus(run.status) not in CANCELLABLE_RUN:
+                raise InvalidTransition(f"run is already {run.status}")
+            await _cancel(tx, run, principal, reason)
+        return run
+
+    # Lock conflicts retried (docs/architecture.md#lock-order); the stop notice goes after.
+    run = await retry_deadlocks(cancel)
     await publish_stop(rt, trees=[run.root_run_id or run.id])
     return run
 
@@ -154,14 +170,22 @@ async def cancel_runs(
         ids = list(await session.scalars(stmt.order_by(Run.id).limit(MAX_BULK_CANCEL)))
     cancelled: list[Run] = []
     trees: set[int] = set()
-    for run_id in ids:
+
+    async def cancel_one(run_id: int) -> Run | None:
         async with tree_tx(rt, run_id) as tx:
             run = await tx.run(run_id)
             # Re-checked under the lock: it may have ended, or been cancelled with an
             # ancestor earlier in this loop.
             if RunStatus(run.status) not in CANCELLABLE_RUN:
-                continue
+                return None
             await _cancel(tx, run, principal, reason)
+        return run
+
+    for run_id in ids:
+        # Lock conflicts retried, each tree's transaction on its own (docs/architecture.md#lock-order).
+        run = await retry_deadlocks(partial(cancel_one, run_id))
+        if run is None:
+            continue
         cancelled.append(run)
         trees.add(run.root_run_id or run.id)
     if trees:
@@ -201,69 +225,86 @@ async def claim(
     too: one statement fewer while the tree waits (a run's agent never changes)."""
     lease_s = rt.settings.lease_s
     pre = await memory_injection.read_for_claim(rt, run_id)
-    agent = pre.agent
     if candidates is None:
         candidates = pre.candidates or []
     quota = _QuotaCheck(pre, rt.settings.max_active_runs_per_workspace)
-    async with tree_tx(rt, run_id, root_id=root_id) as tx:
-        run = await tx.run(run_id)
-        if run.status != RunStatus.QUEUED:
-            return None
-        # Read before the lock: a pause committed since reaches the run through the worker's
-        # stop notice, at its first step boundary. A hold is read again under the run's lock:
-        # a release (agent made ACTIVE, workspace resumed) that committed after the first read
-        # has passed this run by, and would leave it held for good (docs/architecture.md).
-        held = pre.held if pre.held is None else await _hold_now(tx.session, run)
-        if held is not None:
-            # Held (docs/concepts/holds.md): it stays QUEUED, with no job, until released.
-            if run.held_reason != held:
-                run.held_reason = held
-                run.updated_at = tx.now
-            return None
-        run.held_reason = None
-        if run.abandoned_claims >= rt.settings.max_attempts:
-            # Every worker that took it since it last made progress crashed or broke off:
-            # stop trying rather than loop. Wake-ups (approvals, children) never count here.
-            await tx.set_run_status(
-                run,
-                RunStatus.FAILED,
-                error=f"gave up after {run.abandoned_claims} abandoned attempts to execute the run",
-            )
-            return None
-        # A chain whose tokens, cost or wall time are spent (a child spent the last of an
-        # ancestor's budget while this run waited): it ends rather than run again.
-        exhausted = spent(await tx.chain_ledgers(rt.settings, run))
-        if exhausted is not None:
-            await tx.set_run_status(run, RunStatus.FAILED, error=refusal_message(exhausted),
-                                    error_code=ModelErrorCode.BUDGET_EXCEEDED)  # fmt: skip
-            return None
-        over_quota = await quota.reason(tx.session, run)
-        if over_quota is not None:
-            # Held for a slot (docs/concepts/budgets.md#quotas): released when one frees.
-            if run.held_reason != over_quota:
-                run.held_reason = over_quota
-                run.updated_at = tx.now
-            return None
-        first_start = run.injected_memory_ids is None
-        run.attempt += 1
-        run.lease_owner = owner
-        run.lease_expires_at = tx.now + timedelta(seconds=lease_s)
-        await tx.set_run_status(run, RunStatus.RUNNING, reason=f"claimed by {owner}")
-        if agent is None or agent.id != run.agent_id:  # the run was gone when read (so: never)
-            agent = await memory_injection.read_pinned(tx.session, run)
-        if first_start:
-            memories = await memory_injection.inject(tx, run, agent, candidates)
-            steps: list[RunStep] = []
-        else:
-            memories = await memory_injection.injected(tx.session, run)
-            steps = list(
-                await tx.session.scalars(
-                    select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
+
+    async def claim_once() -> Claim | None:
+        agent = pre.agent
+        async with tree_tx(rt, run_id, root_id=root_id) as tx:
+            run = await tx.run(run_id)
+            if run.status != RunStatus.QUEUED:
+                return None
+            # Read before the lock: a pause committed since reaches the run through the worker's
+            # stop notice, at its first step boundary. A hold is read again under the run's lock:
+            # a release (agent made ACTIVE, workspace resumed) that committed after the first read
+            # has passed this run by, and would leave it held for good (docs/architecture.md).
+            held = pre.held if pre.held is None else await _hold_now(tx.session, run)
+            if held is not None:
+                # Held (docs/concepts/holds.md): it stays QUEUED, with no job, until released.
+                if run.held_reason != held:
+                    run.held_reason = held
+                    run.updated_at = tx.now
+                return None
+            run.held_reason = None
+            if run.abandoned_claims >= rt.settings.max_attempts:
+                # Every worker that took it since it last made progress crashed or broke off:
+                # stop trying rather than loop. Wake-ups (approvals, children) never count here.
+                await tx.set_run_status(
+                    run,
+                    RunStatus.FAILED,
+                    error=f"gave up after {run.abandoned_claims} abandoned attempts to execute the run",
                 )
-            )
-        return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps,
-                     current_policies=pre.current_policies)  # fmt: skip
-    return None  # unreachable; keeps type checkers content about the context manager
+                return None
+            # A chain whose tokens, cost or wall time are spent (a child spent the last of an
+            # ancestor's budget while this run waited): it ends rather than run again.
+            exhausted = spent(await tx.chain_ledgers(rt.settings, run))
+            if exhausted is not None:
+                await tx.set_run_status(run, RunStatus.FAILED, error=refusal_message(exhausted),
+                                        error_code=ModelErrorCode.BUDGET_EXCEEDED)  # fmt: skip
+                return None
+            over_quota = await quota.reason(tx.session, run)
+            if over_quota is not None:
+                # Held for a slot (docs/concepts/budgets.md#quotas): released when one frees.
+                if run.held_reason != over_quota:
+                    run.held_reason = over_quota
+                    run.updated_at = tx.now
+                if concurrency_limit(run.budget) is not None:
+                    # Looked at again once this hold commits: a run of the agent that ended after
+                    # it was counted here may have released before the hold was there to see.
+                    tx.quota_release.add(run.agent_id)
+                return None
+            if agent is None or agent.id != run.agent_id:
+                # The read before the lock found the run but not the version it is pinned to (or
+                # found no run: so never). A version row is never deleted by Enverif; one removed
+                # by hand would leave the run unclaimable for good: it fails, saying so.
+                agent = await memory_injection.read_pinned(tx.session, run)
+                if agent is None:
+                    await tx.set_run_status(run, RunStatus.FAILED, error_code=VERSION_MISSING,
+                                            error=version_missing_message(run.agent_version))  # fmt: skip
+                    return None
+            first_start = run.injected_memory_ids is None
+            run.attempt += 1
+            run.lease_owner = owner
+            run.lease_expires_at = tx.now + timedelta(seconds=lease_s)
+            await tx.set_run_status(run, RunStatus.RUNNING, reason=f"claimed by {owner}")
+            if first_start:
+                memories = await memory_injection.inject(tx, run, agent, candidates)
+                steps: list[RunStep] = []
+            else:
+                memories = await memory_injection.injected(tx.session, run)
+                steps = list(
+                    await tx.session.scalars(
+                        select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
+                    )
+                )
+            return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps,
+                         current_policies=pre.current_policies)  # fmt: skip
+        return None  # unreachable; keeps type checkers content about the context manager
+
+    # Lock conflicts retried (docs/architecture.md#lock-order): a claim sends nothing
+    # before it commits, and a claim that deadlocked would otherwise wait for the sweeper.
+    return await retry_deadlocks(claim_once)
 
 
 async def _hold_now(session: AsyncSession, run: Run) -> str | None:

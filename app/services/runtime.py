@@ -15,6 +15,7 @@ from app.db.session import create_engine, create_read_sessionmaker, create_sessi
 from app.dev.embedded import ensure_embedded_redis
 from app.domain.agent_versions import AgentConfig
 from app.domain.policy import RiskClass
+from app.outages import SendOutage
 from app.services.token_cache import TokenCache
 from app.settings import Settings
 
@@ -51,6 +52,8 @@ class Runtime:
     # nobody asks (the API, tests calling the engine directly): live output is then always
     # written (app.events.output).
     output_watch: dict[int, bool] | None = None
+    # Whether after-commit sends to Redis are failing now, and how many have (``outbox``).
+    send_outage: SendOutage = field(default_factory=SendOutage)
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         task = asyncio.create_task(work, name=name)

@@ -10,7 +10,10 @@ it costs when nothing is due), then serves each in its own transaction:
 2. work out the fire time to serve (missed ones coalesce into the latest, ``domain.schedules``)
    and whether it starts a run: not for an agent that is not ACTIVE, not under overlap
    ``SKIP`` while an earlier run of the schedule has not ended, nor under ``ALLOW`` while
-   ``maxConcurrentRuns`` of them have not (docs/concepts/budgets.md#quotas);
+   ``maxConcurrentRuns`` of them have not (docs/concepts/budgets.md#quotas), nor when the
+   schedule's budget or input no longer fits the agent's current version (its budget, its
+   ``inputSchema``: both were checked when the schedule was written, but the agent may have
+   changed since — docs/concepts/schedules.md);
 3. in the same transaction: the run (``transitions.NewTree``, the path every run takes:
    policy chain snapshot, RUN_CREATED event; memories are injected when a worker claims it),
    the firing row (unique per schedule and fire time: the database's backstop), and the
@@ -31,6 +34,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.db.clock import db_now
 from app.db.orm import Agent, Run, Schedule, ScheduleFiring, Workspace
+from app.domain import input_schema
 from app.domain.actors import Actor, ActorKind
 from app.domain.agents import OverlapPolicy
 from app.domain.errors import ValidationFailed
@@ -121,6 +125,20 @@ def _budget_refusal(rt: Runtime, agent: Agent, budget: dict[str, float]) -> str 
     return None
 
 
+def _input_refusal(agent: Agent, run_input: object) -> str | None:
+    """Why the schedule's input no longer matches its agent's ``inputSchema`` (a version
+    written since the schedule was: ``startRun`` would refuse the same input), or None. The
+    reason ends with the path and the error, as ``startRun``'s VALIDATION_FAILED words them."""
+    try:
+        input_schema.check_input(agent.input_schema, run_input)
+    except ValidationFailed as exc:
+        return (
+            f"the schedule's input no longer matches agent {agent.name!r}'s inputSchema "
+            f"(version {agent.version}): {exc.message}"
+        )
+    return None
+
+
 async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing | None:
     """Serve the schedule's due fire time if ``next_fire_at`` is still ``expected``; None when
     another tick served it first, or it is no longer due (disabled, rescheduled, deleted)."""
@@ -162,6 +180,8 @@ async def fire(rt: Runtime, schedule_id: int, *, expected: datetime) -> Firing |
             budget = schedule.budget or None
             if reason is None and budget is not None:
                 reason = _budget_refusal(rt, agent, budget)
+            if reason is None:
+                reason = _input_refusal(agent, schedule.input)
             run = None
             if reason is None:
                 new = NewRun(agent=agent, trigger=RunTrigger.SCHEDULE, input=schedule.input,

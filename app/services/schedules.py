@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db import orm
+from app.db.session import retry_deadlocks
 from app.domain import input_schema
 from app.domain.agents import AgentStatus, OverlapPolicy, Role
 from app.domain.audit import diff as audit_diff
@@ -126,47 +127,52 @@ async def create_schedule(
     enabled = True if draft.enabled is None else draft.enabled
     max_concurrent = check_max_concurrent_runs(draft.max_concurrent_runs)
     now = utcnow()
-    async with rt.sessionmaker() as session, session.begin():
-        # Locked: two creates at the same moment cannot both take the agent's last schedule.
-        agent = await get_owned(
-            session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id, lock=True
-        )
-        if agent.status == AgentStatus.ARCHIVED:
-            raise ValidationFailed(
-                f"agent {agent.name!r} is ARCHIVED: it cannot be scheduled", field="agentId"
+
+    async def write() -> orm.Schedule:
+        async with rt.sessionmaker() as session, session.begin():
+            # Locked: two creates at the same moment cannot both take the agent's last schedule.
+            agent = await get_owned(
+                session, orm.Agent, workspace_id=principal.workspace_id, pk=agent_id, lock=True
             )
-        budget = check_schedule_budget(rt, agent, draft.budget)
-        cap = rt.settings.max_schedules_per_agent
-        count = await session.scalar(
-            select(func.count()).select_from(orm.Schedule).where(orm.Schedule.agent_id == agent.id)
-        )
-        if (count or 0) >= cap:
-            raise ValidationFailed(
-                f"agent {agent.name!r} already has {count} schedules (ENVERIF_MAX_SCHEDULES_PER_AGENT {cap})",
-                field="agentId",
+            if agent.status == AgentStatus.ARCHIVED:
+                raise ValidationFailed(
+                    f"agent {agent.name!r} is ARCHIVED: it cannot be scheduled", field="agentId"
+                )
+            budget = check_schedule_budget(rt, agent, draft.budget)
+            cap = rt.settings.max_schedules_per_agent
+            count = await session.scalar(
+                select(func.count()).select_from(orm.Schedule).where(orm.Schedule.agent_id == agent.id)
             )
-        input_schema.check_input(agent.input_schema, run_input)
-        row = orm.Schedule(
-            workspace_id=principal.workspace_id,
-            agent_id=agent.id,
-            cron=cron,
-            timezone=timezone,
-            input=run_input,
-            enabled=enabled,
-            overlap_policy=(draft.overlap_policy or OverlapPolicy.SKIP).value,
-            budget=budget,
-            max_concurrent_runs=max_concurrent,
-            next_fire_at=next_fire_at(cron, timezone, after=now) if enabled else None,
-            last_fired_at=None,
-            created_at=now,
-            updated_at=now,
-        )
-        session.add(row)
-        await session.flush()
-        await _audit(
-            session, principal, row, "schedule.create", {}, f"scheduled agent {agent.name!r}", at=now
-        )
-    return row
+            if (count or 0) >= cap:
+                raise ValidationFailed(
+                    f"agent {agent.name!r} already has {count} schedules (ENVERIF_MAX_SCHEDULES_PER_AGENT {cap})",
+                    field="agentId",
+                )
+            input_schema.check_input(agent.input_schema, run_input)
+            row = orm.Schedule(
+                workspace_id=principal.workspace_id,
+                agent_id=agent.id,
+                cron=cron,
+                timezone=timezone,
+                input=run_input,
+                enabled=enabled,
+                overlap_policy=(draft.overlap_policy or OverlapPolicy.SKIP).value,
+                budget=budget,
+                max_concurrent_runs=max_concurrent,
+                next_fire_at=next_fire_at(cron, timezone, after=now) if enabled else None,
+                last_fired_at=None,
+                created_at=now,
+                updated_at=now,
+            )
+            session.add(row)
+            await session.flush()
+            await _audit(
+                session, principal, row, "schedule.create", {}, f"scheduled agent {agent.name!r}", at=now
+            )
+        return row
+
+    # Lock conflicts retried (docs/architecture.md#lock-order): nothing is sent before commit.
+    return await retry_deadlocks(write)
 
 
 async def update_schedule(
@@ -180,46 +186,61 @@ async def update_schedule(
     if not isinstance(patch.max_concurrent_runs, Keep):
         check_max_concurrent_runs(patch.max_concurrent_runs)
     now = utcnow()
-    async with rt.sessionmaker() as session, session.begin():
-        row = await get_owned(session, orm.Schedule, workspace_id=principal.workspace_id, pk=schedule_id)
-        before = _audited(row)
-        timing_changed = False
-        if cron is not None and cron != row.cron:
-            row.cron, timing_changed = cron, True
-        if timezone is not None and timezone != row.timezone:
-            row.timezone, timing_changed = timezone, True
-        if not isinstance(patch.enabled, Keep) and patch.enabled != row.enabled:
-            row.enabled, timing_changed = patch.enabled, True
-        if patch.input is not KEEP:
-            agent = await get_owned(session, orm.Agent, workspace_id=principal.workspace_id, pk=row.agent_id)
-            input_schema.check_input(agent.input_schema, patch.input)
-            row.input = patch.input
-        if not isinstance(patch.overlap_policy, Keep):
-            row.overlap_policy = patch.overlap_policy.value
-        if patch.budget is not KEEP:
-            agent = await session.get_one(orm.Agent, row.agent_id)
-            row.budget = check_schedule_budget(rt, agent, patch.budget)
-        if not isinstance(patch.max_concurrent_runs, Keep):
-            row.max_concurrent_runs = patch.max_concurrent_runs
-        if timing_changed:
-            row.next_fire_at = next_fire_at(row.cron, row.timezone, after=now) if row.enabled else None
-        row.updated_at = now
-        await _audit(session, principal, row, "schedule.update", before, f"updated schedule {row.id}", at=now)
-    return row
+
+    async def write() -> orm.Schedule:
+        async with rt.sessionmaker() as session, session.begin():
+            row = await get_owned(session, orm.Schedule, workspace_id=principal.workspace_id, pk=schedule_id)
+            before = _audited(row)
+            timing_changed = False
+            if cron is not None and cron != row.cron:
+                row.cron, timing_changed = cron, True
+            if timezone is not None and timezone != row.timezone:
+                row.timezone, timing_changed = timezone, True
+            if not isinstance(patch.enabled, Keep) and patch.enabled != row.enabled:
+                row.enabled, timing_changed = patch.enabled, True
+            if patch.input is not KEEP:
+                agent = await get_owned(
+                    session, orm.Agent, workspace_id=principal.workspace_id, pk=row.agent_id
+                )
+                input_schema.check_input(agent.input_schema, patch.input)
+                row.input = patch.input
+            if not isinstance(patch.overlap_policy, Keep):
+                row.overlap_policy = patch.overlap_policy.value
+            if patch.budget is not KEEP:
+                agent = await session.get_one(orm.Agent, row.agent_id)
+                row.budget = check_schedule_budget(rt, agent, patch.budget)
+            if not isinstance(patch.max_concurrent_runs, Keep):
+                row.max_concurrent_runs = patch.max_concurrent_runs
+            if timing_changed:
+                row.next_fire_at = next_fire_at(row.cron, row.timezone, after=now) if row.enabled else None
+            row.updated_at = now
+            await _audit(
+                session, principal, row, "schedule.update", before, f"updated schedule {row.id}", at=now
+            )
+        return row
+
+    # Lock conflicts retried (docs/architecture.md#lock-order): nothing is sent before commit.
+    return await retry_deadlocks(write)
 
 
-async def delete_schedule(rt: Runtime, principal: Principal, *, schedule_id: int) -> int:
+async def delete_schedule(rt: Runtime, principal: Principal, *, schedule_id: int) -> orm.Schedule:
+    """Deletes the schedule; returns the row as it was (its ``agent_id`` for the answer)."""
     principal.require(Role.OPERATOR)
-    async with rt.sessionmaker() as session, session.begin():
-        row = await get_owned(session, orm.Schedule, workspace_id=principal.workspace_id, pk=schedule_id)
-        before = _audited(row)
-        await session.delete(row)
-        await audit.append(
-            session, workspace_id=principal.workspace_id, actor=principal.actor, action="schedule.delete",
-            object_type="Schedule", object_id=schedule_id, summary=f"deleted schedule {schedule_id}",
-            diff=audit_diff(before, {}),
-        )  # fmt: skip
-    return schedule_id
+
+    async def write() -> orm.Schedule:
+        async with rt.sessionmaker() as session, session.begin():
+            row = await get_owned(session, orm.Schedule, workspace_id=principal.workspace_id, pk=schedule_id)
+            before = _audited(row)
+            await session.delete(row)
+            await audit.append(
+                session, workspace_id=principal.workspace_id, actor=principal.actor, action="schedule.delete",
+                object_type="Schedule", object_id=schedule_id, summary=f"deleted schedule {schedule_id}",
+                diff=audit_diff(before, {}),
+            )  # fmt: skip
+        return row
+
+    # Lock conflicts retried (docs/architecture.md#lock-order): nothing is sent before commit.
+    return await retry_deadlocks(write)
 
 
 def _audited(row: orm.Schedule) -> dict[str, Any]:

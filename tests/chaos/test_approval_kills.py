@@ -12,12 +12,12 @@ import pytest
 
 from tests.integration.test_approvals_nested import (
     DECIDE,
-    TREE,
     _agent,
     _agent_id,
     _approvals,
     _hook,
     _pending,
+    _tree,
     _tree_runs,
 )
 from tests.integration.test_delegation import delegate
@@ -54,7 +54,7 @@ async def test_an_approval_decided_while_the_runs_worker_is_sigkilled(
         deadline = time.monotonic() + 20
         while not any(
             s["tool"] == "webhook.post" and s["status"] == "RUNNING"
-            for d in (await gql.ok(TREE, {"id": root}, token=workspace.viewer))["run"]["descendants"]
+            for d in (await _tree(gql, root, workspace.viewer))["descendants"]
             for s in d["steps"]
         ):
             assert time.monotonic() < deadline, exited(processes) or "the slow call never started"

@@ -6,8 +6,9 @@ claim locks the agent's row), no mutation fails, no transaction deadlocks, and e
 ends. GraphQL, a real worker; it is MariaDB's row locks this is about.
 
 A race that fails only by chance, so it runs with ``make chaos``: the quota's own release
-(``release_quota``, after a run ends) can still be a deadlock's victim, which the sweeper
-recovers from but this test counts (see the closing note of 2026-12-01)."""
+(``release_quota``, after a run ends) can be a deadlock's victim; it runs again then
+(``retry_deadlocks``; tests/integration/test_quotas.py makes it the victim on purpose), and
+a worker's claim that deadlocks logs the driver's error, which this test counts."""
 
 from __future__ import annotations
 

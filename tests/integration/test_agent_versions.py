@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
-from tests.support.graphql import create_memory
+from tests.integration.test_holds import PAUSE, RESUME
+from tests.support.graphql import create_memory, pk
 from tests.support.runs import DECIDE, scripted_agent, start_run, wait_run
 from tests.support.servers import sink_server
 
@@ -181,3 +183,39 @@ async def test_memories_stay_as_injected_when_edited_mid_run(gql, workspace) -> 
     assert shown["kept"]["value"] == "as injected" and shown["kept"]["tags"] == ["t1"]
     assert shown["kept"]["importance"] == 0.9
     assert shown["gone"]["value"] == "deleted later"
+
+
+RUN_FAILURE = "query($id: ID!) { run(id: $id) { status error errorCode heldReason pendingApprovals { id } } }"
+
+
+async def _delete_version(sessionmaker: Any, agent: str, version: int) -> None:
+    """What no mutation does: the pinned version's row removed by hand, in SQL."""
+    async with sessionmaker() as session, session.begin():
+        deleted = await session.execute(
+            text("DELETE FROM agent_versions WHERE agent_id = :a AND version = :v"),
+            {"a": pk(agent), "v": version},
+        )
+        assert deleted.rowcount == 1
+
+
+async def test_a_run_whose_pinned_version_is_gone_fails_saying_so(gql, workspace, sessionmaker) -> None:
+    async with sink_server() as (_sink, url):
+        # Resumed: it waits for an approval while its version disappears.
+        agent = await scripted_agent(gql, workspace.admin, model=_approve_then(url, "never"))
+        waiting = await start_run(gql, workspace.operator, agent)
+        await wait_run(gql, workspace.viewer, waiting, "WAITING_APPROVAL")
+        # First start: held in a paused workspace, so no worker has claimed it yet.
+        await gql.ok(PAUSE, {"reason": "versions"}, token=workspace.admin)
+        queued = await start_run(gql, workspace.operator, agent)
+        await wait_run(gql, workspace.viewer, queued, "QUEUED")
+        await _delete_version(sessionmaker, agent, 1)
+        [pending] = (await gql.ok(RUN_FAILURE, {"id": waiting}, token=workspace.viewer))["run"][
+            "pendingApprovals"
+        ]
+        await gql.ok(DECIDE, {"id": pending["id"], "approve": True}, token=workspace.operator)
+        await gql.ok(RESUME, token=workspace.admin)
+        ended = [await wait_run(gql, workspace.viewer, run_id) for run_id in (waiting, queued)]
+        runs = [(await gql.ok(RUN_FAILURE, {"id": r["id"]}, token=workspace.viewer))["run"] for r in ended]
+    for run in runs:
+        assert run["status"] == "FAILED" and run["errorCode"] == "AGENT_VERSION_MISSING", run
+        assert "version 1" in run["error"] and run["heldReason"] is None, run

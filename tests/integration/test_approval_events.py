@@ -110,3 +110,50 @@ async def test_a_viewer_token_is_enough_and_no_token_is_refused(api: tuple[str, 
     stdout, _ = await asyncio.wait_for(node.communicate(), NODE_TIMEOUT_S)
     assert node.returncode == 1 and time.monotonic() - started < NODE_TIMEOUT_S
     assert "error" in json.loads(stdout.splitlines()[-1])
+
+
+async def test_each_event_reads_the_approvals_notifications_as_they_are_then(
+    api: tuple[str, Any], workspace: Any, worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A websocket's context lives as long as the connection, its DataLoaders only as long as
+    one event: the DECIDED event shows the delivery that was still under way at REQUESTED."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from tests.integration.test_approval_webhooks import SECRET, SECRET_ENV, SET_HOOK
+    from tests.support.ws import GraphQLWS
+
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    base_url, app = api
+    gql = http_gql(base_url)
+    answer = asyncio.Event()  # the receiver holds its answer until the first event was read
+
+    async def hook(request: Request) -> Response:
+        await answer.wait()
+        return Response(status_code=204)
+
+    async with serve(Starlette(routes=[Route("/hook", hook, methods=["POST"])])) as hook_url:
+        await gql.ok(SET_HOOK, {"url": hook_url + "/hook", "secretEnv": SECRET_ENV}, token=workspace.admin)
+        ws = await GraphQLWS.open(ws_url(base_url), workspace.viewer)
+        query = "subscription { approvalEvents { type approval { id notifications { status attempts } } } }"
+        await ws.send({"id": "a", "type": "subscribe", "payload": {"query": query}})
+        await _subscribed(app)
+        await start_run(gql, workspace.operator, await _hook_agent(gql, workspace.admin, hook_url))
+        [requested] = await ws.events("a", 1, field="approvalEvents")
+        assert requested["type"] == "REQUESTED"
+        assert requested["approval"]["notifications"] == [{"status": "PENDING", "attempts": 0}]
+        answer.set()
+        note = "query($id: ID!) { node(id: $id) { ... on Approval { notifications { status } } } }"
+        approval_id = requested["approval"]["id"]
+        for _ in range(300):
+            data = await gql.ok(note, {"id": approval_id}, token=workspace.viewer)
+            if data["node"]["notifications"] == [{"status": "DELIVERED"}]:
+                break
+            await asyncio.sleep(0.05)
+        await gql.ok(DECIDE, {"id": approval_id}, token=workspace.operator)
+        [decided] = await ws.events("a", 1, field="approvalEvents")
+        await ws.close()
+    assert decided["type"] == "DECIDED"
+    assert decided["approval"]["notifications"] == [{"status": "DELIVERED", "attempts": 1}]

@@ -10,7 +10,9 @@ import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -50,6 +52,14 @@ class Receiver:
         return Response(status_code=500 if len(self.got) <= self.failures else 204)
 
 
+@asynccontextmanager
+async def receiving(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    """The receiver served on loopback (its base URL), the workers holding its secret."""
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    async with serve(Starlette(routes=[Route("/hook", receiver.hook, methods=["POST"])])) as url:
+        yield url
+
+
 def verified(headers: dict[str, str], body: bytes) -> bool:
     expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
     return hmac.compare_digest(headers.get("x-enverif-signature", ""), expected)
@@ -72,10 +82,8 @@ async def _notified(
 async def test_a_requested_approval_is_posted_signed_and_retried_until_delivered(
     gql, workspace, worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(SECRET_ENV, SECRET)
     receiver = Receiver(failures=2)
-    app = Starlette(routes=[Route("/hook", receiver.hook, methods=["POST"])])
-    async with serve(app) as url:
+    async with receiving(receiver, monkeypatch) as url:
         data = await gql.ok(SET_HOOK, {"url": url + "/hook", "secretEnv": SECRET_ENV}, token=workspace.admin)
         assert data["setApprovalWebhook"]["approvalWebhook"] == {
             "url": url + "/hook",
@@ -166,3 +174,100 @@ async def test_a_webhook_that_resolves_to_a_private_address_is_refused_and_says_
     assert note["lastError"] == "refused: host 'hooks.localhost' resolves to non-public address 127.0.0.1", (
         note
     )
+
+
+@pytest.fixture
+async def unswept_worker(settings, runtime) -> AsyncIterator[Any]:
+    """A worker whose sweeper sweeps once at its start and then not for an hour: whatever
+    is delivered meanwhile was sent by the process that requested the approval."""
+    from app.keys import sweeper_turn_key
+    from workers.main import build_worker
+
+    w = build_worker(settings.model_copy(update={"sweep_interval_s": 3600}), handle_signals=False)
+    task = asyncio.create_task(w.main())
+    yield w
+    await stop_worker(w, task)
+    # Its sweeper holds the turn for most of the hour: the next test's workers sweep again.
+    await runtime.redis.delete(sweeper_turn_key(settings.redis_prefix))
+
+
+async def _approval_hook_run(gql, workspace, url: str) -> str:
+    await gql.ok(SET_HOOK, {"url": url + "/hook", "secretEnv": SECRET_ENV}, token=workspace.admin)
+    agent = await scripted_agent(
+        gql, workspace.admin,
+        steps=[{"call": "webhook.post", "args": {"url": url + "/elsewhere", "payload": {}}}, {"final": "x"}],
+    )  # fmt: skip
+    return await start_run(gql, workspace.operator, agent)
+
+
+@pytest.mark.usefixtures("unswept_worker")
+async def test_a_requested_approval_is_posted_at_once_not_at_the_next_sweep(
+    gql, workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    receiver = Receiver(failures=0)
+    async with receiving(receiver, monkeypatch) as url:
+        run_id = await _approval_hook_run(gql, workspace, url)
+        run = await _notified(gql, workspace.viewer, run_id, lambda note: note["status"] == "DELIVERED")
+        await asyncio.sleep(0.5)  # a second send would have come by now
+    [note] = [n for a in run["pendingApprovals"] for n in a["notifications"]]
+    assert (note["status"], note["attempts"]) == ("DELIVERED", 1)
+    [(_, headers, body)] = receiver.got
+    assert verified(headers, body) and headers["x-enverif-delivery"] == note["id"]
+
+
+@pytest.mark.usefixtures("unswept_worker")
+async def test_a_retry_due_to_several_senders_at_once_is_sent_once(
+    gql, workspace, runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt fails; then two sweeps and a late first-delivery task all try the
+    due retry at the same moment: the claim lets exactly one of them POST it."""
+    from sqlalchemy import select
+
+    from app.db.clock import db_now
+    from app.db.orm import ApprovalNotification
+    from app.services.approval_webhooks import deliver_due, deliver_requested
+
+    receiver = Receiver(failures=1)
+    async with receiving(receiver, monkeypatch) as url:
+        run_id = await _approval_hook_run(gql, workspace, url)
+        await _notified(gql, workspace.viewer, run_id, lambda note: note["attempts"] == 1)
+        assert len(receiver.got) == 1
+        async with runtime.read_sessionmaker() as session:
+            row = await session.scalar(
+                select(ApprovalNotification).where(ApprovalNotification.url == url + "/hook")
+            )
+            assert row is not None and row.next_at is not None
+            later = max(await db_now(session), row.next_at) + timedelta(seconds=1)
+        await asyncio.sleep(max(0.0, (row.next_at - datetime.now(UTC)).total_seconds()) + 0.2)
+        await asyncio.gather(
+            deliver_due(runtime, later),
+            deliver_due(runtime, later),
+            deliver_requested(runtime, [row.approval_id]),
+        )
+        run = await _notified(gql, workspace.viewer, run_id, lambda note: note["status"] == "DELIVERED")
+    [note] = [n for a in run["pendingApprovals"] for n in a["notifications"]]
+    assert (note["status"], note["attempts"]) == ("DELIVERED", 2)
+    assert len(receiver.got) == 2
+
+
+@pytest.mark.usefixtures("unswept_worker")
+async def test_an_inbox_page_reads_its_notifications_in_one_query(
+    gql, app, workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.integration.test_graphql_runs import count_statements
+
+    receiver = Receiver(failures=0)
+    async with receiving(receiver, monkeypatch) as url:
+        runs = [await _approval_hook_run(gql, workspace, url) for _ in range(3)]
+        for run_id in runs:
+            await _notified(gql, workspace.viewer, run_id, lambda note: note["status"] == "DELIVERED")
+    inbox = "query($n: Int) { approvals(status: PENDING, first: $n) { edges { node { id notifications { status } } } } }"
+    counts = {}
+    for n in (1, 3):
+        with count_statements(app) as statements:
+            data = await gql.ok(inbox, {"n": n}, token=workspace.viewer)
+        assert [e["node"]["notifications"] for e in data["approvals"]["edges"]] == [
+            [{"status": "DELIVERED"}]
+        ] * n
+        counts[n] = len([s for s in statements if "approval_notifications" in s])
+    assert counts == {1: 1, 3: 1}

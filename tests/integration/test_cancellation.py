@@ -64,8 +64,8 @@ async def _in_engine_begin(engine: AsyncEngine) -> None:
 async def test_a_cancel_mid_statement_raises_cancelled_error(
     settings: Settings, kind: str, body: Any, tmp_path: Path
 ) -> None:
-    # SQLite: a file of its own, since a cancelled BEGIN IMMEDIATE transaction may hold the
-    # write lock for a while after the cancel (the session's database is shared by all tests).
+    # SQLite: a file of its own, so that a cancelled transaction that kept the write lock (see
+    # test_sqlite_locking.py) would not hold up the session's database, which all tests share.
     url = (
         settings.effective_database_url if DB_KIND == "mysql" else f"sqlite+aiosqlite:///{tmp_path}/cancel.db"
     )

@@ -182,7 +182,7 @@ async def test_a_delegation_tree_grows_live_and_resumes_after_an_inbox_approval(
     await expect(card.get_by_role("navigation", name="Run path")).to_have_text(
         re.compile(r"root: research-director\s*lead-researcher\s*enricher")
     )
-    await expect(card.locator("pre")).to_contain_text('"task": "Enrich acme.example"')
+    await expect(card.locator("pre[id^='args-']")).to_contain_text('"task": "Enrich acme.example"')
     # Keyboard only: type the reason, tab to Approve, press Enter.
     await card.get_by_label("Reason").fill("checked by the console test")
     await card.get_by_label("Reason").press("Tab")

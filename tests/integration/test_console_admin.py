@@ -366,6 +366,13 @@ async def test_the_run_page_shows_the_timeline_usage_budget_and_streams_the_outp
     await expect(page.locator("#usage tr[data-usage='inputTokens']")).to_contain_text("320")
     await expect(timeline.locator("li[data-kind='approval']")).not_to_contain_text("so far")
     await expect(timeline.locator("li[data-kind='step']").first).to_contain_text("webhook.post")
+    # Each model turn is a bar of its own, with its tokens, before the calls it asked for.
+    turns = timeline.locator("li[data-kind='model']")
+    await expect(turns).to_have_count(2)
+    await expect(turns.nth(0)).to_contain_text("turn 1: the model, 120 in / 30 out tokens")
+    await expect(turns.nth(1)).to_contain_text("turn 2: the model, 200 in / 50 out tokens")
+    kinds = await timeline.locator("li").evaluate_all("items => items.map((li) => li.dataset.kind)")
+    assert kinds.index("model") < kinds.index("approval") < kinds.index("step"), kinds
     await expect(page.locator("#steps tr[data-step='1']")).to_contain_text("turn used 120 in / 30 out tokens")
     await screenshot(page, "console-run-timeline.png")
     await fits_a_tablet(page)

@@ -84,6 +84,17 @@ async def test_an_edit_in_the_inbox_runs_the_call_with_the_edited_arguments(cons
     await editor.fill("not json")
     await card.get_by_role("button", name="Approve with these arguments").click()
     await expect(card.get_by_role("alert")).to_contain_text("INVALID_JSON")
+    # A built-in tool's schema (Query.tools) is shown, and an edit that does not fit it is
+    # refused in the page: nothing is sent, the call still waits.
+    await card.get_by_text("The tool's input schema").click()
+    await expect(card.locator("details pre")).to_contain_text('"required"')
+    await editor.fill(f'{{"url": "{console.url}/dev/webhook", "body": 1}}')
+    await card.get_by_role("button", name="Approve with these arguments").click()
+    alert = card.get_by_role("alert")
+    await expect(alert).to_contain_text("/payload: is required")
+    await expect(alert).to_contain_text("/body: is not an argument of this tool")
+    await expect(alert).to_contain_text("INVALID_ARGUMENTS")
+    assert await run_status(console, admin, run_hash) == "WAITING_APPROVAL"
     await screenshot(inbox, "console-inbox.png")
     await editor.fill(f'{{"url": "{console.url}/dev/webhook", "payload": {{"lead": "edited in the inbox"}}}}')
     await card.get_by_role("button", name="Approve with these arguments").click()

@@ -281,6 +281,9 @@ WITHOUT_ID = {
     "PolicyPreview": "a computed answer to one policyPreview question, never stored",
     "PolicyPreviewLink": "an entry of PolicyPreview.chain, read whole with its answer",
     "ApprovalEvent": "a subscription's passing event (the approval it names has its id)",
+    "RemoveMemoryPayload": "a mutation's answer about an object that is gone (deletedId names it)",
+    "RemoveSchedulePayload": "a mutation's answer about an object that is gone (deletedId names it)",
+    "RemoveMcpServerPayload": "a mutation's answer about an object that is gone (deletedId names it)",
 }
 
 # Objects whose id is there only sometimes: an Actor's is its token's, null for the CLI and

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from app.clock import utcnow
-from app.db.orm import McpServer
+from app.db.orm import McpServer, ScheduleFiring
 from tests.support.graphql import create_agent, create_memory, gid, pk
 from tests.support.trees import Rows
 
 NODE = """query($id: ID!) { node(id: $id) { __typename id
   ... on Agent { name } ... on Run { status } ... on RunStep { seq } ... on Memory { key }
-  ... on Approval { tool } ... on Schedule { cron } ... on Workspace { name } } }"""
+  ... on Approval { tool } ... on Schedule { cron } ... on Workspace { name }
+  ... on MemoryRevision { key action } ... on ScheduleFiring { outcome reason } } }"""
 
 
 @dataclass
@@ -35,6 +36,8 @@ class Objects:
     agent_version: str
     audit_event: str
     mcp_server: str
+    memory_revision: str
+    schedule_firing: str
     secret: str  # a value that must never appear in another workspace's responses
 
 
@@ -57,9 +60,10 @@ async def _populate(gql: Any, ws: Any, sessionmaker: Any) -> Objects:
         token=ws.admin,
     )
     ids = await gql.ok(
-        "query($a: ID!) { agent(id: $a) { versions(first: 1) { edges { node { id } } } }"
-        " auditEvents(first: 1) { edges { node { id } } } }",
-        {"a": agent["id"]},
+        "query($a: ID!, $m: ID!) { agent(id: $a) { versions(first: 1) { edges { node { id } } } }"
+        " auditEvents(first: 1) { edges { node { id } } }"
+        " node(id: $m) { ... on Memory { revisions { id } } } }",
+        {"a": agent["id"], "m": memory["id"]},
         token=ws.admin,
     )
     async with sessionmaker() as session, session.begin():
@@ -69,7 +73,15 @@ async def _populate(gql: Any, ws: Any, sessionmaker: Any) -> Objects:
             command=None, enabled=True, headers={}, tool_risk={}, created_at=utcnow(), updated_at=utcnow(),
         )  # fmt: skip
         session.add(server)
+        # As a tick leaves one; test_schedule_firing fires schedules for real.
+        firing = ScheduleFiring(
+            workspace_id=ws.id, schedule_id=pk(schedule["createSchedule"]["id"]), fire_at=utcnow(), missed=0,
+            outcome="SKIPPED", reason=secret, run_id=None, created_at=utcnow(),
+        )  # fmt: skip
+        session.add(firing)
     return Objects(
+        memory_revision=ids["node"]["revisions"][0]["id"],
+        schedule_firing=gid("ScheduleFiring", firing.id),
         mcp_server=gid("McpServer", server.id),
         api_token=token["createApiToken"]["apiToken"]["id"],
         agent_version=ids["agent"]["versions"]["edges"][0]["node"]["id"],
@@ -101,6 +113,8 @@ async def test_node_resolves_every_type_of_ones_own(gql: Any, two: Any) -> None:
         "approval": "Approval",
         "schedule": "Schedule",
         "workspace": "Workspace",
+        "memory_revision": "MemoryRevision",
+        "schedule_firing": "ScheduleFiring",
     }  # api_token: tokens are the admin's (test_graphql_tokens)
     for attr, typename in expected.items():
         node = (await gql.ok(NODE, {"id": getattr(objects, attr)}, token=mine.viewer))["node"]
@@ -111,7 +125,9 @@ async def test_node_resolves_every_type_of_ones_own(gql: Any, two: Any) -> None:
 
 async def test_node_of_another_workspace_is_null(gql: Any, two: Any) -> None:
     mine, _, _, theirs = two
-    for attr in ("agent", "run", "step", "memory", "approval", "schedule", "workspace"):
+    for attr in (
+        "agent", "run", "step", "memory", "approval", "schedule", "workspace", "memory_revision", "schedule_firing"
+    ):  # fmt: skip
         body = await gql.raw(NODE, {"id": getattr(theirs, attr)}, token=mine.admin)
         assert body == {"data": {"node": None}}, attr
 

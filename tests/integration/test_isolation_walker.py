@@ -55,6 +55,7 @@ FILTER_IDS = {("Query", "auditEvents", "objectId")}
 # satisfy: the service would refuse the input before it ever looks at the id.
 INPUT_VALUES: dict[str, dict[str, Any]] = {
     "ScheduleInput": {"cron": "@daily"},
+    "CreateScheduleInput": {"cron": "@daily"},
 }
 SCALAR_VALUES: dict[str, Any] = {
     "String": "x",
@@ -77,6 +78,8 @@ ATTRIBUTES = {
     "agent_version": "AgentVersion",
     "audit_event": "AuditEvent",
     "mcp_server": "McpServer",
+    "memory_revision": "MemoryRevision",
+    "schedule_firing": "ScheduleFiring",
 }
 
 
@@ -178,7 +181,10 @@ def _document(call: IdCall) -> tuple[str, dict[str, Any]]:
     field = root.fields[call.field]
     definitions, arguments, variables = [], [], {}
     for name, arg in field.args.items():
-        if name != call.argument and not isinstance(arg.type, GraphQLNonNull):
+        # createMemory(memory:) and the like: required at run time (one of it and the
+        # deprecated `input` it replaces), so nullable in the schema.
+        current_input = isinstance(arg.type, GraphQLInputObjectType) and arg.deprecation_reason is None
+        if name != call.argument and not isinstance(arg.type, GraphQLNonNull) and not current_input:
             continue
         definitions.append(f"${name}: {arg.type}")
         arguments.append(f"{name}: ${name}")

@@ -181,6 +181,38 @@ async def test_create_lists_the_tools_with_their_risk_and_leaves_out_what_cannot
     assert changed["updateMcpServer"]["toolRisk"] == {"search_companies": "EXTERNAL_WRITE"}
 
 
+TOOLS = "query($names: [String!]) { tools(names: $names) { id name description risk inputSchema server } }"
+
+
+async def test_tools_lists_every_tool_with_its_schema_and_the_workspaces_mcp_tools_only(
+    gql, workspace, make_workspace, crm, settings
+) -> None:
+    """``tools`` is what the inbox edits a call against: the built-ins' schemas are the ones
+    the engine checks, a connector's come from its server, and another workspace's are absent."""
+    from app.engine.tools.registry import registered_tool_specs
+
+    server = await register(gql, workspace.admin, transport="STREAMABLE_HTTP", url=crm.url)
+    other = await make_workspace()
+    tools = {t["name"]: t for t in (await gql.ok(TOOLS, token=workspace.viewer))["tools"]}
+    specs = await registered_tool_specs(settings)
+    for name, spec in specs.items():
+        assert tools[name]["inputSchema"] == spec.parameters, name
+        assert (tools[name]["risk"], tools[name]["server"]) == (spec.risk.value, None)
+    assert tools["webhook.post"]["inputSchema"]["required"] == ["url", "payload"]
+    lead = tools[f"mcp.{server['name']}.create_lead"]
+    assert (lead["server"], lead["risk"]) == (server["name"], "DESTRUCTIVE")
+    assert lead["inputSchema"]["required"] == ["company", "email"]
+    assert list(tools) == sorted(tools)
+    assert len({t["id"] for t in tools.values()}) == len(tools)
+    theirs = (await gql.ok(TOOLS, token=other.viewer))["tools"]
+    assert not [t for t in theirs if t["name"].startswith("mcp.")]
+    only = await gql.ok(TOOLS, {"names": ["http.get", lead["name"], "no.such"]}, token=workspace.viewer)
+    assert [t["name"] for t in only["tools"]] == sorted(["http.get", lead["name"]])
+    await gql.ok(UPDATE, {"id": server["id"], "input": {"enabled": False}}, token=workspace.admin)
+    after = await gql.ok(TOOLS, {"names": [lead["name"]]}, token=workspace.viewer)
+    assert after["tools"] == []  # a disabled server's tools are offered to no agent
+
+
 async def test_only_admins_register_and_names_are_unique(gql, workspace, crm) -> None:
     error = await gql.error(
         CREATE,

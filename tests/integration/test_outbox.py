@@ -5,6 +5,7 @@ event messages go out in seq order in the same round trip."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 
 import pytest
@@ -15,6 +16,7 @@ from arq.jobs import Job, JobStatus
 from app import keys
 from app.events.publish import decode_messages
 from app.services.runtime import Runtime
+from app.services.transitions import outbox
 from app.services.transitions.outbox import WakeUp, after_commit, enqueue_run
 from tests.integration.test_event_hub import event, fresh_id
 
@@ -75,11 +77,15 @@ async def test_events_and_wake_ups_go_out_together_in_seq_order(runtime: Runtime
         await pubsub.aclose()
 
 
-async def test_redis_trouble_is_logged_not_raised(runtime: Runtime, caplog: pytest.LogCaptureFixture) -> None:
+def _unreachable() -> ArqRedis:
     with socket.socket() as probe:  # a loopback port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    working, runtime.redis = runtime.redis, ArqRedis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+    return ArqRedis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+
+
+async def test_redis_trouble_is_logged_not_raised(runtime: Runtime, caplog: pytest.LogCaptureFixture) -> None:
+    working, runtime.redis = runtime.redis, _unreachable()
     try:
         await after_commit(runtime, [event(1, fresh_id(), 1)], [WakeUp(fresh_id(), 1, None)])
     finally:
@@ -87,3 +93,36 @@ async def test_redis_trouble_is_logged_not_raised(runtime: Runtime, caplog: pyte
         runtime.redis = working
     assert "could not publish 1 run event(s)" in caplog.text
     assert "could not enqueue run" in caplog.text
+
+
+async def test_an_outage_is_one_warning_and_its_count_when_redis_is_back(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger=outbox.__name__)
+    working, runtime.redis = runtime.redis, _unreachable()
+    try:
+        for n in range(40):  # forty runs' transactions commit while Redis is away
+            await after_commit(runtime, [event(1, fresh_id(), 1)], [WakeUp(fresh_id(), 1, None)] * (n % 2))
+    finally:
+        await runtime.redis.aclose()
+        runtime.redis = working
+    during = [r.getMessage() for r in caplog.records if r.name == outbox.__name__]
+    assert len(during) == 1 and "could not publish 1 run event(s)" in during[0], during
+    caplog.clear()
+    back = fresh_id()
+    await after_commit(runtime, [event(1, back, 1)], [WakeUp(back, 1, back)])
+    await after_commit(runtime, [event(1, back, 2)], [])
+    after = [r.getMessage() for r in caplog.records if r.name == outbox.__name__]
+    assert len(after) == 1, after
+    assert "40 after-commit send(s) failed" in after[0] and "40 event message(s)" in after[0], after
+    assert "20 wake-up(s) not enqueued" in after[0], after
+    assert await job(runtime, back, 1).status() == JobStatus.queued
+    # The next outage is news again.
+    working, runtime.redis = runtime.redis, _unreachable()
+    try:
+        await after_commit(runtime, [], [WakeUp(fresh_id(), 1, None)])
+    finally:
+        await runtime.redis.aclose()
+        runtime.redis = working
+    again = [r.getMessage() for r in caplog.records if r.name == outbox.__name__][1:]
+    assert len(again) == 1 and "could not enqueue run" in again[0], again

@@ -11,11 +11,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
-from tests.conftest import stop_worker
+from app.keys import sweeper_turn_key
+from app.services import runs
+from tests.conftest import DB_KIND, stop_worker
 from tests.integration.test_schedule_firing import A_YEAR, YEARLY
 from tests.support.graphql import pk
-from tests.support.runs import scripted_agent, start_run
+from tests.support.runs import CANCEL_RUN, scripted_agent, start_run
 from tests.support.schedules import CREATE_SCHEDULE, create_schedule, get_schedule, make_due, tick_cli
 from tests.support.servers import sink_server
 
@@ -154,3 +157,120 @@ async def test_a_schedule_flood_is_held_to_its_caps(gql, workspace, settings, se
         assert turns == {"name": "maxTurns", "limit": 4, "imposedBy": f"schedule {pk(flood['id'])}"}
     finally:
         await gql.ok(CANCEL_AGENT_RUNS, {"agentId": agent}, token=workspace.operator)
+
+
+async def test_a_slot_freed_while_a_claim_holds_for_it_releases_the_held_run(
+    gql, workspace, runtime, monkeypatch
+) -> None:
+    """The lost release: a claim counts the agent's runs while one of them ends, the ending
+    run's release reads before the hold has committed and finds nothing held. No worker and
+    no sweeper: only the releases that follow a run's end and a hold can free the run.
+    The interleaving is MariaDB's (row locks); SQLite's one writer makes the end wait for
+    the hold to commit, so there the ending run's own release frees it."""
+    agent = await scripted_agent(gql, workspace.admin, name="lost-release", steps=[{"final": "done"}],
+                                 budget={"maxConcurrentRuns": 1})  # fmt: skip
+    running, held = (
+        await start_run(gql, workspace.operator, agent),
+        await start_run(gql, workspace.operator, agent),
+    )
+    assert await runs.claim(runtime, pk(running), owner="quota-test") is not None
+    counted, go_on = asyncio.Event(), asyncio.Event()
+    decide = runs._QuotaCheck.reason
+
+    async def reason_then_wait(self: Any, session: Any, run: Any) -> str | None:
+        why = await decide(self, session, run)
+        if run.id == pk(held):
+            counted.set()
+            await go_on.wait()  # the hold is decided, not yet committed
+        return why
+
+    monkeypatch.setattr(runs._QuotaCheck, "reason", reason_then_wait)
+    holding = asyncio.create_task(runs.claim(runtime, pk(held), owner="quota-test"))
+    await asyncio.wait_for(counted.wait(), 10)
+    ending = asyncio.create_task(
+        gql.ok(CANCEL_RUN, {"id": running, "reason": "slot freed"}, token=workspace.operator)
+    )
+    await asyncio.wait({ending}, timeout=2)  # MariaDB: done, its release found nothing held
+    go_on.set()
+    assert await holding is None
+    assert (await ending)["cancelRun"]["status"] == "CANCELLED"
+    deadline = time.monotonic() + 5
+    while (found := (await gql.ok(RUNS, {"ids": [held]}, token=workspace.viewer))["nodes"][0])["heldReason"]:
+        assert time.monotonic() < deadline, found
+        await asyncio.sleep(0.05)
+    assert found["status"] == "QUEUED", found
+
+
+# The transactions of this test's database waiting for a row lock (other sessions' tests
+# share the server).
+LOCK_WAITS = text(
+    "SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p"
+    " ON p.ID = t.trx_mysql_thread_id WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
+)
+
+
+@pytest.mark.skipif(DB_KIND != "mysql", reason="MariaDB's row locks: SQLite has one writer and no deadlock")
+async def test_a_quota_release_chosen_as_a_deadlocks_victim_runs_again(
+    gql, workspace, runtime, engine, caplog
+) -> None:
+    """The release that follows a run's end locks the agent's held runs in id order; a
+    transaction that locked them the other way round, and wrote more, makes it MariaDB's
+    victim (error 1213). Run again, it releases the run as the end's own release."""
+    agent = await scripted_agent(gql, workspace.admin, name="deadlock-victim", steps=[{"final": "done"}],
+                                 budget={"maxConcurrentRuns": 1})  # fmt: skip
+    running = await start_run(gql, workspace.operator, agent)
+    held = [await start_run(gql, workspace.operator, agent) for _ in range(2)]
+    assert await runs.claim(runtime, pk(running), owner="quota-test") is not None
+    for run_id in held:
+        assert await runs.claim(runtime, pk(run_id), owner="quota-test") is None  # held for the slot
+    async with engine.connect() as other, engine.connect() as probe:
+        await other.begin()
+        # The heavier transaction (rows written): InnoDB rolls back the lighter one.
+        await other.execute(text("CREATE TEMPORARY TABLE weight (n INT PRIMARY KEY) ENGINE=InnoDB"))
+        await other.execute(text("INSERT INTO weight VALUES " + ",".join(f"({n})" for n in range(200))))
+        await other.execute(text("SELECT id FROM agent_runs WHERE id = :id FOR UPDATE"), {"id": pk(held[1])})
+        ending = asyncio.create_task(
+            gql.ok(CANCEL_RUN, {"id": running, "reason": "slot freed"}, token=workspace.operator)
+        )
+        deadline = time.monotonic() + 20
+        while not await probe.scalar(LOCK_WAITS):  # the release holds held[0], waits for held[1]
+            assert time.monotonic() < deadline and not ending.done(), "the release never waited"
+            await asyncio.sleep(0.25)  # InnoDB refreshes INNODB_TRX at most every 100 ms
+        await other.execute(text("SELECT id FROM agent_runs WHERE id = :id FOR UPDATE"), {"id": pk(held[0])})
+        await other.rollback()
+    assert (await ending)["cancelRun"]["status"] == "CANCELLED"
+    # The end's release ran again after its deadlock: the oldest held run is free at once.
+    found = (await gql.ok(RUNS, {"ids": held}, token=workspace.viewer))["nodes"]
+    assert [r["heldReason"] is None for r in found] == [True, False], found
+    assert "quota release" not in caplog.text, caplog.text
+
+
+@pytest.fixture
+async def unswept_worker(settings, runtime) -> AsyncIterator[Any]:
+    """A worker whose sweeper sweeps once, at its start, and then not for an hour: only the
+    releases that follow a run's end or a hold free a quota-held run."""
+    from workers.main import build_worker
+
+    w = build_worker(settings.model_copy(update={"sweep_interval_s": 3600}), handle_signals=False)
+    task = asyncio.create_task(w.main())
+    await asyncio.sleep(0.5)  # its one sweep is done before the runs exist
+    yield w
+    await stop_worker(w, task)
+    # Its sweep took the session's sweeper turn for most of the hour: give it back, or no
+    # later test's worker would sweep.
+    await runtime.redis.delete(sweeper_turn_key(settings.redis_prefix))
+
+
+@pytest.mark.usefixtures("unswept_worker")
+async def test_runs_finishing_while_others_are_held_release_them_without_the_sweeper(gql, workspace) -> None:
+    """Many short runs of an agent with two slots: holds, releases and ends race all the time.
+    Before: a run held while another ended stayed held, and a run released while the job of
+    the claim that held it was still in progress was released with no job (arq refuses that
+    job id until the job ends); both waited for the next sweep."""
+    agent = await scripted_agent(gql, workspace.admin, name="quota-race", steps=[{"final": "done"}],
+                                 budget={"maxConcurrentRuns": 2})  # fmt: skip
+    runs_ = await asyncio.gather(*(start_run(gql, workspace.operator, agent) for _ in range(24)))
+    # Every run ends, none left held (or released with no job) waiting for a sweep. (How many
+    # ran at once is the test above's: ``nodes`` reads one run after another, so with runs
+    # this short its count would mix moments.)
+    await _watch(gql, workspace.viewer, list(runs_), timeout_s=30)

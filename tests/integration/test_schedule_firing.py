@@ -262,3 +262,41 @@ async def test_workers_fire_due_schedules_at_start_and_every_minute(
     runs = await runs_once_there_are(2, timeout_s=150)
     state = await get_schedule(gql, workspace.viewer, schedule["id"])
     assert len(runs) == 2 and [f["outcome"] for f in state["firings"]] == ["FIRED", "FIRED"]
+
+
+@pytest.mark.timeout(180)
+async def test_a_fire_time_whose_input_a_newer_schema_refuses_starts_no_run(
+    gql, workspace, settings, sessionmaker, processes
+) -> None:
+    """The input was checked when the schedule was written; the agent's next version's
+    inputSchema refuses it. The worker's tick records the fire time SKIPPED with the path,
+    as startRun would have refused it, and starts no run that would fail later."""
+    name = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    agent = await scripted_agent(gql, workspace.admin, steps=GREET, inputSchema=name)
+    schedule = await create_schedule(gql, workspace.operator, agent, cron=YEARLY, input={"name": "Ada"})
+    stricter = {**name, "properties": {"name": {"type": "string", "minLength": 4}}}
+    update = "mutation($id: ID!, $s: JSON) { updateAgent(id: $id, input: {inputSchema: $s}) { version } }"
+    version = (await gql.ok(update, {"id": agent, "s": stricter}, token=workspace.admin))["updateAgent"]
+    assert version == {"version": 2}
+
+    await make_due(sessionmaker, schedule, ago=A_YEAR)
+    processes.append(spawn_worker(settings))  # its cron job ticks once at start-up
+    deadline = asyncio.get_running_loop().time() + 60
+    while not (state := await get_schedule(gql, workspace.viewer, schedule["id"]))["firings"]:
+        assert asyncio.get_running_loop().time() < deadline, "the worker did not tick"
+        await asyncio.sleep(0.2)
+    [firing] = state["firings"]
+    assert (firing["outcome"], firing["run"]) == ("SKIPPED", None)
+    assert firing["reason"].endswith("(version 2): input.name: 'Ada' is too short"), firing["reason"]
+    assert "inputSchema" in firing["reason"] and state["lastSkipReason"] == firing["reason"]
+    assert state["runs"] == [] and await _runs_of(sessionmaker, schedule["id"]) == []
+
+    # Input that the new version takes: the next fire time starts a run, which succeeds.
+    await gql.ok(UPDATE_SCHEDULE, {"id": schedule["id"], "input": {"input": {"name": "Grace"}}},
+                 token=workspace.operator)  # fmt: skip
+    await make_due(sessionmaker, schedule, ago=A_YEAR)
+    await tick_cli(settings)  # or the worker's every-minute job, whichever comes first
+    state = await get_schedule(gql, workspace.viewer, schedule["id"])
+    assert [f["outcome"] for f in state["firings"]] == ["FIRED", "SKIPPED"]
+    done = await wait_run(gql, workspace.viewer, state["firings"][0]["run"]["id"], timeout_s=30)
+    assert (done["status"], done["result"]["hello"]) == ("SUCCEEDED", "Grace"), done

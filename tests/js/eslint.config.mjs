@@ -47,14 +47,16 @@ export default [
       // - PolicyPreview, PolicyPreviewLink: the computed answer to policyPreview(...);
       // - RunOutputChunk, ApprovalEvent: live stream messages, not stored (the Approval an
       //   event carries has its id);
-      // - CreatedApiToken: createApiToken's one-time payload (its apiToken has the id).
+      // - CreatedApiToken: createApiToken's one-time payload (its apiToken has the id);
+      // - Remove...Payload: what removeMemory, removeSchedule and removeMcpServer answer
+      //   about an object that is gone (its old id is deletedId; the agent has its id).
       "@graphql-eslint/strict-id-in-types": [
         "error",
         {
           acceptedIdNames: ["id"],
           acceptedIdTypes: ["ID"],
           exceptions: {
-            suffixes: ["Connection", "Edge"],
+            suffixes: ["Connection", "Edge", "Payload"],
             types: [
               "PageInfo",
               "Viewer",
@@ -73,17 +75,14 @@ export default [
         },
       ],
 
-      // Edges must end in Edge (kept). Relaxed:
-      // - shouldImplementNode: MemoryRevision and ScheduleFiring have stable ids for caches
-      //   but are not nodes: they are read only through their parent
-      //   (Memory.revisionsConnection, Schedule.firings), never fetched by node(id:).
+      // Edges must end in Edge and their nodes implement Node (kept). Relaxed:
       // - listTypeCanWrapOnlyEdgeType: plain lists are part of the public contract
       //   (Run.steps, Run.children, Agent.tools, Memory.tags, ...; docs/graphql/guide.md);
       //   the long ones are bounded first pages of a connection beside them
       //   (stepsConnection, childrenConnection, ...).
       "@graphql-eslint/relay-edge-types": [
         "error",
-        { withEdgeSuffix: true, shouldImplementNode: false, listTypeCanWrapOnlyEdgeType: false },
+        { withEdgeSuffix: true, shouldImplementNode: true, listTypeCanWrapOnlyEdgeType: false },
       ],
     },
   },

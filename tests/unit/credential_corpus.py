@@ -466,6 +466,33 @@ def _login_pair(rng: Rng) -> str:
     )
 
 
+# ``{pw}`` a password word, ``{field}`` another field of the same account.
+_BY_REFERENCE = (
+    "the {thing} {pw} is the same as the {field}",
+    "{pw} = {field}",
+    "{pw} same as {field}",
+    "{pw}: same as {field}",
+    "The {pw} for the {thing} is the {field}.",
+    "{pw} equals the {field}",
+    "{thing}: {pw} is just the {field} reversed",
+    "{field} and {pw} are the same on the {thing}",
+    "{thing} login and {pw} are identical",
+    "the username doubles as the {pw}",
+    "{pw} matches the {field}, lowercase",
+    "{thing}: same username and {pw}.",
+)
+
+
+def _by_reference(rng: Rng) -> str:
+    """A password given as another field of the same account: whoever reads the memory
+    reads the password too."""
+    return rng.choice(_BY_REFERENCE).format(
+        thing=rng.choice(["router", "NAS", "staging box", "printer", "wifi", "CRM admin", "VPN"]),
+        pw=rng.choice(["password", "Password", "pw", "pwd", "pass", "passwd", "passcode"]),
+        field=rng.choice(["username", "user name", "login", "user id", "email", "account name", "user"]),
+    )
+
+
 def _access_code(rng: Rng) -> str:
     digits = str(rng.randint(1000, 99_999_999))[: rng.randint(4, 8)]
     return rng.choice(
@@ -570,6 +597,7 @@ _SECRET_TEXT: dict[str, Callable[[Rng], str]] = {
     "session-bare": _session,
     "login-pair": _login_pair,
     "access-code": _access_code,
+    "by-reference": _by_reference,
     "totp": _totp,
     "bip39": _bip39,
     "recovery-codes": _recovery,
@@ -1109,7 +1137,41 @@ def _label(rng: Rng) -> Sample:
                   rng.sample(["campaign", "ops", "release"], rng.randint(0, 2)))  # fmt: skip
 
 
-BENIGN_FAMILIES.update({"slash-pair": _slash_pair, "numbered-code": _numbered_code, "label": _label})
+def _account_fields(rng: Rng) -> Sample:
+    """The words of a password by reference (password, username, login, same as) in facts
+    about accounts that give no password away."""
+    field = rng.choice(["username", "user name", "login", "email address", "account name"])
+    value = rng.choice(
+        [
+            f"the {field} is shown on the login page",
+            f"the password field is below the {field} field",
+            f"passwords must not be the same as the {field}",
+            f"the password must differ from the {field} and be 12 characters",
+            f"the password is not the {field}",
+            f"the {field} is the same as the email on the invoice",
+            f"password reset mails go to the same address as the {field}",
+            f"the password is stored in the same vault as the {field}",
+            f"use the same username and password as the {_word(rng)} portal",
+            "password: the login page has a reset link",
+            f"the login page is password protected; the {field} is case-insensitive",
+            f"the pass rate equals the user count in the {_word(rng)} cohort",
+            "the username and password fields are identical in size",
+            f"the password policy is the same as for the {_word(rng)} login service",
+            f"password managers fill in the {field} and password",
+            f"the {field} is the password reset contact",
+        ]
+    )
+    return Sample("account-fields", _key(rng, "runbook", _word(rng)), value, ["ops"])
+
+
+BENIGN_FAMILIES.update(
+    {
+        "slash-pair": _slash_pair,
+        "numbered-code": _numbered_code,
+        "label": _label,
+        "account-fields": _account_fields,
+    }
+)
 
 
 def benign_samples(seed: int = 4321, per_family: int = 14) -> list[Sample]:

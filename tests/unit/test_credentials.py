@@ -208,6 +208,19 @@ NPM = "np" + "m_" + "a8Kd02Lq93Zm47Xc61Vb28Nn05Tr39Wy71Pq"
         ("named-key", "wifi_password", "correct horse battery staple", [], "Credential-Named Key"),
         ("named-key", "Passwort", "Blume", [], "Credential-Named Key"),
         ("named-key", "db_password_prod", "tulip", [], "Credential-Named Key"),
+        # a password given by reference: another field of the same account
+        ("by-reference", "note", "the password is the same as the username", [], "Password By Reference"),
+        ("by-reference", "note", "pw same as login", [], "Password By Reference"),
+        (
+            "by-reference",
+            "router",
+            "Password: same as the user name (rotate later)",
+            [],
+            "Password By Reference",
+        ),
+        ("by-reference", "nas", "login and pass are the same", [], "Password By Reference"),
+        ("by-reference", "nas", "the username doubles as the pw", ["ops"], "Password By Reference"),
+        ("by-reference", "vpn", "the password is just the login reversed", [], "Password By Reference"),
         # provider formats beyond detect-secrets'
         ("vendor", "note", NPM, [], "npm Token"),
         ("vendor", "note", "shp" + "at_" + "a1" * 16, [], "Shopify Token"),
@@ -281,6 +294,13 @@ def test_families(family: str, key: str, value: str, tags: list[str], rule: str)
         ("label", "admin-2"),
         ("greeting", "Hello!"),
         ("document", "passport"),
+        # near misses of a password by reference
+        ("note", "the username is shown on the login page"),
+        ("note", "passwords must not be the same as the username"),
+        ("note", "the password is not the username"),
+        ("note", "use the same username and password as the staging portal"),
+        ("note", "password: the login page has a reset link"),
+        ("note", "the password is stored in the same vault as the username"),
         # near misses of short-labelled pairs (u: … p: …)
         ("stats", "u: 0.31, p: 0.002"),
         ("stats", "u = 12 p = 3"),

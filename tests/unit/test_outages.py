@@ -17,8 +17,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from app.db.session import DEADLOCK_ATTEMPTS, is_lock_conflict, retry_deadlocks
 from app.domain.errors import Unavailable
-from app.outages import MYSQL_OUTAGE_ERRNOS, is_outage
+from app.outages import MYSQL_OUTAGE_ERRNOS, SendOutage, is_outage
 
 
 def wrapped(orig: BaseException, cls: type = OperationalError, *, invalidated: bool = False) -> BaseException:
@@ -123,3 +124,81 @@ def test_outage_of_names_the_service(exc: BaseException, service: str) -> None:
     from app.outages import outage_of
 
     assert outage_of(exc) == service
+
+
+@pytest.mark.parametrize(
+    ("sends", "logged", "recovery"),
+    [
+        # (messages, wake-ups) of each send, None for one that worked.
+        ([None, None], [], [None, None]),
+        ([(1, 0), (1, 1), (2, 0), None], [True, False, False],
+         [None, None, None, "3 after-commit send(s) failed meanwhile (4 event message(s) not published, "
+                            "1 wake-up(s) not enqueued"]),
+        ([(0, 1), None, (1, 0), None], [True, True],
+         [None, "1 after-commit send(s) failed meanwhile (0 event message(s) not published, 1 wake-up(s)",
+          None, "1 after-commit send(s) failed meanwhile (1 event message(s) not published, 0 wake-up(s)"]),
+    ],
+)  # fmt: skip
+def test_a_send_outage_is_logged_once_then_counted_until_a_send_works(
+    sends: list[tuple[int, int] | None], logged: list[bool], recovery: list[str | None]
+) -> None:
+    now = [100.0]
+    outage = SendOutage(clock=lambda: now[0])
+    firsts, lines = [], []
+    for send in sends:
+        now[0] += 1.5
+        if send is None:
+            lines.append(outage.recovered())
+        else:
+            firsts.append(outage.failed(messages=send[0], wakeups=send[1]))
+            lines.append(None)
+    assert firsts == logged
+    for line, expected in zip(lines, recovery, strict=True):
+        assert (line is None) == (expected is None), (line, expected)
+        if line is not None and expected is not None:
+            assert expected in line and line.startswith("Redis answers again after "), line
+
+
+@pytest.mark.parametrize(
+    ("exc", "retried"),
+    [
+        (wrapped(MyOperationalError(1213, "Deadlock found when trying to get lock")), True),
+        (wrapped(MyOperationalError(1205, "Lock wait timeout exceeded")), True),
+        # max_statement_time: a slow statement, not a lock conflict; run again it is only slower.
+        (
+            wrapped(
+                MyOperationalError(1969, "Query execution was interrupted (max_statement_time exceeded)")
+            ),
+            False,
+        ),
+        (wrapped(MyOperationalError(2006, "MySQL server has gone away")), False),
+        (wrapped(sqlite3.OperationalError("database is locked")), False),
+        (wrapped(MyInternalError(1213, "not an OperationalError"), cls=ProgrammingError), False),
+    ],
+)
+def test_only_deadlocks_and_lock_wait_timeouts_are_run_again(exc: BaseException, retried: bool) -> None:
+    assert is_lock_conflict(exc) is retried
+
+
+async def test_retry_deadlocks_runs_the_transaction_again_and_gives_up_after_its_attempts() -> None:
+    attempts: list[int] = []
+
+    async def deadlocking(times: int) -> str:
+        attempts.append(1)
+        if len(attempts) <= times:
+            raise wrapped(MyOperationalError(1213, "Deadlock found"))
+        return "committed"
+
+    assert await retry_deadlocks(lambda: deadlocking(DEADLOCK_ATTEMPTS - 1)) == "committed"
+    assert len(attempts) == DEADLOCK_ATTEMPTS
+    attempts.clear()
+    with pytest.raises(OperationalError):
+        await retry_deadlocks(lambda: deadlocking(DEADLOCK_ATTEMPTS))
+    assert len(attempts) == DEADLOCK_ATTEMPTS
+    attempts.clear()
+    with pytest.raises(OperationalError):  # anything else: at once
+        await retry_deadlocks(lambda: _raise(wrapped(MyOperationalError(2006, "gone away"))))
+
+
+async def _raise(exc: BaseException) -> str:
+    raise exc

@@ -21,7 +21,8 @@ cut into pieces: ``formats.find_split_token``). A scan, first rule wins:
 3. ``seeds``: TOTP seeds, BIP39 seed phrases, recovery codes.
 4. ``phrases``: credentials in words — keyword assignments and sentences in many
    languages, netrc lines, command lines, URLs and ``user:pw@host`` with a password,
-   ``login: … / …``, bare ``session=``/``sid=``, PINs.
+   ``login: … / …``, bare ``session=``/``sid=``, PINs, and a password given by reference
+   (``the password is the same as the username``; also run on each field alone).
 5. ``decode``: URL-encoded, base64 and hex runs are decoded and scanned again (bounded).
 6. ``entropy``: random-looking tokens, after the filters for ordinary facts (digests,
    UUIDs, CIDs, public addresses, identifiers).
@@ -46,7 +47,7 @@ from app.domain.credentials.decode import MAX_DEPTH, decoded
 from app.domain.credentials.entropy import find_random, shannon_entropy
 from app.domain.credentials.formats import find_broken_token, find_split_token, find_text, find_token
 from app.domain.credentials.normalise import fold, lowered
-from app.domain.credentials.phrases import find_phrase, is_common_password
+from app.domain.credentials.phrases import find_phrase, find_reference, is_common_password
 from app.domain.credentials.seeds import find_seed
 from app.domain.credentials.vocabulary import (
     CREDENTIAL_KEY_PAIRS,
@@ -131,6 +132,10 @@ def find_credential(
     if rule is None:
         if value is not None and is_common_password(fold(value)):
             return Rejection("Common Password", ("value",))
+        for name, text in present:
+            by_reference = find_reference(lowered(fold(text)))
+            if by_reference is not None:
+                return Rejection(by_reference, (name,))
         if key is not None and value is not None and _reads_like_credential(value):
             # The key names a credential, or a tag does (key ``router``, tag ``password``).
             if names_credential(key):

@@ -375,8 +375,72 @@ def _find_shape(text: str, low: str) -> str | None:
     return None
 
 
+# -- a password given by reference ------------------------------------------------------------
+
+# ``the password is the same as the username``, ``password = username``, ``pw same as
+# login``, ``username and password are identical``: the credential is another field of the
+# same account, which whoever reads the memory can see. What keeps ordinary facts out (``the
+# username is shown on the login page``, ``passwords must not be the same as the
+# username``): the password word and the account field must be joined by a copula or ``same
+# as`` with nothing but a determiner or one qualifier between, the field must end the clause
+# (``the login page`` is not the login), and a negation never passes for a qualifier.
+_PW_WORD: Final = r"(?:passwords?|passwd|passwort|kennwort|passcode|passphrase|pass|pwd|pw)(?![\w-])"
+_ACCOUNT_FIELD: Final = (
+    r"(?:user[ \t]?names?|user'?s[ \t]+name|user[ \t]?id|users?|login(?:[ \t]?name|[ \t]?id)?|logon"
+    r"|account[ \t]?name|account|e-?mail(?:[ \t]+address)?|handle|benutzername|nom[ \t]+d'utilisateur)"
+)
+# The field a bare ``password: …`` may name: ``password: email`` is a form's field list.
+_STRONG_FIELD: Final = r"(?:user[ \t]?name|username|login[ \t]?name|user[ \t]?id)"
+_CLAUSE_END: Final = (
+    r"(?=[ \t]*(?:$|[.,;:!?()\]\n]|(?:too|again|reversed|backwards|in[ \t]+reverse|as[ \t]+well|plus|followed"
+    r"|with|and|but|so|lower-?case|upper-?case|capitali[sz]ed|spelled)\b))"
+)
+_SAME: Final = r"(?:(?:the[ \t]+)?same[ \t]+as|identical[ \t]+(?:to|with)|equal[ \t]+to|equals|matches|==?)"
+_WHOSE: Final = (
+    r"(?:(?:the|their|his|her|its|your|our|that|this)[ \t]+)?(?:(?!not\b|never\b|no\b)[\w-]+[ \t]+)?"
+)
+_BY_REFERENCE: Final = (
+    re.compile(
+        rf"\b{_PW_WORD}(?:[ \t]+(?:for|of|on)(?:[ \t]+[^\s=:,;]+){{1,3}}?)?[ \t]*"
+        rf"(?:(?:is|was|=|==|:=|->)[ \t]*(?:(?:just|simply|also|still|literally|exactly)[ \t]+)?(?:{_SAME}[ \t]*)?"
+        rf"|{_SAME}[ \t]*|:[ \t]*{_SAME}[ \t]*)"
+        rf"{_WHOSE}{_ACCOUNT_FIELD}\b{_CLAUSE_END}"
+    ),
+    re.compile(rf"\b{_PW_WORD}[ \t]*:[ \t]*(?:the[ \t]+)?{_STRONG_FIELD}\b{_CLAUSE_END}"),
+    # ``username and password are the same``, ``login/pass identical``, ``user = password``.
+    re.compile(
+        rf"\b{_ACCOUNT_FIELD}[ \t]*(?:and|&|/|\+)[ \t]*(?:the[ \t]+)?{_PW_WORD}[ \t]*"
+        rf"(?:(?:are|is|were|:)[ \t]+)?(?:(?:both|all|just)[ \t]+)?(?:the[ \t]+same|identical|equal)\b"
+        rf"(?:[ \t]+(?:on|for|at|in)[ \t]+(?:the|this|that|our|my|its)[ \t]+[\w-]+(?:[ \t]+[\w-]+)?)?{_CLAUSE_END}"
+    ),
+    re.compile(
+        rf"\b{_STRONG_FIELD}[ \t]*(?:(?:is|=|==)[ \t]*(?:(?:also|just)[ \t]+)?|doubles[ \t]+as[ \t]+)"
+        rf"(?:the[ \t]+)?{_PW_WORD}{_CLAUSE_END}"
+    ),
+    # ``same username and password`` (not ``the same username and password as the portal``).
+    re.compile(rf"\bsame[ \t]+{_ACCOUNT_FIELD}[ \t]*(?:and|&|/)[ \t]*{_PW_WORD}(?=[ \t]*(?:$|[.,;!)\n]))"),
+)
+_PW_HINTS: Final = ("pass", "pw", "pwd", "passwort", "kennwort")
+
+
+BY_REFERENCE = "Password By Reference"
+
+
+def find_reference(low: str) -> str | None:
+    """``BY_REFERENCE`` when the lowered text gives a password as another account field.
+    The guard also runs it on each field alone: a field's end ends the clause, which the
+    fields joined by spaces would hide (``…doubles as the pw`` followed by a tag)."""
+    if any(h in low for h in _PW_HINTS) and any(p.search(low) for p in _BY_REFERENCE):
+        return BY_REFERENCE
+    return None
+
+
 def find_phrase(text: str, low: str) -> str | None:
-    return _find_shape(text, low) or ("Keyword Assignment" if _keyword_assignment(text, low) else None)
+    return (
+        _find_shape(text, low)
+        or ("Keyword Assignment" if _keyword_assignment(text, low) else None)
+        or find_reference(low)
+    )
 
 
 # -- a value that is a well-known password -----------------------------------------------------

@@ -110,8 +110,7 @@ class Approval(Node):
         "empty when the workspace has no webhook."
     )
     async def notifications(self, info: Info) -> list[ApprovalNotification]:
-        async with info.context.session() as session:
-            rows = await reads.approval_notifications(session, approval_id=self.row.id)
+        rows = await (await info.context.loaders()).approval_notifications.load(self.row.id)
         return [ApprovalNotification.from_row(r) for r in rows]
 
     @strawberry.field(description="The run whose call waits for it.")

@@ -12,7 +12,6 @@ from app.clock import utcnow
 from app.db import orm
 from app.domain import actors
 from app.domain.errors import NotFound
-from app.domain.global_ids import object_id
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
 from app.graphql.types.agents import Agent
@@ -33,8 +32,8 @@ async def _source_run(info: Info, run_id: int | None) -> Run | None:
 @strawberry.type(
     name="MemoryRevision", description="One change to a memory; kept after the memory is deleted."
 )
-class MemoryRevision:
-    id: strawberry.ID = strawberry.field(description="The revision's id (not a node).")
+class MemoryRevision(Node):
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
     action: RevisionAction = strawberry.field(
         description="Whether this change created, updated or deleted the memory."
     )
@@ -57,7 +56,7 @@ class MemoryRevision:
     @classmethod
     def from_row(cls, row: orm.MemoryRevision) -> MemoryRevision:
         return cls(
-            id=strawberry.ID(object_id("MemoryRevision", row.id)),
+            id=strawberry.ID(to_global_id("MemoryRevision", row.id)),
             action=RevisionAction(row.action),
             key=row.key,
             old_value=row.old_value,

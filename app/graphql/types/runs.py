@@ -8,14 +8,20 @@ Every relation goes through the request's DataLoaders, and the tree-shaped ones
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import strawberry
 from strawberry.scalars import JSON
 
 from app.clock import utcnow
 from app.db import orm
-from app.domain.budgets import concurrency_effective, concurrency_limit, effective
+from app.domain.budgets import (
+    MODEL_ANSWERED_AT,
+    MODEL_ASKED_AT,
+    concurrency_effective,
+    concurrency_limit,
+    effective,
+)
 from app.domain.errors import NotFound
 from app.domain.global_ids import object_id, public_policy_chain, public_step_result
 from app.domain.policy import Decision
@@ -116,6 +122,19 @@ class RunStep(Node):
     def usage(self) -> Usage | None:
         return None if not self.row.usage else Usage.of(self.row.usage)
 
+    @strawberry.field(
+        description="When the worker asked the model for the turn that asked for this call (on the "
+        "turn's first step, by the worker's clock); null on other steps and on steps of older runs."
+    )
+    def model_asked_at(self) -> datetime | None:
+        return _usage_time(self.row.usage, MODEL_ASKED_AT)
+
+    @strawberry.field(
+        description="When the model answered that turn (see modelAskedAt); null where modelAskedAt is."
+    )
+    def model_answered_at(self) -> datetime | None:
+        return _usage_time(self.row.usage, MODEL_ANSWERED_AT)
+
     @strawberry.field(description="The run this step belongs to.")
     async def run(self, info: Info) -> Run:
         return Run.from_row(await _load_run(info, self.row.run_id))
@@ -163,7 +182,10 @@ class Run(Node):
     result: JSON | None = strawberry.field(description="Its final answer once SUCCEEDED; null before.")
     error: str | None = strawberry.field(description="Why it FAILED, in words; null otherwise.")
     error_code: str | None = strawberry.field(
-        description="Why a FAILED run failed, when it has a code: BUDGET_EXCEEDED."
+        description=(
+            "Why a FAILED run failed, when it has a code: BUDGET_EXCEEDED, or AGENT_VERSION_MISSING "
+            "(the version it is pinned to was removed)."
+        )
     )
     cancel_reason: str | None = strawberry.field(
         description="The reason given when it was cancelled; null otherwise."
@@ -436,3 +458,8 @@ async def run_connection(info: Info, *, page: PageRequest, filter: RunFilter) ->
     principal = await info.context.principal()
     stmt = reads.runs_query(principal.workspace_id, filter)
     return await keyset_connection(info, RunConnection, stmt, page, Run.from_row, id_column=orm.Run.id)
+
+
+def _usage_time(usage: dict[str, Any] | None, key: str) -> datetime | None:
+    raw = (usage or {}).get(key)
+    return datetime.fromisoformat(raw) if isinstance(raw, str) else None

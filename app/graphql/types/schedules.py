@@ -11,7 +11,6 @@ from strawberry.scalars import JSON
 from app.db import orm
 from app.domain.agents import OverlapPolicy
 from app.domain.errors import NotFound
-from app.domain.global_ids import object_id
 from app.domain.schedules import DEFAULT_MAX_CONCURRENT_RUNS, FiringOutcome, next_fire_at
 from app.graphql.context import Info
 from app.graphql.ids import to_global_id
@@ -124,8 +123,8 @@ class Schedule(Node):
 
 
 @strawberry.type(name="ScheduleFiring", description="One fire time of a schedule, as a tick served it.")
-class ScheduleFiring:
-    id: strawberry.ID = strawberry.field(description="The firing's id (not a node).")
+class ScheduleFiring(Node):
+    id: strawberry.ID = strawberry.field(description=NODE_ID)
     fire_at: datetime = strawberry.field(
         description="The fire time served (the latest, when earlier ones were coalesced)."
     )
@@ -142,7 +141,7 @@ class ScheduleFiring:
     @classmethod
     def from_row(cls, row: orm.ScheduleFiring) -> ScheduleFiring:
         return cls(
-            id=strawberry.ID(object_id("ScheduleFiring", row.id)),
+            id=strawberry.ID(to_global_id("ScheduleFiring", row.id)),
             fire_at=row.fire_at,
             missed=row.missed,
             outcome=FiringOutcome(row.outcome),

@@ -11,8 +11,13 @@ again by its claim.
 Quota holds (docs/concepts/budgets.md#quotas) lift as slots free: when a run of an agent
 with ``maxConcurrentRuns`` stops RUNNING, the oldest of that agent's quota-held runs that
 now fit are released right after its transaction commits (``release_quota``), and every
-sweep releases whatever fits (the workspace's quota; a release that failed, or a hold that
-committed just after the run that freed its slot ended).
+sweep releases whatever fits (the workspace's quota; a release that failed).
+
+A claim that holds a run for its agent's quota runs the same release after its own commit.
+That closes a race: the claim counted the agent's runs while one of them was ending, and
+that run's release, after its end committed, read before the hold committed and found
+nothing held. Whichever of the two commits last sees the other's write, so one of the two
+releases frees the run (at the cost of one more transaction per quota hold).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from sqlalchemy import Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import Run
+from app.db.session import retry_deadlocks
 from app.domain.budgets import concurrency_limit
 from app.domain.holds import QUOTA_PREFIX, quota_releases
 from app.domain.runs import RunStatus
@@ -38,8 +44,10 @@ class Released:
     wakeups: list[WakeUp] = field(default_factory=list)
 
     async def enqueue(self, rt: Runtime) -> None:
-        """After commit: the released runs' jobs, under their current wake (their last job
-        was taken by the claim that held them)."""
+        """After commit: the released runs' jobs, each under a new wake. Not the wake whose
+        job held the run: that job may still be in progress (a release right after the
+        hold committed, or the claim's own look again), and arq refuses a job id while its
+        job runs, so the release would clear the hold and enqueue nothing."""
         await after_commit(rt, [], self.wakeups)
 
 
@@ -60,8 +68,12 @@ async def release_held(session: AsyncSession, *, workspace_id: int, agent_id: in
         stmt = stmt.where(Run.agent_id == agent_id)
     rows = list(await session.execute(stmt))
     if rows:
-        await session.execute(update(Run).where(Run.id.in_([r[0] for r in rows])).values(held_reason=None))
-    return Released([WakeUp(run_id, wake, root or run_id) for run_id, wake, root in rows])
+        await session.execute(
+            update(Run)
+            .where(Run.id.in_([r[0] for r in rows]))
+            .values(held_reason=None, wake_count=Run.wake_count + 1)
+        )
+    return Released([WakeUp(run_id, wake + 1, root or run_id) for run_id, wake, root in rows])
 
 
 # Quota-held runs one release looks at, oldest first.
@@ -78,8 +90,15 @@ async def release_quota(rt: Runtime, *, agent_ids: Collection[int] | None = None
         async with rt.read_sessionmaker() as session:
             if await session.scalar(_held_stmt(agent_ids).with_only_columns(Run.id).limit(1)) is None:
                 return 0
-        async with rt.sessionmaker() as session, session.begin():
-            released = await _release_quota(session, rt.settings.max_active_runs_per_workspace, agent_ids)
+
+        async def release() -> Released:
+            async with rt.sessionmaker() as session, session.begin():
+                return await _release_quota(session, rt.settings.max_active_runs_per_workspace, agent_ids)
+
+        # Deadlocks retried: it locks held runs that claims, releases and the cascade of a
+        # tree's end lock in their own order, and MariaDB may pick it as the victim
+        # (docs/architecture.md#lock-order). Nothing is sent before it commits.
+        released = await retry_deadlocks(release)
         await released.enqueue(rt)
     except Exception:
         if agent_ids is None:
@@ -105,8 +124,10 @@ async def _release_quota(
                              workspace_limit=workspace_limit))  # fmt: skip
     if not ids:
         return Released()
-    await session.execute(update(Run).where(Run.id.in_(sorted(ids))).values(held_reason=None))
-    return Released([WakeUp(r.id, r.wake_count, r.root_run_id or r.id) for r in rows if r.id in ids])
+    await session.execute(
+        update(Run).where(Run.id.in_(sorted(ids))).values(held_reason=None, wake_count=Run.wake_count + 1)
+    )
+    return Released([WakeUp(r.id, r.wake_count + 1, r.root_run_id or r.id) for r in rows if r.id in ids])
 
 
 def _held_stmt(agent_ids: Collection[int] | None) -> Select[Any]:

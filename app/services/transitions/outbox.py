@@ -116,20 +116,29 @@ async def send(rt: Runtime, messages: list[str], wakeups: list[WakeUp], *, watch
                 if run_id in rt.output_watch:
                     rt.output_watch[run_id] = bool(found)
     except (RedisError, OSError, TimeoutError) as exc:
-        if messages:
-            log.warning(
-                "could not publish %d run event(s) on %s (subscribers will re-read them): %r",
-                len(messages),
-                channel,
-                exc,
-            )
-        for wakeup in wakeups:
-            log.warning(
-                "could not enqueue run %s (wake %s); the sweeper will retry: %r",
-                wakeup.run_id,
-                wakeup.wake,
-                exc,
-            )
+        # One warning per outage, however many runs' sends it fails; the count comes when
+        # Redis answers again (docs/operating/outages.md).
+        if rt.send_outage.failed(messages=len(messages), wakeups=len(wakeups)):
+            log.warning("%s; further failed sends are counted until Redis answers: %r",
+                        _what_failed(channel, messages, wakeups), exc)  # fmt: skip
+        return
+    recovered = rt.send_outage.recovered()
+    if recovered is not None:
+        log.warning(recovered)
+
+
+def _what_failed(channel: str, messages: list[str], wakeups: list[WakeUp]) -> str:
+    parts = []
+    if messages:
+        parts.append(
+            f"could not publish {len(messages)} run event(s) on {channel} (subscribers will re-read them)"
+        )
+    if wakeups:
+        more = f" and {len(wakeups) - 1} more" if len(wakeups) > 1 else ""
+        parts.append(
+            f"could not enqueue run {wakeups[0].run_id} (wake {wakeups[0].wake}){more} (the sweeper will retry)"
+        )
+    return "; ".join(parts)
 
 
 async def enqueue_run(rt: Runtime, run_id: int, wake: int, root_id: int | None = None) -> None:

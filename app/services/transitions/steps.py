@@ -44,6 +44,8 @@ class StepWrites:
     now: datetime
     # Steps that started a child: (step id, child id) moves to WAITING_CHILD not yet written.
     _awaiting: list[tuple[int, int]]
+    # Approvals whose webhook notification this process sends once the transaction commits.
+    notify_approvals: list[int]
 
     if TYPE_CHECKING:  # provided by TreeTx; declared for type checkers only
         emit: Emit
@@ -267,7 +269,9 @@ class StepWrites:
             select(Workspace.approval_webhook).where(Workspace.id == run.workspace_id)
         )
         if isinstance(hook, dict) and hook.get("url") and hook.get("secretEnv"):
-            # Sent by the sweeper (app/services/approval_webhooks.py), committed with the request.
+            # Committed with the request, so none is lost; sent after commit by this process
+            # (``tree_tx``), retried by the sweeper (app/services/approval_webhooks.py).
+            self.notify_approvals.append(approval.id)
             self.session.add(ApprovalNotification(workspace_id=run.workspace_id, approval_id=approval.id,
                                                   url=hook["url"], secret_env=hook["secretEnv"],
                                                   status=NotificationStatus.PENDING.value, attempts=0,

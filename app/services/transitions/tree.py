@@ -45,6 +45,7 @@ from app.domain.runs import (
     waiting_status_for,
 )
 from app.events.publish import EventMessage
+from app.services.approval_webhooks import deliver_requested
 from app.services.runtime import Runtime
 from app.services.transitions.creation import NewRun, RunCreation, insert_run
 from app.services.transitions.holds import release_quota
@@ -76,9 +77,11 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
         # seen resuming during its own end (docs/concepts/runs.md).
         self._ending: set[int] = set()
         self._awaiting = []
-        # Agents with a concurrency quota one of whose runs stopped RUNNING here: their
-        # quota-held runs are released after commit (docs/concepts/budgets.md#quotas).
-        self.quota_freed: set[int] = set()
+        self.notify_approvals = []
+        # Agents with a concurrency quota whose quota-held runs are released, as far as they
+        # fit, after commit (docs/concepts/budgets.md#quotas): one of their runs stopped
+        # RUNNING here, or a claim here held one of their runs for a slot (``hold_for_quota``).
+        self.quota_release: set[int] = set()
 
     # -- locking -------------------------------------------------------------------------
 
@@ -218,7 +221,7 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
             run.lease_owner = None
             run.lease_expires_at = None
             if current is RunStatus.RUNNING and concurrency_limit(run.budget) is not None:
-                self.quota_freed.add(run.agent_id)
+                self.quota_release.add(run.agent_id)
         if reason is not None and "reason" not in payload:
             payload["reason"] = reason
         self.emit(run, EventType.RUN_STATUS_CHANGED, status=to.value, payload=payload)
@@ -331,8 +334,12 @@ async def tree_tx(
         # After commit, and never cut short: the renewer of a worker whose run just ended
         # must not cancel what tells the world it ended (engine.loop keeps it from trying).
         await after_commit(rt, tx.events, tx.wakeups)
-        if tx.quota_freed:
-            await release_quota(rt, agent_ids=tx.quota_freed)
+        if tx.notify_approvals:
+            # Not awaited: the POST goes through a remote receiver, and a worker's run must
+            # not wait for it (docs/concepts/approvals.md, "Notifications").
+            rt.spawn(deliver_requested(rt, tx.notify_approvals), name="enverif-approval-webhook")
+        if tx.quota_release:
+            await release_quota(rt, agent_ids=tx.quota_release)
 
 
 class NewTree:

@@ -3,7 +3,7 @@
 // createAgent / updateAgent; a refusal is shown beside its control with its code.
 
 import { gql } from './api.js';
-import { act, errorSlot, field, fill, h, json, parseJson, table, when } from './dom.js';
+import { act, errorSlot, field, fill, h, json, parseJson, settled, table, when } from './dom.js';
 
 const POLICY = 'policy { default rules { tool decision } }';
 const CONFIG = `description instructions model tools ${POLICY} memoryBudget { maxItems maxChars } budget`;
@@ -86,7 +86,9 @@ function statusControls(agent, changed) {
   const slot = errorSlot();
   const button = (status, text, cls) => agent.status === status ? null
     : h('button', { type: 'button', class: cls, onclick: async (event) => {
-      if (await act(event.currentTarget, slot, () => gql(UPDATE, { id: agent.id, input: { status } }))) changed();
+      if (await act(event.currentTarget, slot, () => gql(UPDATE, { id: agent.id, input: { status } }))) {
+        await settled(changed, `Agent ${agent.name} is ${status} now.`);
+      }
     } }, text);
   return h('div', { class: 'inline', role: 'group', 'aria-label': 'Agent status' },
     button('ACTIVE', 'Resume agent', 'primary'), button('PAUSED', 'Pause agent'),
@@ -116,7 +118,9 @@ function editForm(agent, changed) {
   }
 
   async function save(event) {
-    if (await act(event.currentTarget, slot, () => gql(UPDATE, { id: agent.id, input: pending }))) changed();
+    if (await act(event.currentTarget, slot, () => gql(UPDATE, { id: agent.id, input: pending }))) {
+      await settled(changed, `Saved as version ${agent.version + 1}.`);
+    }
   }
 
   return h('details', { class: 'panel', id: 'edit-agent' }, h('summary', {}, 'Edit configuration'),

@@ -5,11 +5,14 @@
 // workspace-wide `approvalEvents` subscription (an event says that something changed; the
 // inbox re-reads, as the run page does), and besides approve and reject with a reason, edit
 // the arguments (the tool runs with them, decided again by policy), respond instead of running
-// the tool, and approve the tool for the rest of the run. An API without them (the older
+// the tool, and approve the tool for the rest of the run. The arguments editor shows the
+// tool's input schema (Query.tools: built-ins, plugins and MCP tools alike) and checks the
+// edit against it before sending; the server checks it again. An API without them (the older
 // `approve: Boolean` form only) is polled every 2 s and offers approve and reject.
 
 import { gql, session, subscribe } from './api.js';
-import { act, errorSlot, field, fill, h, json, parseJson, runLink, when } from './dom.js';
+import { act, errorSlot, field, fill, h, json, parseJson, runLink, settled, when } from './dom.js';
+import { schemaProblems } from './schema_check.js';
 
 const POLL_MS = 2000;
 const RECONNECT_MS = 1000;
@@ -20,7 +23,7 @@ const FIELDS = `id tool arguments requestedAt
 const PENDING = `query Pending { approvals(status: PENDING, first: 100) { edges { node { ${FIELDS} } } } }`;
 const PENDING_LIVE = `query PendingLive { approvals(status: PENDING, first: 100) { edges { node { ${FIELDS} expiresAt } } } }`;
 const EVENTS = 'subscription Inbox { approvalEvents { type approval { id } } }';
-const SERVERS = 'query Schemas { mcpServers(first: 100) { edges { node { tools { name inputSchema } } } } }';
+const TOOLS = 'query Schemas { tools { name inputSchema } }';
 
 const DECIDE = `
 mutation Decide($id: ID!, $approve: Boolean!, $reason: String) {
@@ -52,7 +55,7 @@ export async function approvalsPage(main) {
   const cards = new Map();
   let closed = false;
   let modern = null;
-  let schemas = new Map(); // MCP tool name -> input schema, for the arguments editor
+  let schemas = new Map(); // tool name -> input schema, for the arguments editor
   let timer = null;
   let stop = null;
 
@@ -89,9 +92,9 @@ export async function approvalsPage(main) {
     });
   }
 
+  schemas = await loadSchemas(); // before the first cards are drawn
   await refresh();
   if (modern) {
-    schemas = await loadSchemas();
     listen();
   } else {
     timer = setInterval(() => refresh().catch(showError), POLL_MS);
@@ -101,8 +104,8 @@ export async function approvalsPage(main) {
 
 async function loadSchemas() {
   try {
-    const { mcpServers } = await gql(SERVERS);
-    return new Map(mcpServers.edges.flatMap(({ node }) => node.tools.map((t) => [t.name, t.inputSchema])));
+    const { tools } = await gql(TOOLS);
+    return new Map(tools.map((t) => [t.name, t.inputSchema]));
   } catch {
     return new Map(); // the editor works without a schema; the server checks the arguments
   }
@@ -111,12 +114,13 @@ async function loadSchemas() {
 function approvalCard(approval, { modern, schema, changed }) {
   const slot = errorSlot();
   const reasonId = `reason-${approval.id}`;
-  const decide = (variables) => async (event) => {
+  const decide = (variables, said) => async (event) => {
     const reason = document.getElementById(reasonId).value || null;
     const send = modern
       ? () => gql(DECIDE_AS, { id: approval.id, reason, ...variables() })
       : () => gql(DECIDE, { id: approval.id, approve: variables().decision === 'APPROVE', reason });
-    if (await act(event.currentTarget, slot, send)) await changed();
+    // The card is gone once decided: the focus goes to the page's result line.
+    if (await act(event.currentTarget, slot, send)) await settled(changed, `${said}: ${approval.tool} of ${approval.run.agent.name}.`);
   };
   const path = approval.run.path;
   return h('article', { class: 'card', 'data-approval': approval.id, 'aria-labelledby': `h-${approval.id}` },
@@ -126,13 +130,13 @@ function approvalCard(approval, { modern, schema, changed }) {
     h('p', { class: 'muted' }, 'Requested ', when(approval.requestedAt), ` · step ${approval.step.seq}`,
       approval.step.decisionReason ? ` · ${approval.step.decisionReason}` : '',
       approval.expiresAt ? [' · expires ', when(approval.expiresAt), ' (then rejected)'] : null),
-    h('h3', {}, 'Arguments'), json(approval.arguments),
+    h('h3', {}, 'Arguments'), Object.assign(json(approval.arguments), { id: `args-${approval.id}` }),
     session.canOperate ? [
       h('form', { class: 'inline', onsubmit: (e) => e.preventDefault() },
         h('label', { for: reasonId }, 'Reason', h('input', { id: reasonId })),
-        h('button', { type: 'button', class: 'primary', onclick: decide(() => ({ decision: 'APPROVE' })) }, 'Approve'),
-        h('button', { type: 'button', class: 'danger', onclick: decide(() => ({ decision: 'REJECT' })) }, 'Reject'),
-        modern ? h('button', { type: 'button', onclick: decide(() => ({ decision: 'APPROVE', scope: 'RUN' })) },
+        h('button', { type: 'button', class: 'primary', onclick: decide(() => ({ decision: 'APPROVE' }), 'Approved') }, 'Approve'),
+        h('button', { type: 'button', class: 'danger', onclick: decide(() => ({ decision: 'REJECT' }), 'Rejected') }, 'Reject'),
+        modern ? h('button', { type: 'button', onclick: decide(() => ({ decision: 'APPROVE', scope: 'RUN' }), 'Approved for this run') },
           'Approve for this run') : null),
       modern ? editAndRespond(approval, schema, decide) : null,
     ] : h('p', { class: 'muted' }, 'Viewers see approvals; an operator decides them.'),
@@ -149,12 +153,25 @@ function editAndRespond(approval, schema, decide) {
       schema ? h('details', {}, h('summary', {}, 'The tool\'s input schema'), json(schema))
         : h('p', { class: 'muted' }, 'The server checks the arguments against the tool\'s schema and decides them again by policy.'),
       h('button', { type: 'button', class: 'primary', onclick: decide(() => ({
-        decision: 'EDIT', arguments: parseJson(args.value, 'arguments', {}) })) }, 'Approve with these arguments')),
+        decision: 'EDIT', arguments: checkedArguments(args.value, schema) }), 'Approved with edited arguments') },
+        'Approve with these arguments')),
     h('details', { class: 'panel' }, h('summary', {}, 'Respond instead'),
       field('Response the model receives (JSON or text); the tool does not run', response, { class: 'wide' }),
-      h('button', { type: 'button', onclick: decide(() => ({ decision: 'RESPOND', response: asJsonOrText(response.value) })) },
+      h('button', { type: 'button', onclick: decide(() => ({ decision: 'RESPOND', response: asJsonOrText(response.value) }), 'Responded') },
         'Send response')),
   ];
+}
+
+/** The edited arguments, refused here (code INVALID_ARGUMENTS, each problem with its path)
+ * when they do not fit the tool's schema: nothing is sent. */
+function checkedArguments(text, schema) {
+  const args = parseJson(text, 'arguments', {});
+  const problems = schema ? schemaProblems(schema, args) : [];
+  if (problems.length) {
+    throw Object.assign(new Error(`The arguments do not fit the tool's schema: ${problems.join('; ')}`),
+      { code: 'INVALID_ARGUMENTS', field: 'arguments' });
+  }
+  return args;
 }
 
 function asJsonOrText(text) {

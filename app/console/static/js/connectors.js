@@ -4,7 +4,7 @@
 // agent's page shows the MCP tools its patterns offer.
 
 import { gql, session } from './api.js';
-import { act, errorSlot, field, fill, h, json, parseJson, status, table, when } from './dom.js';
+import { act, errorSlot, field, fill, h, json, parseJson, settled, status, table, when } from './dom.js';
 
 const SERVERS = `
 query Servers {
@@ -14,10 +14,10 @@ query Servers {
   } } }
 }`;
 
-const CREATE = `mutation CreateServer($input: CreateMcpServerInput!) { createMcpServer(input: $input) { id } }`;
+const CREATE = `mutation CreateServer($input: CreateMcpServerInput!) { createMcpServer(input: $input) { id name } }`;
 const UPDATE = `mutation UpdateServer($id: ID!, $input: UpdateMcpServerInput!) { updateMcpServer(id: $id, input: $input) { id } }`;
 const SYNC = 'mutation Sync($id: ID!) { syncMcpServer(id: $id) { id lastError } }';
-const DELETE = 'mutation DeleteServer($id: ID!) { deleteMcpServer(id: $id) }';
+const DELETE = 'mutation DeleteServer($id: ID!) { removeMcpServer(id: $id) { deletedId } }';
 
 export const loadServers = async () => (await gql(SERVERS)).mcpServers.edges.map((e) => e.node);
 
@@ -52,8 +52,8 @@ export async function connectorsPage(main) {
 
 function serverCard(server, reload) {
   const slot = errorSlot();
-  const run = (mutation, variables) => async (event) => {
-    if (await act(event.currentTarget, slot, () => gql(mutation, variables))) reload();
+  const run = (mutation, variables, said) => async (event) => {
+    if (await act(event.currentTarget, slot, () => gql(mutation, variables))) await settled(reload, said);
   };
   return h('article', { class: 'card', 'data-server': server.name, 'aria-labelledby': `mcp-${server.id}` },
     h('h2', { id: `mcp-${server.id}` }, server.name, ' ', status(server.enabled ? 'ENABLED' : 'DISABLED')),
@@ -67,10 +67,11 @@ function serverCard(server, reload) {
       h('td', {}, h('code', {}, t.name)), h('td', {}, t.risk),
       h('td', {}, t.description ?? '', h('details', {}, h('summary', {}, 'Input schema'), json(t.inputSchema)))))) : null,
     session.isAdmin ? h('div', { class: 'inline', role: 'group', 'aria-label': `Manage ${server.name}` },
-      h('button', { type: 'button', onclick: run(SYNC, { id: server.id }) }, `Sync ${server.name}`),
-      h('button', { type: 'button', onclick: run(UPDATE, { id: server.id, input: { enabled: !server.enabled } }) },
+      h('button', { type: 'button', onclick: run(SYNC, { id: server.id }, `${server.name} synced.`) }, `Sync ${server.name}`),
+      h('button', { type: 'button', onclick: run(UPDATE, { id: server.id, input: { enabled: !server.enabled } },
+        `${server.name} ${server.enabled ? 'disabled' : 'enabled'}.`) },
         server.enabled ? `Disable ${server.name}` : `Enable ${server.name}`),
-      h('button', { type: 'button', class: 'danger', onclick: run(DELETE, { id: server.id }) }, `Remove ${server.name}`))
+      h('button', { type: 'button', class: 'danger', onclick: run(DELETE, { id: server.id }, `${server.name} removed.`) }, `Remove ${server.name}`))
       : null,
     session.isAdmin ? riskForm(server, reload) : null,
     slot.el);
@@ -85,7 +86,7 @@ function riskForm(server, reload) {
       event.preventDefault();
       const done = await act(event.submitter, slot, () =>
         gql(UPDATE, { id: server.id, input: { toolRisk: parseJson(text.value, 'toolRisk', {}) } }));
-      if (done) reload();
+      if (done) await settled(reload, `Risk overrides of ${server.name} saved.`);
     } },
     field('Tool → risk class (JSON)', text, { class: 'wide' }),
     h('button', { type: 'submit' }, 'Save overrides'), slot.el));
@@ -106,7 +107,7 @@ function createForm(reload) {
       command: command.value.trim() ? command.value.trim().split(/\s+/) : null,
       headers: parseJson(headers.value, 'headers'), toolRisk: parseJson(toolRisk.value, 'toolRisk'),
     } }));
-    if (done) reload();
+    if (done) await settled(reload, `${done.createMcpServer.name} registered.`);
   } },
   h('h2', {}, 'Register an MCP server'),
   h('div', { class: 'grid' }, field('Name', name), field('Transport', transport), field('URL (streamable HTTP)', url),

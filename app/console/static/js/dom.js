@@ -64,7 +64,8 @@ export function facts(pairs) {
  * Returns {el, show(error), clear()}; role=alert so screen readers hear it.
  */
 export function errorSlot() {
-  const el = h('p', { class: 'error', role: 'alert', hidden: true });
+  // tabindex -1: act() moves the focus here, so a keyboard user is where the problem is said.
+  const el = h('p', { class: 'error', role: 'alert', hidden: true, tabindex: -1 });
   return {
     el,
     show(error) {
@@ -75,7 +76,8 @@ export function errorSlot() {
   };
 }
 
-/** Run `action` for a control: disables it meanwhile, shows a failure in `slot`. */
+/** Run `action` for a control: disables it meanwhile, shows a failure in `slot` and moves
+ * the focus to it. */
 export async function act(button, slot, action) {
   slot.clear();
   button.disabled = true;
@@ -83,10 +85,32 @@ export async function act(button, slot, action) {
     return await action();
   } catch (error) {
     slot.show(error);
+    button.disabled = false; // focusable again before the focus moves on
+    slot.el.focus();
     return undefined;
   } finally {
     button.disabled = false;
   }
+}
+
+/**
+ * After a mutation succeeded: draw the page again (`redraw` returns a promise), then say what
+ * happened in the page's result line, under its heading, and move the focus there. The control
+ * that was used is usually gone with the redraw; a keyboard user goes on from the result, not
+ * from the top of the document.
+ */
+export async function settled(redraw, text) {
+  await redraw?.();
+  const main = document.getElementById('main');
+  let line = document.getElementById('result');
+  if (!line || !main.contains(line)) {
+    line = h('p', { id: 'result', class: 'notice', role: 'status', tabindex: -1 });
+    const heading = main.querySelector('h1');
+    if (heading) heading.after(line);
+    else main.prepend(line);
+  }
+  fill(line, text);
+  line.focus();
 }
 
 /** A table from column titles and rows of cells; wide tables scroll in their own box. */

@@ -18,9 +18,9 @@ query Memories($agentId: ID!, $query: String, $tags: [String!], $after: String) 
   }
 }`;
 
-const CREATE = `mutation Create($agentId: ID!, $input: MemoryInput!) { createMemory(agentId: $agentId, input: $input) { id } }`;
-const UPDATE = `mutation Update($id: ID!, $input: MemoryPatch!) { updateMemory(id: $id, input: $input) { id } }`;
-const DELETE = 'mutation Delete($id: ID!) { deleteMemory(id: $id) }';
+const CREATE = `mutation Create($agentId: ID!, $input: CreateMemoryInput!) { createMemory(agentId: $agentId, memory: $input) { id } }`;
+const UPDATE = `mutation Update($id: ID!, $input: UpdateMemoryInput!) { updateMemory(id: $id, changes: $input) { id } }`;
+const DELETE = 'mutation Delete($id: ID!) { removeMemory(id: $id) { deletedId } }';
 
 const parseTags = (text) => text.split(',').map((t) => t.trim()).filter(Boolean);
 

@@ -3,14 +3,14 @@
 // timezone by the server; the console only shows what it computed.
 
 import { gql, session } from './api.js';
-import { act, errorSlot, field, fill, h, json, parseJson, runLink, table, when } from './dom.js';
+import { act, errorSlot, field, fill, h, json, parseJson, runLink, settled, table, when } from './dom.js';
 
 export const SCHEDULE_FIELDS = `id cron timezone enabled overlapPolicy nextFireAt lastFiredAt lastSkipReason input
   nextFireTimes(count: 3)
   firings(first: 5) { edges { node { id fireAt outcome reason missed run { id status } } } }`;
 
-const CREATE = `mutation CreateSchedule($agentId: ID!, $input: ScheduleInput!) { createSchedule(agentId: $agentId, input: $input) { id } }`;
-const UPDATE = `mutation UpdateSchedule($id: ID!, $input: SchedulePatch!) { updateSchedule(id: $id, input: $input) { id } }`;
+const CREATE = `mutation CreateSchedule($agentId: ID!, $input: CreateScheduleInput!) { createSchedule(agentId: $agentId, schedule: $input) { id } }`;
+const UPDATE = `mutation UpdateSchedule($id: ID!, $input: UpdateScheduleInput!) { updateSchedule(id: $id, changes: $input) { id } }`;
 
 export function schedulesSection(agent, changed) {
   const rows = agent.schedules.map((s) => scheduleRow(s, changed));
@@ -25,7 +25,9 @@ export function schedulesSection(agent, changed) {
 function scheduleRow(s, changed) {
   const slot = errorSlot();
   const toggle = session.canOperate ? h('button', { type: 'button', onclick: async (event) => {
-    if (await act(event.currentTarget, slot, () => gql(UPDATE, { id: s.id, input: { enabled: !s.enabled } }))) changed();
+    if (await act(event.currentTarget, slot, () => gql(UPDATE, { id: s.id, input: { enabled: !s.enabled } }))) {
+      await settled(changed, `Schedule ${s.cron} ${s.enabled ? 'paused' : 'resumed'}.`);
+    }
   } }, s.enabled ? `Pause schedule ${s.cron}` : `Resume schedule ${s.cron}`) : null;
   const edit = session.canOperate ? h('details', {}, h('summary', {}, 'Edit'),
     scheduleForm(`edit-${s.id}`, `Edit schedule ${s.cron}`, s, (input) => gql(UPDATE, { id: s.id, input }), changed)) : null;
@@ -55,7 +57,7 @@ function scheduleForm(prefix, label, current, send, changed) {
       cron: cron.value.trim(), timezone: timezone.value.trim() || 'UTC', overlapPolicy: overlap.value,
       input: parseJson(input.value, 'input'),
     }));
-    if (done) changed();
+    if (done) await settled(changed, `Schedule ${cron.value.trim()} ${current.id ? 'saved' : 'added'}.`);
   } },
   field('Cron', cron), field('Timezone', timezone), field('Overlap', overlap), field('Input (JSON)', input),
   h('button', { type: 'submit', class: 'primary' }, current.id ? 'Save schedule' : 'Add schedule'),

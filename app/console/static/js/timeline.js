@@ -1,5 +1,7 @@
 // The run page's account of where the time and the budget went: the steps on a time axis
-// with the waits (queue, approval, child) drawn as their own bars, usage of the run and of
+// with the waits (queue, approval, child) drawn as their own bars, each model turn beside the
+// calls it asked for (RunStep.modelAskedAt/modelAnsweredAt and the turn's tokens, on the
+// turn's first step; the worker's clock, as the steps' times are), usage of the run and of
 // its subtree, each budget limit with who imposed it, and the model's output as it streams.
 
 import { subscribe } from './api.js';
@@ -8,7 +10,8 @@ import { duration, fill, h, table } from './dom.js';
 export const TIMELINE_FIELDS = `
   usage { ...U } treeUsage { ...U }
   budget { name limit used remaining imposedBy }
-  steps { startedAt finishedAt approval { requestedAt decidedAt } childRun { createdAt finishedAt } }`;
+  steps { startedAt finishedAt modelAskedAt modelAnsweredAt usage { inputTokens outputTokens }
+    approval { requestedAt decidedAt } childRun { createdAt finishedAt } }`;
 export const USAGE_FRAGMENT = `fragment U on Usage {
   inputTokens outputTokens cacheReadTokens cacheWriteTokens costUsd toolCalls children turns runs wallS }`;
 
@@ -21,6 +24,10 @@ export function spans(run) {
   out.push(['queue', 'waiting in the queue', ms(run.createdAt), started]);
   for (const step of run.steps) {
     const what = step.tool ?? 'final answer';
+    if (step.modelAskedAt) {
+      const tokens = step.usage ? `, ${step.usage.inputTokens} in / ${step.usage.outputTokens} out tokens` : '';
+      out.push(['model', `turn ${step.turn + 1}: the model${tokens}`, ms(step.modelAskedAt), ms(step.modelAnsweredAt)]);
+    }
     if (step.childRun) {
       out.push(['child', `step ${step.seq}: waiting for the child run (${what})`, ms(step.childRun.createdAt), ms(step.childRun.finishedAt)]);
     } else if (step.approval) {

@@ -2,7 +2,7 @@
 // revoke, and see when each was last used.
 
 import { gql, session } from './api.js';
-import { act, errorSlot, field, fill, h, status, table, when } from './dom.js';
+import { act, errorSlot, field, fill, h, settled, status, table, when } from './dom.js';
 
 const TOKENS = `
 query Tokens { apiTokens(first: 100) { edges { node { id name role createdAt expiresAt lastUsedAt revokedAt } } } }`;
@@ -36,7 +36,7 @@ function tokenRow(token, reload) {
     h('td', { class: 'last-used' }, token.lastUsedAt ? when(token.lastUsedAt) : 'never'),
     h('td', {}, token.revokedAt ? [status('REVOKED'), ' ', when(token.revokedAt)] : status('ACTIVE')),
     h('td', {}, token.revokedAt ? null : h('button', { type: 'button', class: 'danger', onclick: async (event) => {
-      if (await act(event.currentTarget, slot, () => gql(REVOKE, { id: token.id }))) reload();
+      if (await act(event.currentTarget, slot, () => gql(REVOKE, { id: token.id }))) await settled(reload, `Token ${token.name} revoked.`);
     } }, `Revoke ${token.name}`), slot.el));
 }
 
