@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -134,18 +135,24 @@ def dev_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     stop_embedded_redis(Settings(home=home))  # it daemonizes, so it outlives `enverif dev`
 
 
-@pytest.fixture(scope="module")
-def demo_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
-    """One ``enverif dev`` for the demo agents' tests: each runs its own agent, in runs of its
-    own, so they share a stack (a start costs seconds of CPU); it must stop cleanly after them."""
-    home = tmp_path_factory.mktemp("dev")
+@contextmanager
+def running_stack(home: Path) -> Iterator[DevStack]:
+    """``enverif dev`` on ``home`` for the block; it must stop cleanly on SIGTERM after it."""
     stack = DevStack(home).start()
     try:
         yield stack
         assert stack.stop(signal.SIGTERM) == 0, stack.output()
     finally:
         stack.kill()
-        stop_embedded_redis(Settings(home=home))
+        stop_embedded_redis(Settings(home=home))  # it daemonizes, so it outlives `enverif dev`
+
+
+@pytest.fixture(scope="module")
+def demo_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
+    """One ``enverif dev`` for the demo agents' tests: each runs its own agent, in runs of its
+    own, so they share a stack (a start costs seconds of CPU)."""
+    with running_stack(tmp_path_factory.mktemp("dev")) as stack:
+        yield stack
     assert "Traceback" not in stack.output(), stack.output()
 
 
