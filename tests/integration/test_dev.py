@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,27 @@ def dev_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     stop_embedded_redis(Settings(home=home))  # it daemonizes, so it outlives `enverif dev`
 
 
+@contextmanager
+def running_stack(home: Path) -> Iterator[DevStack]:
+    """``enverif dev`` on ``home`` for the block; it must stop cleanly on SIGTERM after it."""
+    stack = DevStack(home).start()
+    try:
+        yield stack
+        assert stack.stop(signal.SIGTERM) == 0, stack.output()
+    finally:
+        stack.kill()
+        stop_embedded_redis(Settings(home=home))  # it daemonizes, so it outlives `enverif dev`
+
+
+@pytest.fixture(scope="module")
+def demo_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
+    """One ``enverif dev`` for the demo agents' tests: each runs its own agent, in runs of its
+    own, so they share a stack (a start costs seconds of CPU)."""
+    with running_stack(tmp_path_factory.mktemp("dev")) as stack:
+        yield stack
+    assert "Traceback" not in stack.output(), stack.output()
+
+
 def test_dev_serves_the_demo_workspace_and_stops_cleanly(dev_home: Path) -> None:
     stack = DevStack(dev_home).start()
     try:
@@ -176,76 +198,71 @@ def test_dev_serves_the_demo_workspace_and_stops_cleanly(dev_home: Path) -> None
     assert "Traceback" not in again.output(), again.output()
 
 
-def test_dev_researcher_demo_waits_for_approval_then_succeeds(dev_home: Path) -> None:
-    stack = DevStack(dev_home).start()
-    try:
-        agents = stack.agent_ids()
-        run_id = stack.gql(START_RUN, {"agent": agents["researcher"]})["startRun"]["id"]
+def test_dev_researcher_demo_waits_for_approval_then_succeeds(demo_stack: DevStack) -> None:
+    stack = demo_stack
+    # The stack is shared: what other demos posted (the delegation demo's enricher) came before.
+    before = len(httpx.get(f"{stack.url}/dev/webhook", timeout=5).json()["deliveries"])
+    agents = stack.agent_ids()
+    run_id = stack.gql(START_RUN, {"agent": agents["researcher"]})["startRun"]["id"]
 
-        waiting = stack.wait_run(run_id, "WAITING_APPROVAL", "FAILED", "SUCCEEDED")
-        assert waiting["status"] == "WAITING_APPROVAL", waiting
-        assert [(s["tool"], s["status"]) for s in waiting["steps"]] == [
-            ("http.get", "SUCCEEDED"),
-            ("webhook.post", "WAITING_APPROVAL"),
-        ]
-        pending = [
-            e["node"] for e in stack.gql(PENDING)["approvals"]["edges"] if e["node"]["run"]["id"] == run_id
-        ]
-        assert [p["tool"] for p in pending] == ["webhook.post"]
+    waiting = stack.wait_run(run_id, "WAITING_APPROVAL", "FAILED", "SUCCEEDED")
+    assert waiting["status"] == "WAITING_APPROVAL", waiting
+    assert [(s["tool"], s["status"]) for s in waiting["steps"]] == [
+        ("http.get", "SUCCEEDED"),
+        ("webhook.post", "WAITING_APPROVAL"),
+    ]
+    pending = [
+        e["node"] for e in stack.gql(PENDING)["approvals"]["edges"] if e["node"]["run"]["id"] == run_id
+    ]
+    assert [p["tool"] for p in pending] == ["webhook.post"]
 
-        assert stack.gql(DECIDE, {"id": pending[0]["id"]})["decideApproval"]["status"] == "APPROVED"
-        done = stack.wait_run(run_id, "SUCCEEDED", "FAILED")
-        assert done["status"] == "SUCCEEDED", done
-        # A template that is one expression keeps its type (scripted provider): the statuses are ints.
-        assert done["result"] == {"fetched": 200, "posted": 200}
+    assert stack.gql(DECIDE, {"id": pending[0]["id"]})["decideApproval"]["status"] == "APPROVED"
+    done = stack.wait_run(run_id, "SUCCEEDED", "FAILED")
+    assert done["status"] == "SUCCEEDED", done
+    # A template that is one expression keeps its type (scripted provider): the statuses are ints.
+    assert done["result"] == {"fetched": 200, "posted": 200}
 
-        deliveries = httpx.get(f"{stack.url}/dev/webhook", timeout=5).json()["deliveries"]
-        assert len(deliveries) == 1
-        assert deliveries[0]["payload"]["summary"].startswith("Enverif demo page")
-        assert deliveries[0]["idempotencyKey"]
-        assert stack.stop(signal.SIGTERM) == 0, stack.output()
-    finally:
-        stack.kill()
+    deliveries = httpx.get(f"{stack.url}/dev/webhook", timeout=5).json()["deliveries"][before:]
+    assert len(deliveries) == 1
+    assert deliveries[0]["payload"]["summary"].startswith("Enverif demo page")
+    assert deliveries[0]["idempotencyKey"]
 
 
 CRM = """{ mcpServers(first: 5) { edges { node { id name url enabled lastError tools { name risk } } } } }"""
 SYNC_CRM = "mutation($id: ID!) { syncMcpServer(id: $id) { lastError tools { name } } }"
 
 
-def test_dev_prospector_creates_its_leads_in_the_demo_crm_over_mcp_after_approval(dev_home: Path) -> None:
-    stack = DevStack(dev_home).start()
-    try:
-        [crm] = [e["node"] for e in stack.gql(CRM)["mcpServers"]["edges"]]
-        assert (crm["name"], crm["url"], crm["enabled"], crm["lastError"]) == (
-            "crm", f"{stack.url}/dev/crm/mcp", True, None,
-        )  # fmt: skip
-        assert {t["name"]: t["risk"] for t in crm["tools"]} == {
-            "mcp.crm.search_companies": "READ",
-            "mcp.crm.create_lead": "EXTERNAL_WRITE",
-            "mcp.crm.send_email": "EXTERNAL_WRITE",
-        }
-        # The stack's own MCP server answers over the network, as any registered one.
-        synced = stack.gql(SYNC_CRM, {"id": crm["id"]})["syncMcpServer"]
-        assert synced["lastError"] is None and len(synced["tools"]) == 3
+def test_dev_prospector_creates_its_leads_in_the_demo_crm_over_mcp_after_approval(
+    demo_stack: DevStack,
+) -> None:
+    stack = demo_stack
+    [crm] = [e["node"] for e in stack.gql(CRM)["mcpServers"]["edges"]]
+    assert (crm["name"], crm["url"], crm["enabled"], crm["lastError"]) == (
+        "crm", f"{stack.url}/dev/crm/mcp", True, None,
+    )  # fmt: skip
+    assert {t["name"]: t["risk"] for t in crm["tools"]} == {
+        "mcp.crm.search_companies": "READ",
+        "mcp.crm.create_lead": "EXTERNAL_WRITE",
+        "mcp.crm.send_email": "EXTERNAL_WRITE",
+    }
+    # The stack's own MCP server answers over the network, as any registered one.
+    synced = stack.gql(SYNC_CRM, {"id": crm["id"]})["syncMcpServer"]
+    assert synced["lastError"] is None and len(synced["tools"]) == 3
 
-        run_id = stack.gql(START_RUN, {"agent": stack.agent_ids()["prospector"]})["startRun"]["id"]
-        waiting = stack.wait_run(run_id, "WAITING_APPROVAL", "FAILED", "SUCCEEDED")
-        assert waiting["status"] == "WAITING_APPROVAL", waiting
-        assert waiting["steps"][-1]["tool"] == "mcp.crm.create_lead"
-        assert httpx.get(f"{stack.url}/dev/crm/leads", timeout=5).json()["leads"] == []  # held
-        [pending] = [
-            e["node"] for e in stack.gql(PENDING)["approvals"]["edges"] if e["node"]["run"]["id"] == run_id
-        ]
-        stack.gql(DECIDE, {"id": pending["id"]})
-        done = stack.wait_run(run_id, "SUCCEEDED", "FAILED")
-        assert done["status"] == "SUCCEEDED", done
-        held = httpx.get(f"{stack.url}/dev/crm/leads", timeout=5).json()
-        assert [lead["domain"] for lead in held["leads"]] == done["result"]["qualified"] != []
-        assert list(held["callsPerKey"].values()) == [1]
-        assert stack.stop(signal.SIGTERM) == 0, stack.output()
-    finally:
-        stack.kill()
-    assert "Traceback" not in stack.output(), stack.output()
+    run_id = stack.gql(START_RUN, {"agent": stack.agent_ids()["prospector"]})["startRun"]["id"]
+    waiting = stack.wait_run(run_id, "WAITING_APPROVAL", "FAILED", "SUCCEEDED")
+    assert waiting["status"] == "WAITING_APPROVAL", waiting
+    assert waiting["steps"][-1]["tool"] == "mcp.crm.create_lead"
+    assert httpx.get(f"{stack.url}/dev/crm/leads", timeout=5).json()["leads"] == []  # held
+    [pending] = [
+        e["node"] for e in stack.gql(PENDING)["approvals"]["edges"] if e["node"]["run"]["id"] == run_id
+    ]
+    stack.gql(DECIDE, {"id": pending["id"]})
+    done = stack.wait_run(run_id, "SUCCEEDED", "FAILED")
+    assert done["status"] == "SUCCEEDED", done
+    held = httpx.get(f"{stack.url}/dev/crm/leads", timeout=5).json()
+    assert [lead["domain"] for lead in held["leads"]] == done["result"]["qualified"] != []
+    assert list(held["callsPerKey"].values()) == [1]
 
 
 TREE = """
@@ -255,71 +272,63 @@ query($id: ID!) { run(id: $id) { status result
 """
 
 
-def test_dev_delegation_demo_shows_the_childs_approval_on_the_root(dev_home: Path) -> None:
-    stack = DevStack(dev_home).start()
-    try:
-        agents = stack.agent_ids()
-        run_id = stack.gql(
-            START_RUN, {"agent": agents["lead-researcher"], "input": {"company": "acme.example"}}
-        )["startRun"]["id"]
-        stack.wait_run(run_id, "WAITING_CHILD", "FAILED", "SUCCEEDED")
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while not (tree := stack.gql(TREE, {"id": run_id})["run"])["pendingApprovals"]:
-            assert time.monotonic() < deadline, tree
-            time.sleep(0.1)
-        [child] = tree["children"]
-        assert child["delegation"] == {"task": "Enrich acme.example"} and child["parent"]["id"] == run_id
-        [approval] = tree["pendingApprovals"]
-        assert approval["tool"] == "webhook.post" and approval["run"] == {"id": child["id"], "depth": 1}
-        stack.gql(DECIDE, {"id": approval["id"]})
-        done = stack.wait_run(run_id, "SUCCEEDED", "FAILED")
-        assert done["status"] == "SUCCEEDED", done
-        assert done["result"] == {
-            "outcome": "SUCCEEDED",
-            "enrichment": {"fetched": 200, "posted": 200},
-            "childRun": done["result"]["childRun"],
-        }
-        assert stack.stop(signal.SIGTERM) == 0, stack.output()
-    finally:
-        stack.kill()
+def test_dev_delegation_demo_shows_the_childs_approval_on_the_root(demo_stack: DevStack) -> None:
+    stack = demo_stack
+    agents = stack.agent_ids()
+    run_id = stack.gql(START_RUN, {"agent": agents["lead-researcher"], "input": {"company": "acme.example"}})[
+        "startRun"
+    ]["id"]
+    stack.wait_run(run_id, "WAITING_CHILD", "FAILED", "SUCCEEDED")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not (tree := stack.gql(TREE, {"id": run_id})["run"])["pendingApprovals"]:
+        assert time.monotonic() < deadline, tree
+        time.sleep(0.1)
+    [child] = tree["children"]
+    assert child["delegation"] == {"task": "Enrich acme.example"} and child["parent"]["id"] == run_id
+    [approval] = tree["pendingApprovals"]
+    assert approval["tool"] == "webhook.post" and approval["run"] == {"id": child["id"], "depth": 1}
+    stack.gql(DECIDE, {"id": approval["id"]})
+    done = stack.wait_run(run_id, "SUCCEEDED", "FAILED")
+    assert done["status"] == "SUCCEEDED", done
+    assert done["result"] == {
+        "outcome": "SUCCEEDED",
+        "enrichment": {"fetched": 200, "posted": 200},
+        "childRun": done["result"]["childRun"],
+    }
 
 
-def test_dev_scout_demo_remembers_between_runs(dev_home: Path) -> None:
-    stack = DevStack(dev_home).start()
-    try:
-        agents = stack.agent_ids()
-        first_id = stack.gql(START_RUN, {"agent": agents["scout"], "input": {"topic": "customer"}})[
-            "startRun"
-        ]["id"]
-        first = stack.wait_run(first_id, "SUCCEEDED", "FAILED")
-        assert first["status"] == "SUCCEEDED", first
-        # The seeded memory was injected and found; the run's decision was remembered.
-        assert first["result"] == {
-            "injected": ["icp"],
-            "found": ["icp"],
-            "remembered": {"key": "latest-decision", "created": True},
-        }
-        second_id = stack.gql(
-            START_RUN,
-            {
-                "agent": agents["scout"],
-                "input": {"topic": "fintech", "decision": "Pause outreach in December"},
-            },
-        )["startRun"]["id"]
-        second = stack.wait_run(second_id, "SUCCEEDED", "FAILED")
-        assert sorted(second["result"]["injected"]) == ["icp", "latest-decision"]
-        assert second["result"]["found"] == ["latest-decision"]
-        assert second["result"]["remembered"] == {"key": "latest-decision", "created": False}
-        memories = stack.gql(
-            'query($a: ID!) { memories(agentId: $a, query: "december") { edges { node { key value } } } }',
-            {"a": agents["scout"]},
-        )["memories"]["edges"]
-        assert [e["node"] for e in memories] == [
-            {"key": "latest-decision", "value": "Pause outreach in December"}
-        ]
-        assert stack.stop(signal.SIGTERM) == 0, stack.output()
-    finally:
-        stack.kill()
+def test_dev_scout_demo_remembers_between_runs(demo_stack: DevStack) -> None:
+    stack = demo_stack
+    agents = stack.agent_ids()
+    first_id = stack.gql(START_RUN, {"agent": agents["scout"], "input": {"topic": "customer"}})["startRun"][
+        "id"
+    ]
+    first = stack.wait_run(first_id, "SUCCEEDED", "FAILED")
+    assert first["status"] == "SUCCEEDED", first
+    # The seeded memory was injected and found; the run's decision was remembered.
+    assert first["result"] == {
+        "injected": ["icp"],
+        "found": ["icp"],
+        "remembered": {"key": "latest-decision", "created": True},
+    }
+    second_id = stack.gql(
+        START_RUN,
+        {
+            "agent": agents["scout"],
+            "input": {"topic": "fintech", "decision": "Pause outreach in December"},
+        },
+    )["startRun"]["id"]
+    second = stack.wait_run(second_id, "SUCCEEDED", "FAILED")
+    assert sorted(second["result"]["injected"]) == ["icp", "latest-decision"]
+    assert second["result"]["found"] == ["latest-decision"]
+    assert second["result"]["remembered"] == {"key": "latest-decision", "created": False}
+    memories = stack.gql(
+        'query($a: ID!) { memories(agentId: $a, query: "december") { edges { node { key value } } } }',
+        {"a": agents["scout"]},
+    )["memories"]["edges"]
+    assert [e["node"] for e in memories] == [
+        {"key": "latest-decision", "value": "Pause outreach in December"}
+    ]
 
 
 def _alive(pid: int) -> bool:

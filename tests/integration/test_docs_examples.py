@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,10 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from app.dev.embedded import stop_embedded_redis
-from app.settings import Settings
 from tests.conftest import DB_KIND
-from tests.integration.test_dev import DevStack
+from tests.integration.test_dev import DevStack, running_stack
 from tests.support.js import beside_js_packages
 
 # enverif dev runs on the embedded SQLite whatever the leg, so once (in the SQLite leg) is enough.
@@ -38,14 +35,8 @@ RUN_TIMEOUT_S = 90
 @pytest.fixture
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
     # A short path: the embedded Redis listens on a unix socket in it (107-byte limit).
-    home = tmp_path_factory.mktemp("docs")
-    dev = DevStack(home).start()
-    try:
+    with running_stack(tmp_path_factory.mktemp("docs")) as dev:
         yield dev
-        assert dev.stop(signal.SIGTERM) == 0, dev.output()
-    finally:
-        dev.kill()
-        stop_embedded_redis(Settings(home=home))  # it daemonizes, so it outlives `enverif dev`
 
 
 def _environment(**extra: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ import re
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,11 @@ from app.graphql.ids import to_global_id
 from app.settings import Settings
 from tests.conftest import DB_KIND
 from tests.integration.test_delegation import agents, delegate, root_id_of
+from tests.support.cli import run_enverif
 from tests.support.graphql import pk
 from tests.support.proxy import TcpProxy
 from tests.support.runs import DECIDE, PENDING_APPROVALS, scripted_agent, start_run, wait_run
-from tests.support.workers import ENVERIF, spawn_worker, worker_env
+from tests.support.workers import ENVERIF, spawn_worker, stop_processes, worker_env
 
 TIMEOUT_S = 60
 
@@ -57,13 +58,16 @@ def spawn_api(
     return server, found.group(1)
 
 
-@pytest.fixture
-async def api(settings: Settings, processes: list[subprocess.Popen[bytes]]) -> AsyncIterator[str]:
-    """``enverif serve`` and ``enverif worker`` processes; yields the API's /graphql URL."""
+@pytest.fixture(scope="module")
+def api(settings: Settings) -> Iterator[str]:
+    """``enverif serve`` and ``enverif worker`` processes, shared by the module's tests that
+    leave them running (each watches runs of its own workspace); yields the API's /graphql URL."""
     server, url = spawn_api(settings)
-    processes.append(server)
-    processes.append(spawn_worker(settings))
-    yield url
+    started = [server, spawn_worker(settings)]
+    try:
+        yield url
+    finally:
+        stop_processes(started)
 
 
 def _watch_env(token: str | None, **env: str) -> dict[str, str]:
@@ -74,13 +78,8 @@ def _watch_env(token: str | None, **env: str) -> dict[str, str]:
 
 
 def watch(*args: str, token: str | None, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [ENVERIF, "runs", "watch", *args],
-        env=_watch_env(token, **env),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
+    return run_enverif(
+        "runs", "watch", *args, env=_watch_env(token, **env), cwd=Path.cwd(), timeout_s=TIMEOUT_S
     )
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.orm import Schedule, ScheduleFiring
 from app.domain.schedules import next_fire_at
 from app.settings import Settings
+from tests.support.cli import run_enverif
 from tests.support.graphql import pk
 from tests.support.workers import ENVERIF, worker_env
 
@@ -71,15 +72,13 @@ async def tick_cli(settings: Settings) -> dict[str, Any]:
 
 
 async def tick_many(settings: Settings, n: int) -> list[dict[str, Any]]:
-    """``n`` tick processes started together; each one's JSON report."""
+    """``n`` tick processes started together (from the CLI fork server); each one's JSON report."""
     argv, env = tick_command(settings)
-    procs = [
-        await asyncio.create_subprocess_exec(*argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for _ in range(n)
-    ]
+    procs = await asyncio.gather(
+        *(asyncio.to_thread(run_enverif, *argv[1:], env=env, cwd=Path.cwd(), timeout_s=90) for _ in range(n))
+    )
     reports = []
     for proc in procs:
-        out, err = await asyncio.wait_for(proc.communicate(), 90)
-        assert proc.returncode == 0, err.decode(errors="replace")
-        reports.append(json.loads(out))
+        assert proc.returncode == 0, proc.stderr
+        reports.append(json.loads(proc.stdout))
     return reports

@@ -69,12 +69,17 @@ async def processes() -> AsyncIterator[list[subprocess.Popen[bytes]]]:
     """Processes a test starts; stopped (SIGTERM, then SIGKILL) when it ends."""
     procs: list[subprocess.Popen[bytes]] = []
     yield procs
+    await asyncio.to_thread(stop_processes, procs)
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each process still running, then SIGKILL to any that is not gone in 15 s."""
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
     for p in procs:
         try:
-            await asyncio.to_thread(p.wait, 15)
+            p.wait(15)
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
