@@ -94,6 +94,9 @@ async def test_an_admin_creates_edits_pauses_and_schedules_an_agent_and_previews
     await page.get_by_role("button", name="Pause agent").focus()
     await page.keyboard.press("Enter")
     await expect(page.get_by_role("heading", level=1)).to_contain_text("PAUSED")
+    # The page has settled (its result line says so, and has the focus) before the next click.
+    await expect(page.locator("#result")).to_contain_text("is PAUSED now")
+    await expect(page.locator("#result")).to_be_focused()
     await page.get_by_role("button", name="Resume agent").click()
     await expect(page.get_by_role("heading", level=1)).to_contain_text("ACTIVE")
 

@@ -54,19 +54,14 @@ class Released:
 async def release_held(session: AsyncSession, *, workspace_id: int, agent_id: int | None = None) -> Released:
     # Locked in id order, so two releases never wait on each other in a cycle; a claim that
     # is holding one of these runs right now commits first, and its run is released too.
-    stmt = (
-        select(Run.id, Run.wake_count, Run.root_run_id)
-        .where(
-            Run.workspace_id == workspace_id,
-            Run.status == RunStatus.QUEUED.value,
-            Run.held_reason.is_not(None),
-        )
-        .order_by(Run.id)
-        .with_for_update()
+    stmt = select(Run.id, Run.wake_count, Run.root_run_id).where(
+        Run.workspace_id == workspace_id,
+        Run.status == RunStatus.QUEUED.value,
+        Run.held_reason.is_not(None),
     )
     if agent_id is not None:
         stmt = stmt.where(Run.agent_id == agent_id)
-    rows = list(await session.execute(stmt))
+    rows = await _locked(session, stmt)
     if rows:
         await session.execute(
             update(Run)
@@ -112,8 +107,7 @@ async def release_quota(rt: Runtime, *, agent_ids: Collection[int] | None = None
 async def _release_quota(
     session: AsyncSession, workspace_limit: int, agent_ids: Collection[int] | None
 ) -> Released:
-    stmt = _held_stmt(agent_ids).order_by(Run.id).limit(QUOTA_RELEASE_BATCH).with_for_update()
-    rows = list(await session.execute(stmt))
+    rows = await _locked(session, _held_stmt(agent_ids).order_by(Run.id).limit(QUOTA_RELEASE_BATCH))
     if not rows:
         return Released()
     running = Run.status == RunStatus.RUNNING.value
@@ -128,6 +122,29 @@ async def _release_quota(
         update(Run).where(Run.id.in_(sorted(ids))).values(held_reason=None, wake_count=Run.wake_count + 1)
     )
     return Released([WakeUp(r.id, r.wake_count + 1, r.root_run_id or r.id) for r in rows if r.id in ids])
+
+
+async def _locked(session: AsyncSession, stmt: Select[*tuple[Any, ...]]) -> list[Any]:
+    """The rows ``stmt`` finds that still match once locked, locked by primary key in id order.
+
+    On MariaDB a locking read takes a lock on every index entry it scans, and the held runs
+    are found through an index on the status: ``SELECT ... FOR UPDATE`` with these filters
+    locked every queued run of the deployment (and the gaps between them), so claims of
+    other runs deadlocked with it. A plain read finds the candidates; only they are locked,
+    by id (docs/architecture.md#lock-order), and read again under the lock."""
+    ids = list(await session.scalars(stmt.with_only_columns(Run.id)))
+    if not ids:
+        return []
+    # Filtered again under the lock: a candidate released or claimed meanwhile is skipped.
+    locked = (
+        stmt.where(Run.id.in_(ids))
+        .order_by(None)
+        .order_by(Run.id)
+        .limit(None)
+        .with_for_update()
+        .with_hint(Run, "FORCE INDEX (PRIMARY)", "mysql")
+    )
+    return list(await session.execute(locked))
 
 
 def _held_stmt(agent_ids: Collection[int] | None) -> Select[Any]:
