@@ -89,11 +89,8 @@ class RunWrites:
                 }
                 await self._write_pending(tx, run, final=final)
                 # Every step is finished (we only ask the model then), so there is no open
-                # work: skip that query; nor, when none of its steps ever started one (a
-                # run's children are its delegation steps'), a child to end.
-                childless = not any(s.child_run_id is not None for s in state.steps)
-                await tx.set_run_status(run, RunStatus.SUCCEEDED, result=plan.value, quiet=True,
-                                        childless=childless)  # fmt: skip
+                # work and no live child to end: skip those queries.
+                await tx.set_run_status(run, RunStatus.SUCCEEDED, result=plan.value, quiet=True)
                 return True
             await self._write_pending(tx, run)
             # Tokens, cost or wall time of the run's chain spent (this turn's usage is charged

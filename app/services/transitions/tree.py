@@ -177,24 +177,21 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
         error: str | None = None,
         reason: str | None = None,
         quiet: bool = False,
-        childless: bool = False,
         error_code: str | None = None,
     ) -> None:
         """Move a (locked) run to ``to``, with everything that goes with it.
 
         Terminal: the run's live descendants end first (CANCELLED, the reason naming this
         end), then its open steps are cancelled and pending approvals closed (``quiet``: the
-        caller knows no step is open — the worker finishing after its last step;
-        ``childless``: the caller knows the run never started a child, so there is none to
-        end); a child's outcome is handed to its parent's delegation step. QUEUED: a fresh wake-up is
+        caller knows no step is open — the worker finishing after its last step); a child's
+        outcome is handed to its parent's delegation step. QUEUED: a fresh wake-up is
         enqueued.
         """
         current = RunStatus(run.status)
         check_run_transition(current, to)
         if to in TERMINAL_RUN:
             self._ending.add(run.id)
-            if not childless:
-                await self._end_children(run, to, reason if to is RunStatus.CANCELLED else None)
+            await self._end_children(run, to, reason if to is RunStatus.CANCELLED else None)
         run.status = to.value
         run.updated_at = self.now
         payload: dict[str, Any] = {"from": current.value, "to": to.value}
