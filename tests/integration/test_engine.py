@@ -298,9 +298,9 @@ async def test_finishing_never_cancels_its_own_after_commit_work(
     real = outbox.send
     succeeded_published = asyncio.Event()
 
-    async def slow_send(rt: Any, messages: list[str], wakeups: list[outbox.WakeUp]) -> None:
+    async def slow_send(rt: Any, messages: list[str], wakeups: list[outbox.WakeUp], **kwargs: Any) -> None:
         await asyncio.sleep(1.0)  # longer than a renewal interval (lease 1.2 s / 3)
-        await real(rt, messages, wakeups)
+        await real(rt, messages, wakeups, **kwargs)
         if any('"status":"SUCCEEDED"' in m and "RUN_STATUS_CHANGED" in m for m in messages):
             succeeded_published.set()
 
