@@ -177,8 +177,10 @@ async def report(rt: Runtime) -> tuple[dict[str, Any], bool]:
 
 
 async def _ping_database(rt: Runtime) -> None:
-    async with rt.engine.connect() as conn:
-        await conn.execute(text("SELECT 1"))
+    # A read-only session: on SQLite a write transaction would queue behind the process's
+    # writers (docs/operating/sqlite.md), and a ping writes nothing.
+    async with rt.read_sessionmaker() as session:
+        await session.execute(text("SELECT 1"))
 
 
 async def _probe(name: str, check: Callable[[], Awaitable[Any]]) -> tuple[str, Any]:
