@@ -285,6 +285,9 @@ async def test_a_fire_time_whose_input_a_newer_schema_refuses_starts_no_run(
     while not (state := await get_schedule(gql, workspace.viewer, schedule["id"]))["firings"]:
         assert asyncio.get_running_loop().time() < deadline, "the worker did not tick"
         await asyncio.sleep(0.2)
+    # Read again: the poll's read of the schedule row may have begun before the firing's
+    # commit and its read of the firings after it.
+    state = await get_schedule(gql, workspace.viewer, schedule["id"])
     [firing] = state["firings"]
     assert (firing["outcome"], firing["run"]) == ("SKIPPED", None)
     assert firing["reason"].endswith("(version 2): input.name: 'Ada' is too short"), firing["reason"]
