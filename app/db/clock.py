@@ -32,8 +32,12 @@ def now_sql(dialect: str, *, plus_s: float = 0.0) -> ColumnElement[datetime]:
 async def db_now(session: AsyncSession) -> datetime:
     """The database's current UTC time, read in the session's transaction."""
     dialect = session.get_bind().dialect.name
-    value = await session.scalar(text(f"SELECT {now_sql(dialect)}"))
-    if isinstance(value, str):  # SQLite returns text
+    return as_utc(await session.scalar(text(f"SELECT {now_sql(dialect)}")))
+
+
+def as_utc(value: object) -> datetime:
+    """A value of ``now_sql`` as read back: SQLite returns it as text, MariaDB as a datetime."""
+    if isinstance(value, str):
         value = datetime.fromisoformat(value)
     assert isinstance(value, datetime)
     return value.replace(tzinfo=UTC)

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
-from app.db.clock import db_now
+from app.db.clock import as_utc, now_sql
 from app.db.orm import Run
 from app.domain.runs import RunStatus
 from app.keys import worker_heartbeat_key, workers_index
@@ -141,26 +141,35 @@ async def heartbeat_loop(
 
 
 async def oldest_queued_age_s(rt: Runtime) -> float | None:
-    """Seconds the oldest QUEUED run has waited, on the database's clock; None when none."""
+    """Seconds the oldest QUEUED run has waited, on the database's clock; None when none.
+
+    One statement in a read-only session, which is also ``/healthz``'s database ping: a probe
+    that waits for several round trips waits that many turns of a busy event loop (under a
+    flood of requests, each turn is long), and on SQLite a write transaction would queue
+    behind the process's writers (docs/operating/sqlite.md)."""
     async with rt.read_sessionmaker() as session:
-        oldest = await session.scalar(
-            select(func.min(Run.queued_at)).where(Run.status == RunStatus.QUEUED.value)
-        )
-        if oldest is None:
-            return None
-        now = await db_now(session)
+        dialect = session.get_bind().dialect.name
+        oldest, now_value = (
+            await session.execute(
+                select(func.min(Run.queued_at), now_sql(dialect)).where(Run.status == RunStatus.QUEUED.value)
+            )
+        ).one()
+    if oldest is None:
+        return None
+    now = as_utc(now_value)
     return max(0.0, (now - oldest.replace(tzinfo=now.tzinfo)).total_seconds())
 
 
 async def report(rt: Runtime) -> tuple[dict[str, Any], bool]:
     """What ``/healthz`` answers, and whether it is healthy: the database and Redis answer
-    and at least one worker is alive (without one, nothing queued will ever run)."""
+    and at least one worker is alive (without one, nothing queued will ever run). The three
+    probes run together; the database's is the queue's age."""
     database, redis, workers = await asyncio.gather(
-        _probe("database", lambda: _ping_database(rt)),
+        _probe("database", lambda: oldest_queued_age_s(rt)),
         _probe("redis", rt.redis.ping),
         _probe("workers", lambda: beating_workers(rt.redis, rt.settings.redis_prefix)),
     )
-    age = await _probe("queue", lambda: oldest_queued_age_s(rt)) if database[0] == "ok" else ("skipped", None)
+    age = database[1] if database[0] == "ok" else None
     beating: list[WorkerBeat] = workers[1] if workers[0] == "ok" and workers[1] is not None else []
     alive = sum(1 for w in beating if w.polling)
     healthy = database[0] == "ok" and redis[0] == "ok" and alive > 0
@@ -171,16 +180,9 @@ async def report(rt: Runtime) -> tuple[dict[str, Any], bool]:
         "workers": alive,
         # Processes alive but not polling (their poll loop failing or waiting for Redis).
         "workersNotPolling": len(beating) - alive,
-        "oldestQueuedAgeS": round(age[1], 3) if age[0] == "ok" and age[1] is not None else None,
+        "oldestQueuedAgeS": None if age is None else round(age, 3),
     }
     return body, healthy
-
-
-async def _ping_database(rt: Runtime) -> None:
-    # A read-only session: on SQLite a write transaction would queue behind the process's
-    # writers (docs/operating/sqlite.md), and a ping writes nothing.
-    async with rt.read_sessionmaker() as session:
-        await session.execute(text("SELECT 1"))
 
 
 async def _probe(name: str, check: Callable[[], Awaitable[Any]]) -> tuple[str, Any]:
