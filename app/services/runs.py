@@ -231,7 +231,10 @@ async def claim(
 
     async def claim_once() -> Claim | None:
         agent = pre.agent
-        async with tree_tx(rt, run_id, root_id=root_id) as tx:
+        # The parent is locked with the root and the run (one statement): the chain's budget
+        # check below locks every ancestor, and each statement under the root's lock is time
+        # the rest of the tree waits (docs/architecture.md#lock-order: ascending ids).
+        async with tree_tx(rt, run_id, root_id=root_id, parent_id=pre.parent_id) as tx:
             run = await tx.run(run_id)
             if run.status != RunStatus.QUEUED:
                 return None

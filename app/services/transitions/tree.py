@@ -300,8 +300,9 @@ async def tree_tx(
 ) -> AsyncIterator[TreeTx]:
     """One write transaction over the tree that ``run_id`` belongs to (callers that already
     know the root pass it: a run's root never changes). ``parent_id``: the run's parent, for
-    a transaction that ends a child run (its outcome goes to the parent's step): locked with
-    the root and the run, in the same statement.
+    a transaction that ends a child run (its outcome goes to the parent's step) or reads the
+    run's chain (a claim's or a turn's budget check): locked with the root and the run, in
+    the same statement.
 
     Commits on normal exit, then publishes the events and enqueues the wake-ups.
     """
