@@ -10,7 +10,7 @@
    every run of a tree serialises on its root row, so this is where that shows.
 
 One in-process worker; MariaDB by default (a fresh schema, dropped afterwards); Redis at
-127.0.0.1:6379. Medians of ``--repeat`` rounds.
+127.0.0.1:6379. Medians of ``--repeat`` rounds (each round's figures are printed too).
 """
 
 from __future__ import annotations
@@ -138,6 +138,13 @@ async def main() -> None:
             "wide_50_children_s": round(w51, 3),
             "wide_cost_vs_plain_runs": round(w51 / p51, 2),
             "target": "delegation_cost_vs_plain_run <= 1.5",
+            # Every round, in order: on a shared machine the medians alone hide the spread.
+            "rounds": {
+                "plain_31_runs_s": [round(t, 3) for t in plain31],
+                "tree_5x5_31_runs_s": [round(t, 3) for t in tree31],
+                "plain_51_runs_s": [round(t, 3) for t in plain51],
+                "wide_50_children_s": [round(t, 3) for t in wide51],
+            },
         }
         print(json.dumps(report, indent=2))
     finally:
