@@ -121,9 +121,7 @@ async def current_policies(session: AsyncSession, chain_snapshot: object) -> lis
         return []
     rows = {
         agent_id: (agent_name, policy)
-        for agent_id, agent_name, policy in await session.execute(
-            select(Agent.id, Agent.name, Agent.policy).where(Agent.id.in_(ids))
-        )
+        for agent_id, agent_name, policy in await session.execute(_POLICIES, {"b_ids": ids})
     }
     return _links([rows[i] for i in ids if i in rows])
 
@@ -184,6 +182,8 @@ async def read_pinned(session: AsyncSession, run: Run) -> AgentConfig | None:
     return None if found is None else pinned_config(found[1], name=found[0])
 
 
+# Built once: an IN over a list built per call is traversed for its cache key every time.
+_POLICIES = select(Agent.id, Agent.name, Agent.policy).where(Agent.id.in_(bindparam("b_ids", expanding=True)))
 _Running = aliased(Run)
 # Built once (compiled once, cached): the run's first-start check, what holds it, which
 # version of its agent it is pinned to (the configuration itself is cached: ``_pinned``),

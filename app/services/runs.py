@@ -31,6 +31,7 @@ from app.services import audit, memory_injection
 from app.services.auth import Principal
 from app.services.runtime import Runtime
 from app.services.transitions import NewRun, TreeTx, new_tree_tx, tree_tx
+from app.services.transitions.steps import STEPS
 from app.services.transitions.usage import check_budget
 
 MAX_INPUT_BYTES = 256_000
@@ -296,11 +297,7 @@ async def claim(
                 steps: list[RunStep] = []
             else:
                 memories = await memory_injection.injected(tx.session, run)
-                steps = list(
-                    await tx.session.scalars(
-                        select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
-                    )
-                )
+                steps = list(await tx.session.scalars(STEPS, {"b_run": run.id}))
             return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps,
                          current_policies=pre.current_policies)  # fmt: skip
         return None  # unreachable; keeps type checkers content about the context manager
