@@ -1,6 +1,6 @@
 """What a delegation costs, against plain runs measured in the same process.
 
-    .venv/bin/python bench/delegation.py [--repeat 3] [--server mysql+asyncmy://root@127.0.0.1:3306/test]
+    .venv/bin/python bench/delegation.py [--repeat 3] [--count] [--server mysql+asyncmy://root@127.0.0.1:3306/test]
 
 1. Plain: 31 one-turn runs (a final answer) started at once; time until all SUCCEEDED.
 2. Tree: a root delegating to 5 children in one turn, each delegating to 5 leaves (31 runs);
@@ -10,7 +10,9 @@
    every run of a tree serialises on its root row, so this is where that shows.
 
 One in-process worker; MariaDB by default (a fresh schema, dropped afterwards); Redis at
-127.0.0.1:6379. Medians of ``--repeat`` rounds.
+127.0.0.1:6379. Medians of ``--repeat`` rounds (each round's figures are printed too).
+``--count`` adds one more round of (1) and (2) counting statements and commits per run,
+which the machine's load does not move.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
 from app.db.orm import Agent
 from app.domain.actors import SYSTEM
 from app.domain.agents import Role
@@ -39,6 +44,29 @@ from app.services.runtime import open_runtime
 from app.settings import Settings
 from bench.support import create_database
 from workers.main import build_worker
+
+
+class Counted:
+    """Counts every statement and commit of every engine in the process (the worker's too)."""
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.commits = 0
+
+    def _statement(self, *args: Any) -> None:
+        self.statements += 1
+
+    def _commit(self, *args: Any) -> None:
+        self.commits += 1
+
+    def __enter__(self) -> Counted:
+        event.listen(Engine, "before_cursor_execute", self._statement)
+        event.listen(Engine, "commit", self._commit)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(Engine, "before_cursor_execute", self._statement)
+        event.remove(Engine, "commit", self._commit)
 
 
 async def make_agent(
@@ -95,6 +123,8 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--count", action="store_true",
+                        help="then one more round of each, counting statements and commits per run")  # fmt: skip
     parser.add_argument("--budget", type=json.loads, default=None,
                         help='every agent\'s budget, JSON (docs/concepts/budgets.md): {"maxTokens": 1000000}')  # fmt: skip
     args = parser.parse_args()
@@ -138,7 +168,22 @@ async def main() -> None:
             "wide_50_children_s": round(w51, 3),
             "wide_cost_vs_plain_runs": round(w51 / p51, 2),
             "target": "delegation_cost_vs_plain_run <= 1.5",
+            # Every round, in order: on a shared machine the medians alone hide the spread.
+            "rounds": {
+                "plain_31_runs_s": [round(t, 3) for t in plain31],
+                "tree_5x5_31_runs_s": [round(t, 3) for t in tree31],
+                "plain_51_runs_s": [round(t, 3) for t in plain51],
+                "wide_50_children_s": [round(t, 3) for t in wide51],
+            },
         }
+        if args.count:
+            # Load-independent: what a plain and a delegated run ask of the database.
+            for name, agent_ids, watch in (("plain", [leaf] * 31, 31), ("delegated", [root], 1)):
+                with Counted() as counted:
+                    await until_succeeded(rt, principal, agent_ids, watch)
+                    await asyncio.sleep(0.5)  # the last run's commit and what follows it
+                report[f"statements_per_{name}_run"] = round(counted.statements / 31, 2)
+                report[f"commits_per_{name}_run"] = round(counted.commits / 31, 2)
         print(json.dumps(report, indent=2))
     finally:
         worker_task.cancel()

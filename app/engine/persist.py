@@ -52,11 +52,12 @@ class RunWrites:
         self.registry = registry
         self.state = state
 
-    def _tx(self, *, ends_run: bool = False) -> AbstractAsyncContextManager[TreeTx]:
+    def _tx(self, *, with_parent: bool = False) -> AbstractAsyncContextManager[TreeTx]:
         """The run's fenced tree transaction. One that ends a child hands its outcome to the
-        parent's step, so the parent is locked up front with the root and the run."""
+        parent's step, and a turn's checks the chain's budgets: those lock the parent up front,
+        with the root and the run (one statement fewer under the root's lock)."""
         state = self.state
-        parent_id = state.run.parent_run_id if ends_run else None
+        parent_id = state.run.parent_run_id if with_parent else None
         return tree_tx(self.rt, state.run_id, root_id=state.root_id, parent_id=parent_id)
 
     # -- a model turn --------------------------------------------------------------------
@@ -78,7 +79,7 @@ class RunWrites:
     async def _apply_plan(self, plan: Calls | Finish) -> bool:
         state = self.state
         targets = await self._delegation_targets(plan) if isinstance(plan, Calls) else {}
-        async with self._tx(ends_run=isinstance(plan, Finish)) as tx:
+        async with self._tx(with_parent=True) as tx:
             run = await tx.fenced_run(state.run_id, state.attempt)
             if isinstance(plan, Finish):
                 final = {
@@ -341,7 +342,7 @@ class RunWrites:
             await self._fail_once(error, code)
 
     async def _fail_once(self, error: str, code: str | None) -> None:
-        async with self._tx(ends_run=True) as tx:
+        async with self._tx(with_parent=True) as tx:
             run = await tx.fenced_run(self.state.run_id, self.state.attempt)
             await self._write_pending(tx, run)
             await tx.set_run_status(run, RunStatus.FAILED, error=error, error_code=code)

@@ -64,6 +64,9 @@ class PreClaim:
     # How many of the run's workspace's runs are RUNNING, read now without a lock (quotas,
     # docs/concepts/budgets.md#quotas): the claim counts again under a lock near the quota.
     workspace_running: int = 0
+    # The run's parent (a run's parent never changes): the claim locks it with the root and
+    # the run, in one statement, for the budget check of the chain (``TreeTx.chain_ledgers``).
+    parent_id: int | None = None
 
 
 async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
@@ -83,6 +86,7 @@ async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
             version,
             has_memories,
             running,
+            parent_id,
         ) = found
         agent = await _pinned(rt, session, (version_id, agent_id, version), name=name)
         running = int(running or 0)
@@ -93,17 +97,21 @@ async def read_for_claim(rt: Runtime, run_id: int) -> PreClaim:
             policies = _links([(name, policy)])
         else:
             policies = await current_policies(session, chain)
-        # Compared in Python: a JSON column stores None as JSON null, which IS NULL misses.
-        if injected_ids is not None:
-            return PreClaim(agent, None, held, policies, workspace_running=running)
-        max_items, max_chars = agent.memory_max_items, agent.memory_max_chars
-        # Most agents have no memories: one statement decides it (an index probe), not three.
-        if held is not None or max_items <= 0 or max_chars <= 0 or not has_memories:
-            return PreClaim(agent, [], held, policies, workspace_running=running)
-        found_candidates = await _bounded_candidates(
-            session, agent_id=agent.id, max_items=max_items, max_chars=max_chars
+        # None: the run started before and its memories were chosen then. Compared in
+        # Python: a JSON column stores None as JSON null, which IS NULL misses.
+        found_candidates: list[MemoryCandidate] | None = None
+        if injected_ids is None:
+            max_items, max_chars = agent.memory_max_items, agent.memory_max_chars
+            # Most agents have no memories: one statement decides it (an index probe), not three.
+            if held is not None or max_items <= 0 or max_chars <= 0 or not has_memories:
+                found_candidates = []
+            else:
+                found_candidates = await _bounded_candidates(
+                    session, agent_id=agent.id, max_items=max_items, max_chars=max_chars
+                )
+        return PreClaim(
+            agent, found_candidates, held, policies, workspace_running=running, parent_id=parent_id
         )
-        return PreClaim(agent, found_candidates, held, policies, workspace_running=running)
 
 
 async def current_policies(session: AsyncSession, chain_snapshot: object) -> list[PolicyLink]:
@@ -113,9 +121,7 @@ async def current_policies(session: AsyncSession, chain_snapshot: object) -> lis
         return []
     rows = {
         agent_id: (agent_name, policy)
-        for agent_id, agent_name, policy in await session.execute(
-            select(Agent.id, Agent.name, Agent.policy).where(Agent.id.in_(ids))
-        )
+        for agent_id, agent_name, policy in await session.execute(_POLICIES, {"b_ids": ids})
     }
     return _links([rows[i] for i in ids if i in rows])
 
@@ -176,10 +182,13 @@ async def read_pinned(session: AsyncSession, run: Run) -> AgentConfig | None:
     return None if found is None else pinned_config(found[1], name=found[0])
 
 
+# Built once: an IN over a list built per call is traversed for its cache key every time.
+_POLICIES = select(Agent.id, Agent.name, Agent.policy).where(Agent.id.in_(bindparam("b_ids", expanding=True)))
 _Running = aliased(Run)
 # Built once (compiled once, cached): the run's first-start check, what holds it, which
 # version of its agent it is pinned to (the configuration itself is cached: ``_pinned``),
-# whether the agent has any memory at all, and how many of its workspace's runs are running.
+# whether the agent has any memory at all, how many of its workspace's runs are running, and
+# the run's parent.
 _FIRST_START = (
     select(
         Run.injected_memory_ids,
@@ -197,6 +206,7 @@ _FIRST_START = (
         .select_from(_Running)
         .where(_Running.workspace_id == Run.workspace_id, _Running.status == RunStatus.RUNNING.value)
         .scalar_subquery(),
+        Run.parent_run_id,
     )
     .join(Agent, Agent.id == Run.agent_id)
     .join(Workspace, Workspace.id == Run.workspace_id)

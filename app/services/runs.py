@@ -31,6 +31,7 @@ from app.services import audit, memory_injection
 from app.services.auth import Principal
 from app.services.runtime import Runtime
 from app.services.transitions import NewRun, TreeTx, new_tree_tx, tree_tx
+from app.services.transitions.steps import STEPS
 from app.services.transitions.usage import check_budget
 
 MAX_INPUT_BYTES = 256_000
@@ -231,7 +232,10 @@ async def claim(
 
     async def claim_once() -> Claim | None:
         agent = pre.agent
-        async with tree_tx(rt, run_id, root_id=root_id) as tx:
+        # The parent is locked with the root and the run (one statement): the chain's budget
+        # check below locks every ancestor, and each statement under the root's lock is time
+        # the rest of the tree waits (docs/architecture.md#lock-order: ascending ids).
+        async with tree_tx(rt, run_id, root_id=root_id, parent_id=pre.parent_id) as tx:
             run = await tx.run(run_id)
             if run.status != RunStatus.QUEUED:
                 return None
@@ -293,11 +297,7 @@ async def claim(
                 steps: list[RunStep] = []
             else:
                 memories = await memory_injection.injected(tx.session, run)
-                steps = list(
-                    await tx.session.scalars(
-                        select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
-                    )
-                )
+                steps = list(await tx.session.scalars(STEPS, {"b_run": run.id}))
             return Claim(attempt=run.attempt, run=run, agent=agent, memories=memories, steps=steps,
                          current_policies=pre.current_policies)  # fmt: skip
         return None  # unreachable; keeps type checkers content about the context manager

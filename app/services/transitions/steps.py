@@ -389,9 +389,7 @@ def rejection_result(reason: str | None) -> dict[str, object]:
 async def read_steps(read_sessionmaker: async_sessionmaker[AsyncSession], run_id: int) -> list[RunStep]:
     """A run's steps in order, read without locks (a worker refreshing its view after waiting)."""
     async with read_sessionmaker() as session:
-        return list(
-            await session.scalars(select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq))
-        )
+        return list(await session.scalars(STEPS, {"b_run": run_id}))
 
 
 _REFUSED = (StepStatus.FAILED, StepStatus.DENIED, StepStatus.REJECTED)
@@ -399,6 +397,8 @@ _REFUSED = (StepStatus.FAILED, StepStatus.DENIED, StepStatus.REJECTED)
 # Built once: statements with bound parameters are compiled once and cached, where values
 # inlined with .values(...) would be traversed for a cache key on every execution.
 _steps = RunStep.__table__
+# A run's steps in order (``TreeTx.steps`` locks them: ``LOCK_STEPS``).
+STEPS = select(RunStep).where(RunStep.run_id == bindparam("b_run")).order_by(RunStep.seq)
 _INSERT_STEP = insert(_steps)
 _INSERT_STEPS_RETURNING = insert(_steps).returning(_steps.c.id, sort_by_parameter_order=True)
 _FINISH_RUNNING_STEP = (
