@@ -36,7 +36,7 @@ from tests.support.model_server import model_server as serve_model_server
 
 # Real worker processes (the ``processes`` fixture) for fault and engine tests, and the
 # ``enverif`` command in its own process (the ``enverif`` fixture).
-pytest_plugins = ["tests.support.workers", "tests.support.cli"]
+pytest_plugins = ["tests.support.cli", "tests.support.workers"]
 
 # Pure properties are fast; a wall-clock deadline would only make them flaky on a busy machine.
 hypothesis.settings.register_profile("enverif", deadline=None)

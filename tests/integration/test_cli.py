@@ -23,7 +23,7 @@ from app.graphql.ids import parse_global_id
 from app.services import auth
 from app.services.runtime import Runtime
 from tests.conftest import REDIS_URL
-from tests.support.cli import ENVERIF, Enverif, assert_one_line_error, cli_env, in_thread
+from tests.support.cli import Enverif, assert_one_line_error, cli_env, in_thread, spawn_enverif
 from tests.support.cli import enverif as enverif
 
 # The old name, for tests that import it from here; the helpers live in tests/support/cli.py.
@@ -152,8 +152,8 @@ def test_serve_answers_then_stops_cleanly_on_sigterm(database_url: str, tmp_path
     )
     log_path = tmp_path / "serve.log"
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            [*ENVERIF, "serve", "--port", "0"],
+        proc = spawn_enverif(
+            ["serve", "--port", "0"],
             env=env,
             cwd=tmp_path,
             stdin=subprocess.DEVNULL,

@@ -19,7 +19,7 @@ import pytest
 from app.dev.embedded import stop_embedded_redis
 from app.settings import Settings
 from tests.conftest import DB_KIND
-from tests.support.cli import ENVERIF
+from tests.support.cli import spawn_enverif
 
 # It runs on the embedded defaults whatever the leg, so once (in the SQLite leg) is enough.
 pytestmark = pytest.mark.skipif(
@@ -52,8 +52,8 @@ class DevStack:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ENVERIF_")}
         env["ENVERIF_HOME"] = str(self.home)
         with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(
-                [*ENVERIF, "dev", "--port", "0", *args],
+            self.proc = spawn_enverif(
+                ["dev", "--port", "0", *args],
                 env=env,
                 cwd=self.home,
                 stdin=subprocess.DEVNULL,

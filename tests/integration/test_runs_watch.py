@@ -28,7 +28,7 @@ from app.graphql.ids import to_global_id
 from app.settings import Settings
 from tests.conftest import DB_KIND
 from tests.integration.test_delegation import agents, delegate, root_id_of
-from tests.support.cli import run_enverif
+from tests.support.cli import run_enverif, spawn_enverif
 from tests.support.graphql import pk
 from tests.support.proxy import TcpProxy
 from tests.support.runs import DECIDE, PENDING_APPROVALS, scripted_agent, start_run, wait_run
@@ -43,8 +43,8 @@ def spawn_api(
     """An ``enverif serve`` process (on a free port by default, with ``env`` on top of the
     test's settings, its log appended to ``log``); returns it and its /graphql URL."""
     with open(log or os.devnull, "ab") as stderr:
-        server = subprocess.Popen(
-            [ENVERIF, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        server = spawn_enverif(
+            ["serve", "--host", "127.0.0.1", "--port", str(port)],
             env=worker_env(settings, **env),
             stdout=subprocess.PIPE,
             stderr=stderr,

@@ -26,7 +26,7 @@ from app.events.subscriber import subscriber_client_name
 from app.services import auth
 from app.settings import Settings
 from tests.conftest import WorkspaceFixture
-from tests.support.cli import ENVERIF
+from tests.support.cli import ENVERIF, spawn_enverif
 from tests.support.graphql import unique
 from tests.support.workers import worker_env
 
@@ -41,8 +41,8 @@ REVOKE = "mutation($id: ID!) { revokeApiToken(id: $id) { revokedAt } }"
 def api_process(settings: Settings, log_path: Path) -> Iterator[str]:
     """A real ``enverif serve`` on a free port; yields its base URL."""
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            [*ENVERIF, "serve", "--port", "0"],
+        proc = spawn_enverif(
+            ["serve", "--port", "0"],
             env=worker_env(settings),
             stdin=subprocess.DEVNULL,
             stdout=out,

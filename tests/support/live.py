@@ -18,8 +18,9 @@ import httpx
 
 from app.settings import Settings
 from tests.conftest import GraphQLClient
+from tests.support.cli import spawn_enverif
 from tests.support.runs import scripted_agent, start_run
-from tests.support.workers import ENVERIF, worker_env
+from tests.support.workers import worker_env
 
 # The websocket client lived here as TreeSocket before tests/support/ws.py held the one
 # client; the old names still import from here.
@@ -76,7 +77,7 @@ def spawn_api(settings: Settings, **extra: str) -> tuple[subprocess.Popen[bytes]
     base URL once it listens."""
     log = tempfile.NamedTemporaryFile(prefix="enverif-api-", suffix=".log", delete=False)
     env = worker_env(settings, **extra)
-    proc = subprocess.Popen([ENVERIF, "serve", "--port", "0"], env=env, stdout=log, stderr=log)
+    proc = spawn_enverif(["serve", "--port", "0"], env=env, stdout=log, stderr=log)
     log.close()
     path = Path(log.name)
     deadline = time.monotonic() + 60

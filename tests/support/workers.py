@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from app.settings import Settings
+from tests.support.cli import spawn_enverif
 
 ENVERIF = str(Path(sys.executable).parent / "enverif")
 
@@ -45,7 +46,7 @@ def spawn_worker(
         extra["ENVERIF_WORKER_MAX_JOBS"] = str(max_jobs)
     env = worker_env(settings, lease_s=lease_s, **extra)
     log = tempfile.NamedTemporaryFile(prefix="enverif-worker-", suffix=".log", delete=False)
-    proc = subprocess.Popen([ENVERIF, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+    proc = spawn_enverif(["worker"], env=env, stdout=subprocess.DEVNULL, stderr=log)
     log.close()
     WORKER_LOGS[proc.pid] = log.name
     return proc
