@@ -5,8 +5,9 @@ with ``BEGIN IMMEDIATE``: SQLite has no ``SELECT ... FOR UPDATE``, so taking the
 up front is what serialises our read-check-write transitions there (and it avoids the
 "database is locked" error a deferred transaction gets when it upgrades to a writer). The
 writers of a process wait their turn in the process before asking SQLite
-(``app.db.sqlite_writer``), and each statement is one trip to aiosqlite's thread
-(``app.db.sqlite_driver``); docs/operating/sqlite.md.
+(``app.db.sqlite_writer``), and a database file's statements run on the event loop's
+thread, waits and long reads on aiosqlite's (``app.db.sqlite_driver``);
+docs/operating/sqlite.md.
 On MySQL/MariaDB the row locks are real (``with_for_update``).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.util import await_
 from sqlalchemy.util.concurrency import in_greenlet
@@ -68,7 +70,7 @@ def create_engine(
             url,
             echo=echo,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
-            # A database file: one trip to aiosqlite's thread per statement (app.db.sqlite_driver).
+            # A database file: statements on the event loop's thread (app.db.sqlite_driver).
             **(
                 {"async_creator": sqlite_driver.connector(file, SQLITE_BUSY_TIMEOUT_MS / 1000)}
                 if file
@@ -249,7 +251,8 @@ def _configure_sqlite(engine: AsyncEngine, file: str | None) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        if not file:  # a file's driver waits for other processes' locks itself (app.db.sqlite_driver)
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
@@ -259,11 +262,24 @@ def _configure_sqlite(engine: AsyncEngine, file: str | None) -> None:
         # Read-only sessions (see create_read_sessionmaker) take no lock up front: in WAL mode
         # readers and the one writer never wait for each other.
         if connection.get_execution_options().get(READ_ONLY_OPTION):
-            connection.exec_driver_sql("BEGIN")
+            _begin(connection, "BEGIN")
             return
         if file:
             sqlite_writer.acquire(connection, file, SQLITE_BUSY_TIMEOUT_MS / 1000)
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        _begin(connection, "BEGIN IMMEDIATE")
+
+    def _begin(connection: Any, sql: str) -> None:
+        if not file:
+            connection.exec_driver_sql(sql)
+            return
+        # Straight to the driver: SQLAlchemy's path for a statement (an execution context,
+        # the statement events, a result) costs more than the BEGIN itself on the loop.
+        driver = connection.connection.driver_connection
+        try:
+            if not driver.begin_now(sql):
+                await_(driver.statement(sql, (), False))
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
 
     pool = engine.sync_engine.pool
 

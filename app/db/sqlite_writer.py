@@ -7,9 +7,9 @@ commits: sixteen runs in flight turned into p95 latencies of 0.3-1.4 s, and the 
 which waiters got through was luck. So a write transaction first takes an asyncio lock, one
 per database file per event loop, and only then sends ``BEGIN IMMEDIATE``; it gives the lock
 back when its connection returns to the pool (after the COMMIT or ROLLBACK). Waiters queue
-in order on the lock and cost nothing while they wait. The busy timeout stays: it is what
-other processes (the API and ``enverif worker`` are separate processes in production mode,
-and the CLI) wait on.
+in order on the lock and cost nothing while they wait. Other processes (the API and
+``enverif worker`` are separate processes in production mode, and the CLI) are still waited
+for, up to the busy timeout: by the driver, off the event loop (``app.db.sqlite_driver``).
 
 The lock is per event loop because an asyncio lock belongs to one loop; a process runs one
 loop (tests run several in turn). It is keyed by the file's real path, so every engine of
@@ -38,10 +38,19 @@ _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.L
 )
 
 
+_real_paths: dict[str, str] = {}  # realpath() makes a system call per path component
+
+
 def writer_lock(database: str) -> asyncio.Lock:
     """The process's write queue for the database file ``database`` (on the running loop)."""
+    real = _real_paths.get(database)
+    if real is None:
+        real = _real_paths[database] = os.path.realpath(database)
     per_loop = _locks.setdefault(asyncio.get_running_loop(), {})
-    return per_loop.setdefault(os.path.realpath(database), asyncio.Lock())
+    lock = per_loop.get(real)
+    if lock is None:
+        lock = per_loop[real] = asyncio.Lock()
+    return lock
 
 
 def acquire(connection: Any, database: str, timeout_s: float) -> None:

@@ -4,7 +4,6 @@ take turns in order; a cancelled writer lets go of the lock at once."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from app.db import session as session_module
 from app.db.orm import Workspace
 from app.db.session import create_engine, create_sessionmaker
 from tests.conftest import DB_KIND
+from tests.support.sqlite_files import lock_is_free, own_database
 
 pytestmark = pytest.mark.skipif(DB_KIND != "sqlite", reason="SQLite's whole-database write lock")
 
@@ -46,32 +46,16 @@ SLOW = (
 
 @pytest.fixture
 async def own_file(tmp_path: Path) -> AsyncIterator[tuple[str, AsyncEngine]]:
-    """A database file of the test's own (a lock left behind must not hurt other tests), with
-    one table, and Enverif's engine on it."""
-    path = str(tmp_path / "writer.db")
-    engine = create_engine(f"sqlite+aiosqlite:///{path}")
-    async with engine.begin() as conn:
-        await conn.execute(text("CREATE TABLE t (who TEXT)"))
-    try:
-        yield path, engine
-    finally:
-        await engine.dispose()
+    async with own_database(tmp_path, "writer.db") as database:
+        yield database
 
 
-def _lock_is_free(path: str) -> bool:
-    """What another process sees: can it take the write lock right now (no busy wait)?"""
-    raw = sqlite3.connect(path, timeout=0, isolation_level=None)
-    try:
-        raw.execute("BEGIN IMMEDIATE")
-        raw.execute("ROLLBACK")
-        return True
-    except sqlite3.OperationalError:
-        return False
-    finally:
-        raw.close()
+# The same, starting with SELECT: it begins on the event loop's thread and, past the loop's
+# budget, moves to the driver's, where the cancellation interrupts it (app/db/sqlite_driver.py).
+SLOW_SELECT = f"SELECT max(n) FROM ({SLOW.replace('SELECT max(n) FROM c', 'SELECT n FROM c')})"
 
 
-@pytest.mark.parametrize("where", ["mid-statement", "between statements"])
+@pytest.mark.parametrize("where", ["mid-statement", "mid-read moved off the loop", "between statements"])
 async def test_a_writer_cancelled_mid_transaction_releases_the_lock_at_once(
     own_file: tuple[str, AsyncEngine], where: str
 ) -> None:
@@ -87,6 +71,8 @@ async def test_a_writer_cancelled_mid_transaction_releases_the_lock_at_once(
             inside.set()
             if where == "mid-statement":
                 await session.execute(text(SLOW))
+            elif where == "mid-read moved off the loop":
+                await session.execute(text(SLOW_SELECT))
             else:
                 await asyncio.sleep(60)
 
@@ -97,7 +83,7 @@ async def test_a_writer_cancelled_mid_transaction_releases_the_lock_at_once(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 10)
-    assert _lock_is_free(path)  # another process could write now
+    assert lock_is_free(path)  # another process could write now
     started = time.monotonic()
     async with create_sessionmaker(engine)() as session, session.begin():
         await session.execute(text("INSERT INTO t VALUES ('next')"))
