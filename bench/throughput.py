@@ -543,10 +543,12 @@ async def latency(rt: Any, principal: Any, agent_id: int, n: int) -> dict[str, A
     }
 
 
-async def in_flight(rt: Any, principal: Any, agent_id: int, n: int, width: int) -> dict[str, Any]:
+async def in_flight(
+    rt: Any, principal: Any, agent_id: int, n: int, width: int, profile: str | None = None
+) -> dict[str, Any]:
     """``n`` runs of the agent, ``width`` in flight: each starter starts a run, waits for its
     SUCCEEDED event, then starts the next. Returns runs/s, latency percentiles (ms) and this
-    process's CPU ms per run."""
+    process's CPU ms per run; ``profile``: a CPU-time cProfile of the timed window."""
     finished: dict[int, asyncio.Future[float]] = {}
     loop = asyncio.get_running_loop()
 
@@ -583,11 +585,20 @@ async def in_flight(rt: Any, principal: Any, agent_id: int, n: int, width: int) 
 
     listener = asyncio.create_task(listen())
     await asyncio.sleep(0.2)
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
     started, cpu = time.perf_counter(), time.process_time()
     try:
         await asyncio.gather(*(starter() for _ in range(width)))
         elapsed, used = time.perf_counter() - started, time.process_time() - cpu
     finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
         await pubsub.aclose()
@@ -597,9 +608,15 @@ async def in_flight(rt: Any, principal: Any, agent_id: int, n: int, width: int) 
 
 
 async def runs_in_flight(
-    rt: Any, principal: Any, agents: Agents, n: int, width: int, floor_rate: float | None
+    rt: Any,
+    principal: Any,
+    agents: Agents,
+    n: int,
+    width: int,
+    floor_rate: float | None,
+    profile: str | None = None,
 ) -> dict[str, Any]:
-    got = await in_flight(rt, principal, agents.writes, n, width)
+    got = await in_flight(rt, principal, agents.writes, n, width, profile)
     ratio = f", x{got['runs_per_s'] / floor_rate:.2f} of the floor" if floor_rate else ""
     print(
         f"3 webhook.post calls, {width} in flight: {got['runs_per_s']:.1f} runs/s{ratio}; "
@@ -749,7 +766,10 @@ async def measure(args: argparse.Namespace, url: str, sqlite_path: str | None) -
                 rt, principal, agents, args.runs, worker, args.profile, noop_rate, ceiling_rate
             )
         if "inflight" in args.only:
-            report |= await runs_in_flight(rt, principal, agents, args.runs, args.in_flight, floor_rate)
+            report |= await runs_in_flight(
+                rt, principal, agents, args.runs, args.in_flight, floor_rate,
+                args.profile and f"{args.profile}.inflight",
+            )  # fmt: skip
         if worker is not None:
             worker.allow_pick_jobs = False  # the in-process worker sits out the process scenarios
         if "procs" in args.only:

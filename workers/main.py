@@ -21,9 +21,10 @@ for ``job_timeout + 10 s``. So:
   long after Redis came back: one stale error per job that ended during an outage, each of
   which used to restart the loop. ``EnverifWorker.run_job`` keeps such errors to itself
   (the job's queue entry and in-progress key are cleaned up by their TTL and the sweeper);
-- a failure inside arq's ``start_jobs`` (Redis lost between taking a concurrency slot and
-  starting the job) would keep that slot taken for the life of the process, since the same
-  ``Worker`` is reused across restarts: ``EnverifWorker.start_jobs`` gives it back;
+- arq's ``start_jobs`` takes a concurrency slot before its Redis round trips, and a failure
+  among them (Redis lost) would keep that slot taken for the life of the process, since the
+  same ``Worker`` is reused across restarts: ``EnverifWorker.start_jobs`` marks jobs in
+  progress with one script and takes slots only for the jobs it marked;
 - a worker whose poll loop is not polling (an outage, a bug) says so in its heartbeat, and
   ``/healthz`` and ``enverif worker --check`` do not count it (``app.services.health``).
 
@@ -45,10 +46,11 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from arq.constants import in_progress_key_prefix
 from arq.cron import cron
+from arq.utils import timestamp_ms
 from arq.worker import Worker, func
 
 from app.engine.mcp_client import McpConnections
@@ -83,17 +85,6 @@ class PollStopped(Exception):
     """Ends ``Worker.main()`` at the poll loop's next turn once the worker is stopping."""
 
 
-class _CountingSemaphore(asyncio.BoundedSemaphore):
-    """arq's concurrency semaphore, counting how often it was taken (see ``start_jobs``)."""
-
-    taken = 0
-
-    async def acquire(self) -> Literal[True]:
-        await super().acquire()
-        self.taken += 1
-        return True
-
-
 class EnverifWorker(Worker):
     """arq's Worker with a poll loop that stops between two turns (cancelling ``main()``
     could cut a turn short after it marked a job in progress but before it started the job,
@@ -106,7 +97,6 @@ class EnverifWorker(Worker):
         # Also the jobs' ``ctx["stopping"]``: run jobs hand their run back at the next step.
         self.stopping = asyncio.Event()
         self.ctx["stopping"] = self.stopping
-        self.sem = self.slots = _CountingSemaphore(self.max_jobs + 1)  # arq's own bound
         self.last_poll_s = time.monotonic()
         # Jobs whose end could not be recorded in Redis since the last turn that worked.
         self.unrecorded_jobs = 0
@@ -151,50 +141,70 @@ class EnverifWorker(Worker):
             )
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
-        # arq takes a slot (semaphore + job counter) per job before the Redis round trips that
-        # mark it in progress, and gives it back on every path but an exception. One job at a
-        # time, so that a failure is known to concern the job whose slot is still taken.
+        # arq marks each job in progress with WATCH, EXISTS, ZSCORE, then MULTI/PSETEX/EXEC: four
+        # round trips per job, paid again for every job at the queue's head another worker
+        # has just taken. One script does the same checks for the whole head atomically and
+        # marks as many jobs as this process has free slots: one round trip per poll
+        # (docs/performance.md). A slot (arq's semaphore and job counter) is taken only for a
+        # job Redis has marked ours, and with no await in between, so no failure can leave
+        # one taken.
         #
         # arq reads up to ``queue_read_limit`` jobs of the queue's head on each poll, the jobs
         # being run included. This process's own running jobs are skipped without asking
         # Redis, even one whose in-progress key lapsed (renewals missed under load or a Redis
         # blip): taken again here, arq would run the same job twice in one process, and its
         # second end would find the first one's bookkeeping gone (a KeyError in its wrapper);
-        # another worker may take it, its claim is fenced. The others are checked a few at a
-        # time, twice as many as the free slots (some may be another worker's), not the head.
-        waiting = [job_id for job_id in job_ids if not self._running_here(job_id)]
-        checked = 0
-        while checked < len(waiting) and self.job_counter < self.max_jobs:
-            batch = waiting[checked : checked + 2 * (self.max_jobs - self.job_counter)]
-            checked += len(batch)
-            for job_id in await self._not_in_progress(batch):
-                if self.job_counter >= self.max_jobs:
-                    return
-                taken = self.slots.taken
-                try:
-                    await super().start_jobs([job_id])
-                except BaseException:
-                    if self.slots.taken > taken and job_id.decode() not in self.tasks:
-                        self.job_counter -= 1
-                        self.sem.release()
-                    raise
+        # another worker may take it, its claim is fenced.
+        free = self.max_jobs - self.job_counter
+        waiting = [job_id.decode() for job_id in job_ids if not self._running_here(job_id)]
+        if free <= 0 or not waiting:
+            return
+        taken = await self.pool.eval(  # type: ignore[misc]  # redis-py types sync and async alike
+            _TAKE_JOBS,
+            1 + len(waiting),
+            self.queue_name,
+            *(in_progress_key_prefix + job_id for job_id in waiting),
+            str(timestamp_ms()),
+            str(int(self.in_progress_timeout_s * 1000)),
+            str(free),
+            *waiting,
+        )
+        for job_id, score in zip(taken[::2], taken[1::2], strict=True):
+            job_id = job_id.decode()
+            # Never waits: the semaphore has one permit more than ``max_jobs`` and at most
+            # ``free`` jobs were marked.
+            await self.sem.acquire()
+            self.job_counter += 1
+            task = self.loop.create_task(self.run_job(job_id, int(float(score))))
+            task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+            self.tasks[job_id] = task
 
     def _running_here(self, job_id: bytes) -> bool:
         running = self.tasks.get(job_id.decode())
         return running is not None and not running.done()
 
-    async def _not_in_progress(self, job_ids: list[bytes]) -> list[bytes]:
-        """The jobs of ``job_ids`` no worker has in progress, by one pipelined EXISTS. arq
-        checks each job with WATCH, EXISTS, ZSCORE and UNWATCH, so two workers polling the
-        same queue head used to pay those for every job the other had just taken
-        (docs/performance.md). The check stays arq's: this only skips the sure losers."""
-        if not job_ids:
-            return job_ids
-        async with self.pool.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                pipe.exists(in_progress_key_prefix + job_id.decode())
-            taken = await pipe.execute()
-        return [job_id for job_id, in_progress in zip(job_ids, taken, strict=True) if not in_progress]
+
+# KEYS: the queue, then each job's in-progress key; ARGV: now (ms), the in-progress TTL (ms),
+# how many jobs to take at most, then the job ids. What arq's ``start_jobs`` checks of each
+# job (not in progress anywhere, still queued, due), in order, stopping once enough are
+# taken. Returns [job id, score, ...] for the jobs it marked in progress.
+_TAKE_JOBS = """
+local now, ttl, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local taken = {}
+for i = 2, #KEYS do
+    if #taken >= 2 * limit then break end
+    if redis.call('EXISTS', KEYS[i]) == 0 then
+        local job_id = ARGV[i + 2]
+        local score = redis.call('ZSCORE', KEYS[1], job_id)
+        if score and tonumber(score) <= now then
+            redis.call('PSETEX', KEYS[i], ttl, '1')
+            taken[#taken + 1] = job_id
+            taken[#taken + 1] = score
+        end
+    end
+end
+return taken
+"""
 
 
 def worker_id() -> str:

@@ -40,9 +40,9 @@ async def test_after_redis_returns_the_worker_is_back_to_its_pace_within_moments
     )  # fmt: skip
 
 
-async def test_a_start_that_fails_gives_its_concurrency_slot_back(settings, tmp_path) -> None:
+async def test_a_start_that_fails_keeps_no_concurrency_slot(settings, tmp_path) -> None:
     """arq takes a slot before marking a job in progress in Redis; when Redis fails right
-    then, the slot must come back, or a worker reused across restarts loses one per outage
+    then, no slot may stay taken, or a worker reused across restarts loses one per outage
     until it takes no job at all."""
     with redis_server(tmp_path) as (port, stop_redis, _):
         mine = changed(settings, redis_url=f"redis://127.0.0.1:{port}/0", worker_max_jobs=2)
@@ -109,10 +109,14 @@ async def test_a_job_this_worker_still_runs_is_not_taken_again(settings, runtime
         await runtime.redis.zrem(queue_name(settings.redis_prefix), job_id)
 
 
-async def test_jobs_another_worker_has_in_progress_cost_one_pipelined_check(settings, tmp_path) -> None:
-    """arq pays WATCH, EXISTS, ZSCORE and UNWATCH for every job at the queue's head, also
-    for the ones another worker (or this one) is running; those are skipped up front."""
+async def test_jobs_are_taken_in_one_round_trip_skipping_those_in_progress_elsewhere(
+    settings, tmp_path
+) -> None:
+    """arq pays WATCH, EXISTS, ZSCORE and MULTI/EXEC for every job it looks at, also for the
+    ones another worker is running; one script checks and marks the whole head instead. A job
+    another worker runs, one no longer queued and one not yet due are left alone."""
     from arq.constants import in_progress_key_prefix
+    from arq.utils import timestamp_ms
 
     from app.keys import queue_name
 
@@ -121,23 +125,34 @@ async def test_jobs_another_worker_has_in_progress_cost_one_pipelined_check(sett
         pool = await create_pool(redis_settings(mine))
         try:
             worker = build_worker(mine, redis_pool=pool, handle_signals=False)
-            job_ids = [f"{mine.redis_prefix}:job-{n}" for n in range(5)]
-            await pool.zadd(queue_name(mine.redis_prefix), {j: 1 for j in job_ids})
-            for job_id in job_ids[1:]:  # four taken elsewhere, one free
+            job_ids = [f"{mine.redis_prefix}:job-{n}" for n in range(6)]
+            queue = queue_name(mine.redis_prefix)
+            await pool.zadd(queue, {j: 1 for j in job_ids[:4]})
+            await pool.zadd(queue, {job_ids[4]: timestamp_ms() + 60_000})  # delayed: not due
+            # job_ids[5] is not queued (it ended, and its entry went with it).
+            for job_id in job_ids[1:4]:  # three taken elsewhere, one free
                 await pool.set(in_progress_key_prefix + job_id, b"1", px=60_000)
             await pool.config_resetstat()
             await worker.start_jobs([j.encode() for j in job_ids])
-            watches = (await pool.info("commandstats")).get("cmdstat_watch", {}).get("calls", 0)
-            assert watches == 1 and list(worker.tasks) == job_ids[:1]
+            stats = await pool.info("commandstats")
+            calls = {
+                name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("eval", "watch", "multi")
+            }
+            assert calls == {"eval": 1, "watch": 0, "multi": 0}
+            assert list(worker.tasks) == job_ids[:1] and worker.job_counter == 1
+            ttl_ms = await pool.pttl(in_progress_key_prefix + job_ids[0])
+            assert 0 < ttl_ms <= worker.in_progress_timeout_s * 1000
+            for job_id in job_ids[4:]:
+                assert not await pool.exists(in_progress_key_prefix + job_id)
             await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
         finally:
             await pool.aclose()
 
 
-async def test_a_poll_checks_as_many_queued_jobs_as_it_has_slots_for(settings, tmp_path) -> None:
+async def test_a_poll_takes_as_many_queued_jobs_as_it_has_slots_for(settings, tmp_path) -> None:
     """arq reads a hundred jobs of the queue's head on every poll; a worker with 3 free
-    slots asks Redis about 6 of them (twice its free slots), not all 20, and a worker with
-    no free slot, or about the jobs it runs itself, asks nothing."""
+    slots marks 3 of them in progress (the oldest), in one round trip, and a worker with no
+    free slot, or asked only about the jobs it runs itself, asks nothing."""
     from arq.constants import in_progress_key_prefix
 
     from app.keys import queue_name
@@ -156,19 +171,25 @@ async def test_a_poll_checks_as_many_queued_jobs_as_it_has_slots_for(settings, t
             job_ids = [f"{mine.redis_prefix}:job-{n:02d}" for n in range(20)]
             await pool.zadd(queue_name(mine.redis_prefix), {j: 1 for j in job_ids})
 
-            async def exists_calls(*ids: str) -> int:
+            async def round_trips(*ids: str) -> int:
                 await pool.config_resetstat()
                 await worker.start_jobs([j.encode() for j in ids])
                 stats = await pool.info("commandstats")
-                return int(stats.get("cmdstat_exists", {}).get("calls", 0))
+                # Redis 7 names subcommands ``cmdstat_config|resetstat``; INFO counts once it ran.
+                ours = {
+                    k: v for k, v in stats.items() if not k.startswith(("cmdstat_config", "cmdstat_info"))
+                }
+                return sum(int(v.get("calls", 0)) for v in ours.values())
 
-            # 6 in one pipeline, then arq's own check of each job it takes (3).
-            assert await exists_calls(*job_ids) == 6 + 3
+            # One script, whose commands Redis counts as well: EVAL, then EXISTS, ZSCORE and
+            # PSETEX for each of the three jobs it takes, and nothing about the other 17.
+            assert await round_trips(*job_ids) == 1 + 3 * 3
             assert sorted(worker.tasks) == job_ids[:3]
             assert all([await pool.exists(in_progress_key_prefix + j) for j in job_ids[:3]])
-            assert await exists_calls(*job_ids) == 0  # no free slot
+            assert not any([await pool.exists(in_progress_key_prefix + j) for j in job_ids[3:]])
+            assert await round_trips(*job_ids) == 0  # no free slot
             worker.job_counter -= 1  # a slot frees up; the 3 it runs are not asked about
-            assert await exists_calls(*job_ids[:3]) == 0 and sorted(worker.tasks) == job_ids[:3]
+            assert await round_trips(*job_ids[:3]) == 0 and sorted(worker.tasks) == job_ids[:3]
         finally:
             release.set()
             await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
