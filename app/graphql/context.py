@@ -57,10 +57,11 @@ class Context:
         # Over a websocket: closes it (code, reason) without waiting; set by the
         # graphql-transport-ws handler (app.graphql.ws_auth) once the connection is up.
         self.close_websocket: Callable[[int, str], None] | None = None
-        # HTTP on MariaDB/MySQL: one session for the request's reads (app.graphql.request_session).
+        # HTTP: one session, one snapshot, for a query's reads (app.graphql.request_session).
         self._shared: RequestSession | None = None
-        if not self.is_websocket and is_mysql(runtime.engine):
-            self._shared = RequestSession(runtime.read_sessionmaker)
+        self._unshared: RequestSession | None = None
+        if not self.is_websocket:
+            self._shared = RequestSession(runtime.read_sessionmaker, repeatable_read=is_mysql(runtime.engine))
 
     @property
     def settings(self) -> Settings:
@@ -72,21 +73,24 @@ class Context:
 
     def session(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
         """A session to read with, for one ``async with`` block: the request's shared one
-        (uses take turns), or a new short-lived one (SQLite, websockets)."""
+        (uses take turns), or a new short-lived one (a mutation's, websockets)."""
         if self._shared is not None:
             return self._shared.use()
         return self.runtime.read_sessionmaker()
 
     def unshare_session(self) -> None:
         """From now on every ``session()`` is a short session of its own (see
-        ``FreshLoadersPerOperation``). Called before any resolver has read."""
-        if self._shared is not None and not self._shared.opened:
-            self._shared = None
+        ``FreshLoadersPerOperation``). Called before any resolver has read; should something
+        have read already, its session is set aside all the same (closed with the request):
+        its snapshot predates the mutation's commit, which the mutation's payload must show."""
+        if self._shared is not None:
+            self._unshared, self._shared = self._shared, None
 
     async def close(self) -> None:
         """The request is over: give its session's connection back."""
-        if self._shared is not None:
-            await self._shared.close()
+        for shared in (self._shared, self._unshared):
+            if shared is not None:
+                await shared.close()
 
     async def principal(self) -> Principal:
         """The caller, or UNAUTHENTICATED. Looked up once, then cached (failures too)."""

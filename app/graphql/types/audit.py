@@ -101,8 +101,12 @@ async def audit_connection(
     found = audit.AuditFilter(
         action=action, object_type=object_type, object_id=object_pk, actor_kind=actor_kind, since=since
     )
-    await audit.seal(info.context.runtime.sessionmaker, workspace_id=principal.workspace_id)
+    runtime = info.context.runtime
+    await audit.seal(runtime.sessionmaker, workspace_id=principal.workspace_id)
     stmt = audit.events_query(principal.workspace_id, found)
+    # Read after the seal's commit, in a session of its own: the request's snapshot
+    # (docs/graphql/guide.md#one-snapshot-per-query) may have been taken before it.
     return await keyset_connection(
-        info, AuditEventConnection, stmt, page, AuditEvent.from_row, id_column=orm.AuditEvent.id
-    )
+        info, AuditEventConnection, stmt, page, AuditEvent.from_row, id_column=orm.AuditEvent.id,
+        sessions=runtime.read_sessionmaker,
+    )  # fmt: skip

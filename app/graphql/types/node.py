@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
 import strawberry
 from sqlalchemy import Select
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 from strawberry.annotation import StrawberryAnnotation
 from strawberry.extensions import FieldExtension
@@ -212,14 +214,17 @@ async def keyset_connection(
     convert: Callable[[Any], Any],
     *,
     id_column: InstrumentedAttribute[int],
+    sessions: Callable[[], AbstractAsyncContextManager[AsyncSession]] | None = None,
 ) -> C:
     """A connection over ``stmt``'s rows, keyset-paged by ``id_column``; ``totalCount``
-    counts the same statement, in a session of its own, only when asked for."""
-    async with info.context.session() as session:
+    counts the same statement, in a session of its own, only when asked for. ``sessions``:
+    where to read, if not in the request's snapshot (``Context.session``)."""
+    sessions = sessions or info.context.session
+    async with sessions() as session:
         page = await reads.fetch_page(session, stmt, id_column=id_column, page=request)
 
     async def count() -> int:
-        async with info.context.session() as session:
+        async with sessions() as session:
             return await reads.count_rows(session, stmt)
 
     connection: C = cls.of(page, request, convert, count)
