@@ -146,8 +146,8 @@ class EnverifWorker(Worker):
         # has just taken. One script does the same checks for the whole head atomically and
         # marks as many jobs as this process has free slots: one round trip per poll
         # (docs/performance.md). A slot (arq's semaphore and job counter) is taken only for a
-        # job Redis has marked ours, and with no await in between, so no failure can leave
-        # one taken.
+        # job Redis has marked ours, with nothing in between that can suspend, so no failure
+        # or cancellation can leave one taken.
         #
         # arq reads up to ``queue_read_limit`` jobs of the queue's head on each poll, the jobs
         # being run included. This process's own running jobs are skipped without asking
