@@ -34,6 +34,31 @@ async def nav(page: Page, name: str) -> None:
     await expect(page.get_by_role("heading", level=1)).to_be_visible()
 
 
+async def watch_first_showing(page: Page, facts: str) -> None:
+    """Notes what the page shows as soon as the script that first drew ``facts`` in the
+    agent's facts is done (before a click or a paint can come): the result line's text and
+    the focused element's id. Read with ``first_showing``."""
+    await page.evaluate(
+        """(facts) => {
+          const observer = new MutationObserver(() => {
+            if (!document.querySelector('dl.facts')?.textContent.includes(facts)) return;
+            observer.disconnect();
+            setTimeout(() => {
+              window.__firstShowing = [document.getElementById('result')?.textContent ?? null,
+                document.activeElement?.id ?? null];
+            });
+          });
+          observer.observe(document.getElementById('main'), { childList: true, subtree: true });
+        }""",
+        facts,
+    )
+
+
+async def first_showing(page: Page) -> Any:
+    await page.wait_for_function("window.__firstShowing !== undefined")
+    return await page.evaluate("window.__firstShowing")
+
+
 async def fits_a_tablet(page: Page) -> None:
     await page.set_viewport_size(TABLET)
     assert await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), page.url
@@ -84,9 +109,14 @@ async def test_an_admin_creates_edits_pauses_and_schedules_an_agent_and_previews
     await screenshot(page, "console-agent-edit.png")
     # Keyboard only: the focus is on the save button once the diff is drawn.
     await expect(diff.get_by_role("button", name="Save as version 2")).to_be_focused()
+    await watch_first_showing(page, "2 (new runs are pinned to it)")
     await page.keyboard.press("Enter")
     await expect(page.locator("dl.facts")).to_contain_text("2 (new runs are pinned to it)")
     await expect(page.locator("dl.facts")).to_contain_text('"maxTurns": 7')
+    # The page is drawn settled: the moment it shows version 2 its result line says so and has
+    # the focus. A result line still to come would scroll the page to the top between pressing
+    # and releasing a click made then (CI's MariaDB leg lost this very click that way).
+    assert await first_showing(page) == ["Saved as version 2.", "result"]
     await page.get_by_text("Version history (2)").click()
     await expect(page.locator("#versions li[data-version]")).to_have_count(2)
 

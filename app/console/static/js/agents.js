@@ -49,6 +49,17 @@ export async function agentPage(main, agentId) {
   }
   const memory = h('section', { 'aria-labelledby': 'memory-h', id: 'memory' });
   const changed = () => agentPage(main, agentId);
+  // Everything is read before the page is drawn, then drawn at once, so after a change the
+  // redraw, its result line and the focus (settled) land in the same task. Drawn first and
+  // completed later (memory, then the changes), the page looked ready while its result line
+  // was still to come: an operator who went on (opened the version history, say) had the
+  // line's focus scroll the page to the top between pressing and releasing, and the click
+  // was lost. Read side by side, the page is also drawn sooner than one read after another.
+  const [connectors, , changes] = await Promise.all([
+    agentConnectors(agent),
+    memorySection(memory, agent),
+    session.canOperate ? changesSection(agent) : null,
+  ]);
   fill(main,
     h('h1', {}, `Agent ${agent.name} `, status(agent.status)),
     agent.description ? h('p', {}, agent.description) : null,
@@ -66,7 +77,7 @@ export async function agentPage(main, agentId) {
       ['Updated', when(agent.updatedAt)],
     ]),
     session.isAdmin ? agentAdmin(agent, changed) : null,
-    await agentConnectors(agent),
+    connectors,
     schedulesSection(agent, changed),
     h('h2', {}, 'Recent runs'),
     agent.runs.edges.length ? table(['Run', 'Status', 'Trigger', 'Started', 'Duration'], agent.runs.edges.map(({ node: run }) => h('tr', {},
@@ -74,9 +85,8 @@ export async function agentPage(main, agentId) {
       h('td', {}, status(run.status)), h('td', {}, run.trigger),
       h('td', {}, when(run.startedAt ?? run.createdAt)), h('td', {}, duration(run.startedAt, run.finishedAt)))))
       : h('p', {}, 'No runs yet.'),
-    memory);
-  await memorySection(memory, agent);
-  if (session.canOperate) main.append(await changesSection(agent));
+    memory,
+    changes);
 }
 
 async function changesSection(agent) {

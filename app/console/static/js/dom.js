@@ -97,7 +97,9 @@ export async function act(button, slot, action) {
  * After a mutation succeeded: draw the page again (`redraw` returns a promise), then say what
  * happened in the page's result line, under its heading, and move the focus there. The control
  * that was used is usually gone with the redraw; a keyboard user goes on from the result, not
- * from the top of the document.
+ * from the top of the document. `redraw` reads first and draws the whole page as its last
+ * step: the result line and the focus then come in the same task, before the user can act on
+ * the new page (a page shown early would move under a click when the focus arrives).
  */
 export async function settled(redraw, text) {
   await redraw?.();
