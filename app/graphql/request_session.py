@@ -49,10 +49,6 @@ class RequestSession:
         self._session: AsyncSession | None = None
         self._lock = asyncio.Lock()
 
-    @property
-    def opened(self) -> bool:
-        return self._session is not None
-
     @contextlib.asynccontextmanager
     async def use(self) -> AsyncIterator[AsyncSession]:
         async with self._lock:
