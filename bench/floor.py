@@ -1,11 +1,16 @@
-"""The raw floor on SQLite: what a durable 3-call run costs with nothing but the driver.
+"""The raw floor: what a durable 3-call run costs with nothing but the database's driver.
 
 Each run makes 3 calls, each a GET to the page server and then an INSERT and a COMMIT of a
-row recording it, with ``width`` runs in flight (the worker's ``worker_max_jobs``), on one
-aiosqlite connection to the same database file the benchmark's runs use, in WAL mode with
-``synchronous=NORMAL`` as Enverif opens it. No ORM, no state machine, no queue, no events.
-``enverif worker`` divided by this (measured in the same sitting) is its share of the floor
-(issue 28's table measures every engine against the same floor).
+row recording it, with ``width`` runs in flight (the worker's ``worker_max_jobs``). No ORM,
+no state machine, no queue, no events. ``enverif worker`` divided by this (measured in the
+same sitting) is its share of the floor (issue 28's table measures every engine against the
+same floor; ``bench/peers/floor`` is the same script for ``make bench-peers``).
+
+- SQLite (``sqlite_floor``): one aiosqlite connection to the database file the benchmark's
+  runs use, in WAL mode with ``synchronous=NORMAL`` as Enverif opens it.
+- MariaDB (``mariadb_floor``): one asyncmy connection per run in flight, in a table of its
+  own in the benchmark's database; it also reports mariadbd's CPU per run, the baseline of
+  the worker's (``bench/cpu.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +19,11 @@ import asyncio
 import time
 
 import aiosqlite
+import asyncmy
 import httpx
+from sqlalchemy.engine import make_url
+
+from bench.cpu import CpuMeter, pids_named
 
 CALLS_PER_RUN = 3
 
@@ -49,3 +58,46 @@ async def sqlite_floor(database: str, page_url: str, n: int, width: int) -> tupl
     await db.commit()
     await db.close()
     return n / elapsed, used * 1000 / n
+
+
+async def mariadb_floor(
+    database_url: str, page_url: str, n: int, width: int
+) -> tuple[float, float, float | None]:
+    """``n`` raw runs, ``width`` in flight, on the MariaDB database of ``database_url``.
+    Returns (runs/s, CPU ms per run of this process, mariadbd's CPU ms per run or None)."""
+    url = make_url(database_url)
+    login = {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password or "",
+             "db": url.database, "autocommit": False, "charset": "utf8mb4"}  # fmt: skip
+    conns = [await asyncmy.connect(**login) for _ in range(width)]
+    table = "bench_floor_calls"
+    try:
+        async with conns[0].cursor() as cur:
+            await cur.execute(f"CREATE TABLE IF NOT EXISTS {table} (run INTEGER, `call` INTEGER, body TEXT)")
+        await conns[0].commit()
+        pending = list(range(n))
+        async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+
+            async def runner(conn: asyncmy.Connection) -> None:
+                while pending:
+                    run = pending.pop()
+                    for call in range(CALLS_PER_RUN):
+                        body = (await http.get(page_url)).text
+                        async with conn.cursor() as cur:
+                            await cur.execute(f"INSERT INTO {table} VALUES (%s, %s, %s)", (run, call, body))
+                        await conn.commit()
+
+            meter = CpuMeter({"mariadbd": pids_named("mariadbd")})
+            meter.start()
+            started = time.perf_counter()
+            cpu = time.process_time()
+            await asyncio.gather(*(runner(conn) for conn in conns))
+            elapsed = time.perf_counter() - started
+            used = time.process_time() - cpu
+            share = meter.stop(n)
+        async with conns[0].cursor() as cur:
+            await cur.execute(f"DROP TABLE {table}")
+        await conns[0].commit()
+    finally:
+        for conn in conns:
+            conn.close()
+    return n / elapsed, used * 1000 / n, share.cpu_ms_per_run["mariadbd"]

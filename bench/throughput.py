@@ -4,37 +4,41 @@
                                          [--server URL] [--profile FILE] [--db sqlite]
 
 1. Baselines (always run): raw arq no-op jobs/s through one worker with the same tuning as
-   ours; and the ceiling (``bench/ceiling.py``): the READ scenario's runs done by a raw
+   ours; the write floor (``bench/floor.py``: 3 GETs and 3 INSERT+COMMIT per run with the
+   database's plain driver, 16 in flight; on MariaDB with mariadbd's CPU per run); and on
+   MariaDB the ceiling (``bench/ceiling.py``): the READ scenario's runs done by a raw
    asyncmy script as arq jobs (the worker's exact statements, the GETs, the publishes).
 2. ``inproc``: N runs of a 3-call scripted agent (three ``http.get`` calls to a local server
    in another process, then a final answer) through one worker; runs/s and the ratio to (1).
    The same with three ``webhook.post`` calls (each step row written before its call).
 3. ``procs``: the READ and the write scenario through 1 and then 2 ``enverif worker``
-   processes (stopped with SIGSTOP while the queue fills, resumed together); runs/s, and the
-   READ figure's share of the ceiling. Over the timed window, where the machine's CPU went
-   (``bench/cpu.py``): cores busy on average, and CPU ms per run of the worker processes, the
-   page server, mariadbd, redis-server, this process (it subscribes to every event) and the
+   processes (stopped with SIGSTOP while the queue fills, resumed together); runs/s, the
+   READ figure's share of the ceiling, the write figure's share of the floor. Over the timed
+   window, where the machine's CPU went (``bench/cpu.py``): cores busy on average, and CPU ms
+   per run of the worker processes, the page server, mariadbd (printed beside the floor's for
+   the write scenario), redis-server, this process (it subscribes to every event) and the
    rest. The 2-process scaling is printed beside its bound: the runs/s the machine would reach
    with every core busy at the 1-process CPU per run, over the 1-process runs/s. A bound near
    1 means one worker process already keeps the machine busy, and a second has no core to use.
 4. ``e2e``: ``startRun`` over HTTP against ``enverif serve`` (a pooled client, 8 requests in
-   flight) with one worker process, until every run SUCCEEDED; runs/s, the ratio to (1), and
-   where the CPU went as in (3), the API process too.
+   flight) with one worker process, until every run SUCCEEDED; runs/s, the ratio to the
+   ceiling (the READ agent, MariaDB) or to the floor (the write agent, SQLite), and where the
+   CPU went as in (3), the API process too.
 5. ``latency``: p50/p95 from ``startRun`` to ``SUCCEEDED`` of a 1-call run, with a worker
    waiting; completion is seen on the live event channel, as a subscriber would see it.
 
 6. ``inflight``: the write agent (three ``webhook.post`` calls) with 16 runs in flight (the
    worker's ``worker_max_jobs``): each of 16 starters starts a run and waits for it to
    succeed before starting the next, through the in-process worker; runs/s, p50/p95 from
-   ``startRun`` to ``SUCCEEDED``, and this process's CPU per run (worker, starters and
-   subscriber). On SQLite its ratio to the raw floor (``bench/floor.py``: 3 GETs and 3
-   INSERT+COMMIT per run on the same database file, 16 in flight), measured just before.
+   ``startRun`` to ``SUCCEEDED``, this process's CPU per run (worker, starters and
+   subscriber), and the ratio to the floor.
 
 ``--only`` runs some of (2)-(6) (comma list; a profiler run can be limited to what it needs);
-the JSON report then holds the baselines and what ran. The benchmark runs on uvloop, as
+the JSON report then holds the baselines and what ran, and ends with the targets of what ran,
+each beside the figure measured and whether it was met. The benchmark runs on uvloop, as
 ``enverif worker`` does. MariaDB by default (a fresh schema is created and dropped); with
 ``--db sqlite``, a fresh database file in a temporary directory (WAL, as Enverif opens it),
-``inflight`` and ``inproc`` by default, and the raw floor instead of the MariaDB ceiling.
+``inproc``, ``inflight`` and ``e2e`` by default, with the floor in place of the ceiling.
 Redis at 127.0.0.1:6379. The machine's figures count everything running on it: run it on a
 quiet one.
 """
@@ -76,7 +80,7 @@ from app.services.runtime import open_runtime, redis_settings
 from app.settings import Settings
 from bench.ceiling import ceiling
 from bench.cpu import CpuMeter, CpuShare, machine_busy_s, pids_named
-from bench.floor import sqlite_floor
+from bench.floor import mariadb_floor, sqlite_floor
 from bench.support import create_database
 from workers.main import build_worker, stop_worker
 
@@ -364,26 +368,44 @@ async def end_to_end(
 
 
 SCENARIOS = ("inproc", "procs", "e2e", "latency", "inflight")
-SQLITE_SCENARIOS = ["inproc", "inflight"]
+SQLITE_SCENARIOS = ["inproc", "inflight", "e2e"]
 
+# The targets, each printed at the end beside what this run measured. Issue 28's are ratios
+# to a baseline measured in the same run (the ceiling, the write floor).
 TARGETS = {
     "inproc": {"runs_per_s_3_read_calls": ">= 60 (aim 100)"},
     "procs": {
         "ratio_to_ceiling_3_read_calls_1_worker_process": ">= 0.5",
         "runs_per_s_3_webhook_calls_1_worker_process": ">= 80",
         "scaling_2_vs_1_worker_processes": ">= 1.6",
+        "ratio_to_floor_3_webhook_calls_1_worker_process": ">= 0.45",
+        "mariadbd_cpu_ms_per_run_3_webhook_calls_1_worker_process": "<= 1",
     },
-    "e2e": {"ratio_to_arq_noop_end_to_end": ">= 0.10"},
-    "latency": {"p50_ms": "<= 35"},
+    "e2e": {"ratio_to_arq_noop_end_to_end": ">= 0.10", "ratio_to_ceiling_end_to_end_3_read_calls": ">= 0.45"},
+    "latency": {"p50_start_to_succeeded_ms_1_call": "<= 35"},
     "inflight": {},
 }
-# Issue 28's targets for SQLite (ratios in the same run).
 SQLITE_TARGETS = {
     "inflight": {
         "ratio_to_floor_3_webhook_calls_16_in_flight": ">= 0.40",
         "p95_start_to_succeeded_ms_3_webhook_calls_16_in_flight": "<= 100",
     },
+    "e2e": {"ratio_to_floor_end_to_end_3_webhook_calls": ">= 0.25"},
 }
+
+
+def targets_beside(report: dict[str, Any], targets: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each target with the figure this run measured for it, and whether it was met."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, target in targets.items():
+        measured = report.get(key)
+        op, bound = target.split()[:2]
+        if measured is None:
+            met = None
+        else:
+            met = measured >= float(bound) if op == ">=" else measured <= float(bound)
+        out[key] = {"target": target, "measured": measured, "met": met}
+    return out
 
 
 def _scenarios(value: str) -> list[str]:
@@ -478,11 +500,34 @@ async def one_then_two_processes(
     return scaling
 
 
+@dataclass(frozen=True)
+class Floor:
+    """The raw write floor measured in this run (``bench/floor.py``)."""
+
+    runs_per_s: float
+    cpu_ms_per_run: float
+    mariadbd_ms_per_run: float | None = None  # MariaDB only
+
+
 async def worker_processes(
-    rt: Any, principal: Any, agents: Agents, n: int, groups: dict[str, list[int] | None], ceiling_rate: float
-) -> dict[str, Any]:
+    rt: Any, principal: Any, agents: Agents, n: int, groups: dict[str, list[int] | None], ceiling_rate: float,
+    floor: Floor | None,
+) -> dict[str, Any]:  # fmt: skip
     reads = await one_then_two_processes(rt, principal, agents.reads, n, groups, "3 READ calls")
     writes = await one_then_two_processes(rt, principal, agents.writes, n, groups, "3 webhook.post calls")
+    against_floor: dict[str, Any] = {}
+    if floor is not None:
+        ratio = writes.one_rate / floor.runs_per_s
+        mariadbd = writes.one_cpu.rounded_ms_per_run("mariadbd")
+        print(
+            f"3 webhook.post calls, 1 worker process: x{ratio:.2f} of the write floor; mariadbd "
+            f"{_ms(mariadbd)} ms per run (the floor's: {_ms(floor.mariadbd_ms_per_run)} ms)",
+            flush=True,
+        )
+        against_floor = {
+            "ratio_to_floor_3_webhook_calls_1_worker_process": round(ratio, 3),
+            "mariadbd_cpu_ms_per_run_3_webhook_calls_1_worker_process": mariadbd,
+        }
     return {
         **reads.report(
             "3_read_calls",
@@ -501,17 +546,37 @@ async def worker_processes(
             ),
             scaling_key="scaling_2_vs_1_worker_processes_webhook",
         ),
+        **against_floor,
     }
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 async def through_the_api(
     rt: Any, agents: Agents, token: str, n: int, port: int, groups: dict[str, list[int] | None],
-    noop_rate: float,
+    noop_rate: float, ceiling_rate: float, floor: Floor | None, *, writes: bool,
 ) -> dict[str, Any]:  # fmt: skip
-    rate, cpu = await end_to_end(rt, agents.reads, token, n, port, groups)
-    print(f"end to end (startRun over HTTP, 1 worker process): {rate:.1f} runs/s; {cpu.line()}", flush=True)
+    """startRun over HTTP, through ``enverif serve`` and one ``enverif worker``: the 3-READ
+    agent beside the ceiling (MariaDB), or the 3-``webhook.post`` agent beside the write
+    floor (``writes``: SQLite, where the issue's end-to-end figure is a writing run's)."""
+    calls = "3_webhook_calls" if writes else "3_read_calls"
+    rate, cpu = await end_to_end(rt, agents.writes if writes else agents.reads, token, n, port, groups)
+    if writes:
+        assert floor is not None
+        baseline, name = floor.runs_per_s, "floor"
+    else:
+        baseline, name = ceiling_rate, "ceiling"
+    label = "3 webhook.post calls" if writes else "3 READ calls"
+    print(
+        f"end to end (startRun over HTTP, 1 worker process), {label}: {rate:.1f} runs/s, "
+        f"x{rate / baseline:.2f} of the {name}; {cpu.line()}",
+        flush=True,
+    )
     return {
-        "runs_per_s_end_to_end_api_3_read_calls": round(rate, 1),
+        f"runs_per_s_end_to_end_api_{calls}": round(rate, 1),
+        f"ratio_to_{name}_end_to_end_{calls}": round(rate / baseline, 3),
         "ratio_to_arq_noop_end_to_end": round(rate / noop_rate, 4),
         **cpu.report("end_to_end"),
     }
@@ -739,14 +804,24 @@ async def measure(args: argparse.Namespace, url: str, sqlite_path: str | None) -
             "baseline_arq_noop_jobs_per_s": round(noop_rate, 1),
             "runs_per_scenario": args.runs,
         }
-        floor_rate = None
         if sqlite_path:
-            floor_rate, floor_cpu = await sqlite_floor(sqlite_path, f"{base}/page", args.runs, args.in_flight)
+            floor = Floor(*await sqlite_floor(sqlite_path, f"{base}/page", args.runs, args.in_flight))
             print(f"floor (raw aiosqlite script, 3 GETs and 3 INSERT+COMMIT per run, {args.in_flight} in "
-                  f"flight): {floor_rate:.1f} runs/s, {floor_cpu:.1f} ms CPU/run", flush=True)  # fmt: skip
-            report |= {"floor_runs_per_s": round(floor_rate, 1), "floor_cpu_ms_per_run": round(floor_cpu, 1)}
+                  f"flight): {floor.runs_per_s:.1f} runs/s, {floor.cpu_ms_per_run:.1f} ms CPU/run", flush=True)  # fmt: skip
+        else:
+            floor = Floor(*await mariadb_floor(url, f"{base}/page", args.runs, args.in_flight))
+            print(f"floor (raw asyncmy script, 3 GETs and 3 INSERT+COMMIT per run, {args.in_flight} in "
+                  f"flight): {floor.runs_per_s:.1f} runs/s, {floor.cpu_ms_per_run:.1f} ms CPU/run, mariadbd "
+                  f"{_ms(floor.mariadbd_ms_per_run)} ms/run", flush=True)  # fmt: skip
+        report |= {
+            "floor_runs_per_s": round(floor.runs_per_s, 1),
+            "floor_cpu_ms_per_run": round(floor.cpu_ms_per_run, 1),
+        }
+        if floor.mariadbd_ms_per_run is not None:
+            report["floor_mariadbd_cpu_ms_per_run"] = round(floor.mariadbd_ms_per_run, 2)
+        if sqlite_path:
             # The in-process scenario's ratio to the ceiling becomes its ratio to the floor.
-            ceiling_rate = floor_rate
+            ceiling_rate = floor.runs_per_s
         else:
             fresh = await queued_runs(rt, agents.reads, args.runs)
             ceiling_rate, ceiling_cpu = await ceiling(
@@ -767,17 +842,20 @@ async def measure(args: argparse.Namespace, url: str, sqlite_path: str | None) -
             )
         if "inflight" in args.only:
             report |= await runs_in_flight(
-                rt, principal, agents, args.runs, args.in_flight, floor_rate,
+                rt, principal, agents, args.runs, args.in_flight, floor.runs_per_s,
                 args.profile and f"{args.profile}.inflight",
             )  # fmt: skip
         if worker is not None:
             worker.allow_pick_jobs = False  # the in-process worker sits out the process scenarios
         if "procs" in args.only:
-            report |= await worker_processes(rt, principal, agents, args.runs, groups, ceiling_rate)
+            report |= await worker_processes(
+                rt, principal, agents, args.runs, groups, ceiling_rate, None if sqlite_path else floor
+            )
         if "e2e" in args.only:
             report |= await through_the_api(
-                rt, agents, admin_token, args.runs, args.api_port, groups, noop_rate
-            )
+                rt, agents, admin_token, args.runs, args.api_port, groups, noop_rate, ceiling_rate, floor,
+                writes=sqlite_path is not None,
+            )  # fmt: skip
         if worker is not None:
             worker.allow_pick_jobs = True
             if "latency" in args.only:
@@ -785,9 +863,9 @@ async def measure(args: argparse.Namespace, url: str, sqlite_path: str | None) -
             await stop_worker(worker, worker_task)
 
         targets = SQLITE_TARGETS if sqlite_path else TARGETS
-        report["targets"] = {
-            key: target for name in args.only for key, target in targets.get(name, {}).items()
-        }
+        report["targets"] = targets_beside(
+            report, {key: target for name in args.only for key, target in targets.get(name, {}).items()}
+        )
         print(json.dumps(report, indent=2))
     finally:
         await rt.close()

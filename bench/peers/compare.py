@@ -165,6 +165,38 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def format_targets(rows: list[Row]) -> str:
+    """Issue 28's targets this comparison measures, each beside its figure and whether it was
+    met; a target whose rows did not run (``--only``) is left out."""
+    found = {(r.engine, r.database): r for r in rows}
+    lines = []
+
+    def ratio(engine: str, database: str) -> float | None:
+        row = found.get((engine, database))
+        return None if row is None else row.ratio_to_floor
+
+    def say(target: str, measured: str, met: bool) -> None:
+        lines.append(f"- {target}: {measured} ({'met' if met else 'not met'})")
+
+    for database, bound in (("sqlite", 0.40), ("mariadb", 0.45)):
+        got = ratio("enverif", database)
+        if got is not None:
+            say(f"Enverif on {database} >= {bound:.2f} x floor", f"{got:.2f}", got >= bound)
+    enverif, dbos = ratio("enverif", "sqlite"), ratio("dbos", "sqlite")
+    if enverif is not None and dbos is not None:
+        say("Enverif ahead of DBOS on sqlite", f"{enverif:.2f} against {dbos:.2f} x floor", enverif > dbos)
+    enverif_row, floor_row = found.get(("enverif", "mariadb")), found.get(("floor", "mariadb"))
+    if enverif_row is not None and enverif_row.db_cpu_ms is not None:
+        beside = (
+            ""
+            if floor_row is None or floor_row.db_cpu_ms is None
+            else f" (the floor's: {floor_row.db_cpu_ms:.1f})"
+        )
+        say("mariadbd <= 1 ms of CPU per Enverif run", f"{enverif_row.db_cpu_ms:.1f} ms{beside}",
+            enverif_row.db_cpu_ms <= 1.0)  # fmt: skip
+    return "\n".join(lines)
+
+
 # --- running the engines ---------------------------------------------------------------------
 
 
@@ -390,6 +422,9 @@ def main() -> None:
     print(f"\n{args.runs} runs, {args.in_flight} in flight, medians of {args.repetitions} repetitions; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end\n")  # fmt: skip
     print(format_table(rows))
+    targets = format_targets(rows)
+    if targets:
+        print(f"\nTargets (issue 28):\n{targets}")
     if args.json:
         Path(args.json).write_text(json.dumps({"measurements": [asdict(m) for m in measurements],
                                                "rows": [asdict(r) for r in rows]}, indent=2))  # fmt: skip

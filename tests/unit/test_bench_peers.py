@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.peers.compare import Measurement, Row, format_table, summarise
+from bench.peers.compare import Measurement, Row, format_table, format_targets, summarise
 
 
 def m(engine: str, database: str, repetition: int, rate: float, main: float | None = 1.0,
@@ -69,3 +69,35 @@ def test_the_table_has_one_line_per_row_and_says_where_the_cpu_went() -> None:
         lines[5] == "| LangGraph ReAct agent, checkpoint per superstep | mariadb | 58.0 | 13.5 + n/a | 0.16 |"
     )
     assert len(lines) == 6
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        (
+            [Row("floor", "sqlite", 200.0, 1.0, 5.0, None, None, 3),
+             Row("enverif", "sqlite", 80.0, 0.40, 13.0, None, 0.3, 3),
+             Row("dbos", "sqlite", 70.0, 0.35, 14.0, None, None, 3)],
+            ["- Enverif on sqlite >= 0.40 x floor: 0.40 (met)",
+             "- Enverif ahead of DBOS on sqlite: 0.40 against 0.35 x floor (met)"],
+        ),
+        (
+            [Row("floor", "mariadb", 180.0, 1.0, 5.5, 0.6, None, 3),
+             Row("enverif", "mariadb", 63.0, 0.35, 15.6, 3.7, 0.4, 3)],
+            ["- Enverif on mariadb >= 0.45 x floor: 0.35 (not met)",
+             "- mariadbd <= 1 ms of CPU per Enverif run: 3.7 ms (the floor's: 0.6) (not met)"],
+        ),
+        (
+            # Level with DBOS is not ahead of it; a server whose CPU was not read says nothing.
+            [Row("enverif", "sqlite", 70.0, 0.34, 14.0, None, None, 3),
+             Row("dbos", "sqlite", 70.0, 0.34, 14.0, None, None, 3),
+             Row("enverif", "mariadb", 50.0, 0.50, 15.0, None, None, 3)],
+            ["- Enverif on sqlite >= 0.40 x floor: 0.34 (not met)",
+             "- Enverif on mariadb >= 0.45 x floor: 0.50 (met)",
+             "- Enverif ahead of DBOS on sqlite: 0.34 against 0.34 x floor (not met)"],
+        ),
+        ([Row("langgraph", "sqlite", 55.0, 0.29, 16.0, None, None, 3)], []),
+    ],
+)  # fmt: skip
+def test_the_targets_are_said_beside_what_was_measured(rows: list[Row], expected: list[str]) -> None:
+    assert format_targets(rows).splitlines() == expected
