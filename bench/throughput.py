@@ -861,6 +861,7 @@ async def measure(args: argparse.Namespace, url: str, sqlite_path: str | None) -
             if "latency" in args.only:
                 report |= await latency(rt, principal, agents.one, args.latency_runs)
             await stop_worker(worker, worker_task)
+            await worker.close()  # its sweeper and heartbeat too, before the database is dropped
 
         targets = SQLITE_TARGETS if sqlite_path else TARGETS
         report["targets"] = targets_beside(

@@ -91,6 +91,7 @@ async def main() -> None:
         print(json.dumps({"runs": args.runs, "elapsed_s": max(done.values()) - started}), flush=True)
     finally:
         await stop_worker(worker, poll)
+        await worker.close()  # its sweeper and heartbeat too
         await rt.close()
         redis = Redis.from_url(REDIS_URL)
         async for key in redis.scan_iter(match=f"*{settings.redis_prefix}*"):
