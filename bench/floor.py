@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import aiosqlite
 import asyncmy
@@ -26,6 +27,30 @@ from sqlalchemy.engine import make_url
 from bench.cpu import CpuMeter, pids_named
 
 CALLS_PER_RUN = 3
+TABLE = "bench_floor_calls"
+
+# Records one call durably: (run, call, body), INSERT and COMMIT.
+Record = Callable[[int, int, str], Awaitable[None]]
+
+
+async def _timed(page_url: str, n: int, width: int, lanes: list[Record]) -> tuple[float, float]:
+    """``n`` runs, ``width`` in flight, lane ``i`` recording with ``lanes[i % len(lanes)]``.
+    Returns (runs/s, CPU ms per run of this process)."""
+    pending = list(range(n))
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+
+        async def runner(record: Record) -> None:
+            while pending:
+                run = pending.pop()
+                for call in range(CALLS_PER_RUN):
+                    await record(run, call, (await http.get(page_url)).text)
+
+        started = time.perf_counter()
+        cpu = time.process_time()
+        await asyncio.gather(*(runner(lanes[i % len(lanes)]) for i in range(width)))
+        elapsed = time.perf_counter() - started
+        used = time.process_time() - cpu
+    return n / elapsed, used * 1000 / n
 
 
 async def sqlite_floor(database: str, page_url: str, n: int, width: int) -> tuple[float, float]:
@@ -33,71 +58,55 @@ async def sqlite_floor(database: str, page_url: str, n: int, width: int) -> tupl
     db = await aiosqlite.connect(database)
     await db.execute("PRAGMA journal_mode=WAL")
     await db.execute("PRAGMA synchronous=NORMAL")
-    await db.execute("CREATE TABLE IF NOT EXISTS bench_floor_calls (run INTEGER, call INTEGER, body TEXT)")
+    await db.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (run INTEGER, call INTEGER, body TEXT)")
     await db.commit()
     # One connection serves every run: a transaction at a time on it, as SQLite allows one writer.
     writer = asyncio.Lock()
-    pending = list(range(n))
-    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
 
-        async def runner() -> None:
-            while pending:
-                run = pending.pop()
-                for call in range(CALLS_PER_RUN):
-                    body = (await http.get(page_url)).text
-                    async with writer:
-                        await db.execute("INSERT INTO bench_floor_calls VALUES (?, ?, ?)", (run, call, body))
-                        await db.commit()
+    async def record(run: int, call: int, body: str) -> None:
+        async with writer:
+            await db.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?)", (run, call, body))
+            await db.commit()
 
-        started = time.perf_counter()
-        cpu = time.process_time()
-        await asyncio.gather(*(runner() for _ in range(width)))
-        elapsed = time.perf_counter() - started
-        used = time.process_time() - cpu
-    await db.execute("DROP TABLE bench_floor_calls")
-    await db.commit()
-    await db.close()
-    return n / elapsed, used * 1000 / n
+    try:
+        return await _timed(page_url, n, width, [record])
+    finally:
+        await db.execute(f"DROP TABLE {TABLE}")
+        await db.commit()
+        await db.close()
 
 
 async def mariadb_floor(
     database_url: str, page_url: str, n: int, width: int
 ) -> tuple[float, float, float | None]:
-    """``n`` raw runs, ``width`` in flight, on the MariaDB database of ``database_url``.
-    Returns (runs/s, CPU ms per run of this process, mariadbd's CPU ms per run or None)."""
+    """``n`` raw runs, ``width`` in flight (a connection each), on the MariaDB database of
+    ``database_url``. Returns (runs/s, CPU ms per run of this process, mariadbd's CPU ms per
+    run or None)."""
     url = make_url(database_url)
     login = {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password or "",
              "db": url.database, "autocommit": False, "charset": "utf8mb4"}  # fmt: skip
     conns = [await asyncmy.connect(**login) for _ in range(width)]
-    table = "bench_floor_calls"
+
+    def recorder(conn: asyncmy.Connection) -> Record:
+        async def record(run: int, call: int, body: str) -> None:
+            async with conn.cursor() as cur:
+                await cur.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, %s)", (run, call, body))
+            await conn.commit()
+
+        return record
+
     try:
         async with conns[0].cursor() as cur:
-            await cur.execute(f"CREATE TABLE IF NOT EXISTS {table} (run INTEGER, `call` INTEGER, body TEXT)")
+            await cur.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (run INTEGER, `call` INTEGER, body TEXT)")
         await conns[0].commit()
-        pending = list(range(n))
-        async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
-
-            async def runner(conn: asyncmy.Connection) -> None:
-                while pending:
-                    run = pending.pop()
-                    for call in range(CALLS_PER_RUN):
-                        body = (await http.get(page_url)).text
-                        async with conn.cursor() as cur:
-                            await cur.execute(f"INSERT INTO {table} VALUES (%s, %s, %s)", (run, call, body))
-                        await conn.commit()
-
-            meter = CpuMeter({"mariadbd": pids_named("mariadbd")})
-            meter.start()
-            started = time.perf_counter()
-            cpu = time.process_time()
-            await asyncio.gather(*(runner(conn) for conn in conns))
-            elapsed = time.perf_counter() - started
-            used = time.process_time() - cpu
-            share = meter.stop(n)
+        meter = CpuMeter({"mariadbd": pids_named("mariadbd")})
+        meter.start()
+        rate, cpu_ms = await _timed(page_url, n, width, [recorder(conn) for conn in conns])
+        mariadbd_ms = meter.stop(n).cpu_ms_per_run["mariadbd"]
         async with conns[0].cursor() as cur:
-            await cur.execute(f"DROP TABLE {table}")
+            await cur.execute(f"DROP TABLE {TABLE}")
         await conns[0].commit()
     finally:
         for conn in conns:
             conn.close()
-    return n / elapsed, used * 1000 / n, share.cpu_ms_per_run["mariadbd"]
+    return rate, cpu_ms, mariadbd_ms

@@ -556,18 +556,14 @@ def _ms(value: float | None) -> str:
 
 async def through_the_api(
     rt: Any, agents: Agents, token: str, n: int, port: int, groups: dict[str, list[int] | None],
-    noop_rate: float, ceiling_rate: float, floor: Floor | None, *, writes: bool,
+    noop_rate: float, ceiling_rate: float, floor: Floor, *, writes: bool,
 ) -> dict[str, Any]:  # fmt: skip
     """startRun over HTTP, through ``enverif serve`` and one ``enverif worker``: the 3-READ
     agent beside the ceiling (MariaDB), or the 3-``webhook.post`` agent beside the write
     floor (``writes``: SQLite, where the issue's end-to-end figure is a writing run's)."""
     calls = "3_webhook_calls" if writes else "3_read_calls"
     rate, cpu = await end_to_end(rt, agents.writes if writes else agents.reads, token, n, port, groups)
-    if writes:
-        assert floor is not None
-        baseline, name = floor.runs_per_s, "floor"
-    else:
-        baseline, name = ceiling_rate, "ceiling"
+    baseline, name = (floor.runs_per_s, "floor") if writes else (ceiling_rate, "ceiling")
     label = "3 webhook.post calls" if writes else "3 READ calls"
     print(
         f"end to end (startRun over HTTP, 1 worker process), {label}: {rate:.1f} runs/s, "
