@@ -81,9 +81,9 @@ class CpuShare:
         """Runs/s with every core busy and the same total CPU per run."""
         return self.cores * 1000 / self.total_cpu_ms_per_run
 
-    def rounded_ms_per_run(self, group: str) -> float | None:
+    def rounded_ms_per_run(self, group: str, digits: int = 1) -> float | None:
         ms = self.cpu_ms_per_run[group]
-        return None if ms is None else round(ms, 1)
+        return None if ms is None else round(ms, digits)
 
     def line(self) -> str:
         groups = ", ".join(

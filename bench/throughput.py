@@ -519,8 +519,7 @@ async def worker_processes(
     if floor is not None:
         ratio = writes.one_rate / floor.runs_per_s
         # Two decimals, as the floor's: the target (1 ms) is within a tenth of the floor's figure.
-        mariadbd = writes.one_cpu.cpu_ms_per_run["mariadbd"]
-        mariadbd = None if mariadbd is None else round(mariadbd, 2)
+        mariadbd = writes.one_cpu.rounded_ms_per_run("mariadbd", digits=2)
         print(
             f"3 webhook.post calls, 1 worker process: x{ratio:.2f} of the write floor; mariadbd "
             f"{_ms(mariadbd)} ms per run (the floor's: {_ms(floor.mariadbd_ms_per_run)} ms)",

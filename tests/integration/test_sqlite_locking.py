@@ -4,6 +4,7 @@ take turns in order; a cancelled writer lets go of the lock at once."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -166,8 +167,6 @@ async def test_a_writer_gets_the_lock_soon_after_another_process_lets_go(
     asked for again every 2 ms, not with the pauses of SQLite's own busy handler, which grow
     to 100 ms: after 0.24 s of waiting those had the writer ask again only some 90 ms after
     the lock was free."""
-    import sys
-
     path, engine = own_file
     async with engine.connect() as conn:  # a pooled connection: no connect on the way
         await conn.execute(text("SELECT 1"))
