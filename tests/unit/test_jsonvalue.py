@@ -12,7 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.jsonvalue import MAX_JSON_DEPTH, NOT_JSON, TOO_LARGE, NotStorable, json_depth, strict_json
+from app.domain.jsonvalue import (
+    MAX_JSON_DEPTH,
+    NOT_JSON,
+    TOO_LARGE,
+    NotStorable,
+    depth_error,
+    json_depth,
+    strict_json,
+)
 from app.domain.model_errors import model_error
 
 
@@ -140,6 +148,27 @@ def test_a_value_is_refused_for_depth_exactly_when_it_is_deeper_than_the_cap(val
         assert deeper and refused.message.startswith(f"v is nested {json_depth(value)} levels deep")
     else:
         assert not deeper
+
+
+def _levels(value: Any) -> int:
+    """json_depth's definition, recursively."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        return 1 + max((_levels(child) for child in value), default=1)
+    return 1
+
+
+@given(deep_values | st.tuples(deep_values, deep_values))
+def test_json_depth_is_its_definition(value: Any) -> None:
+    assert json_depth(value) == _levels(value)
+
+
+@given(deep_values | st.dictionaries(st.tuples(st.integers()), deep_values, max_size=2), st.integers(2, 12))
+def test_depth_error_says_too_deep_exactly_when_the_value_is(value: Any, cap: int) -> None:
+    found = depth_error(value, max_depth=cap, what="v")
+    depth = _levels(value)
+    assert found == (f"v is nested {depth} levels deep; at most {cap}" if depth > cap else None)
 
 
 def test_a_value_too_deep_and_not_json_is_refused_for_its_depth_first() -> None:
