@@ -605,12 +605,24 @@ async def latency(rt: Any, principal: Any, agent_id: int, n: int) -> dict[str, A
     }
 
 
+def document(kb: int) -> Any:
+    """A run input of about ``kb`` KB of JSON, as an agent is given a document to work on: a
+    list of records (None for 0)."""
+    if kb <= 0:
+        return None
+    record = {"id": 0, "title": "a record of the document", "text": "lorem ipsum dolor sit amet " * 3,
+              "tags": ["bench", "input"], "meta": {"source": "bench", "rank": 0.5}}  # fmt: skip
+    each = len(json.dumps(record))
+    return {"records": [record | {"id": i} for i in range(kb * 1000 // each)]}
+
+
 async def in_flight(
-    rt: Any, principal: Any, agent_id: int, n: int, width: int, profile: str | None = None
+    rt: Any, principal: Any, agent_id: int, n: int, width: int, profile: str | None = None, input: Any = None
 ) -> dict[str, Any]:
-    """``n`` runs of the agent, ``width`` in flight: each starter starts a run, waits for its
-    SUCCEEDED event, then starts the next. Returns runs/s, latency percentiles (ms) and this
-    process's CPU ms per run; ``profile``: a CPU-time cProfile of the timed window."""
+    """``n`` runs of the agent, ``width`` in flight: each starter starts a run (with ``input``),
+    waits for its SUCCEEDED event, then starts the next. Returns runs/s, latency percentiles
+    (ms) and this process's CPU ms per run; ``profile``: a CPU-time cProfile of the timed
+    window."""
     finished: dict[int, asyncio.Future[float]] = {}
     loop = asyncio.get_running_loop()
 
@@ -642,7 +654,7 @@ async def in_flight(
         while left:
             left.pop()
             t0 = time.perf_counter()
-            run = await runs.start_run(rt, principal, agent_id=agent_id, input=None)
+            run = await runs.start_run(rt, principal, agent_id=agent_id, input=input)
             latencies.append((await asyncio.wait_for(future(run.id), 120) - t0) * 1000)
 
     listener = asyncio.create_task(listen())
@@ -677,16 +689,18 @@ async def runs_in_flight(
     width: int,
     floor_rate: float | None,
     profile: str | None = None,
+    input_kb: int = 0,
 ) -> dict[str, Any]:
-    got = await in_flight(rt, principal, agents.writes, n, width, profile)
+    got = await in_flight(rt, principal, agents.writes, n, width, profile, document(input_kb))
     ratio = f", x{got['runs_per_s'] / floor_rate:.2f} of the floor" if floor_rate else ""
+    with_input = f", a {input_kb} KB input" if input_kb else ""
     print(
-        f"3 webhook.post calls, {width} in flight: {got['runs_per_s']:.1f} runs/s{ratio}; "
+        f"3 webhook.post calls{with_input}, {width} in flight: {got['runs_per_s']:.1f} runs/s{ratio}; "
         f"p50 {got['p50_ms']:.1f} ms, p95 {got['p95_ms']:.1f} ms; {got['cpu_ms_per_run']:.1f} ms CPU/run "
         "(this process: worker, starters, subscriber)",
         flush=True,
     )
-    key = f"3_webhook_calls_{width}_in_flight"
+    key = f"3_webhook_calls_{width}_in_flight" + (f"_{input_kb}_kb_input" if input_kb else "")
     report = {
         f"runs_per_s_{key}": round(got["runs_per_s"], 1),
         f"p50_start_to_succeeded_ms_{key}": round(got["p50_ms"], 1),
@@ -723,6 +737,9 @@ async def main() -> None:
     parser.add_argument("--db", choices=["mariadb", "sqlite"], default="mariadb",
                         help="sqlite: a fresh database file (WAL) instead of a MariaDB schema")  # fmt: skip
     parser.add_argument("--in-flight", type=int, default=16, help="runs in flight in the inflight scenario")
+    parser.add_argument("--input-kb", type=int, default=0,
+                        help="the inflight scenario's runs start with a JSON document of about this many KB "
+                        "(its figures are then reported under keys ending _KB_kb_input, beside no target)")  # fmt: skip
     parser.add_argument("--server", default="mysql+asyncmy://root@127.0.0.1:3306/test")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--port", type=int, default=0, help="page server port (default: a free one)")
@@ -840,7 +857,7 @@ async def measure(args: argparse.Namespace, url: str, sqlite_path: str | None) -
         if "inflight" in args.only:
             report |= await runs_in_flight(
                 rt, principal, agents, args.runs, args.in_flight, floor.runs_per_s,
-                args.profile and f"{args.profile}.inflight",
+                args.profile and f"{args.profile}.inflight", args.input_kb,
             )  # fmt: skip
         if worker is not None:
             worker.allow_pick_jobs = False  # the in-process worker sits out the process scenarios

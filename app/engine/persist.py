@@ -55,10 +55,11 @@ class RunWrites:
     def _tx(self, *, with_parent: bool = False) -> AbstractAsyncContextManager[TreeTx]:
         """The run's fenced tree transaction. One that ends a child hands its outcome to the
         parent's step, and a turn's checks the chain's budgets: those lock the parent up front,
-        with the root and the run (one statement fewer under the root's lock)."""
+        with the root and the run (one statement fewer under the root's lock). The rows come
+        without what the runs started with: this worker holds it from the claim."""
         state = self.state
         parent_id = state.run.parent_run_id if with_parent else None
-        return tree_tx(self.rt, state.run_id, root_id=state.root_id, parent_id=parent_id)
+        return tree_tx(self.rt, state.run_id, root_id=state.root_id, parent_id=parent_id, without_start=True)
 
     # -- a model turn --------------------------------------------------------------------
 

@@ -87,3 +87,6 @@ async def test_three_side_effecting_calls_cost_five_transactions_of_few_statemen
     assert counted.commits == 5
     selects = [s[:100] for s in counted.texts if s.startswith("SELECT")]
     assert dict(counted.kinds) == {"SELECT": 7, "INSERT": 9, "UPDATE": 8}, selects
+    # What the run started with (its input can be 256 KB) is read by the claim alone: the four
+    # writes after it lock the run's row without it (tree_tx's ``without_start``).
+    assert sum("agent_runs.input" in s for s in counted.texts) == 1, selects

@@ -28,6 +28,7 @@ from typing import Any
 
 from sqlalchemy import Select, bindparam, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import defer
 
 from app.db.clock import db_now, now_sql
 from app.db.orm import Agent, Run, RunEvent, RunStep
@@ -291,13 +292,20 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
 
 @asynccontextmanager
 async def tree_tx(
-    rt: Runtime, run_id: int, *, root_id: int | None = None, parent_id: int | None = None
+    rt: Runtime,
+    run_id: int,
+    *,
+    root_id: int | None = None,
+    parent_id: int | None = None,
+    without_start: bool = False,
 ) -> AsyncIterator[TreeTx]:
     """One write transaction over the tree that ``run_id`` belongs to (callers that already
     know the root pass it: a run's root never changes). ``parent_id``: the run's parent, for
     a transaction that ends a child run (its outcome goes to the parent's step) or reads the
     run's chain (a claim's or a turn's budget check): locked with the root and the run, in
-    the same statement.
+    the same statement. ``without_start``: the rows locked first leave out what their runs
+    started with (``START_COLUMNS``), for the executing worker's writes, which hold it from
+    their claim.
 
     Commits on normal exit, then publishes the events and enqueues the wake-ups.
     """
@@ -313,7 +321,7 @@ async def tree_tx(
             # is always older than its descendants, so the root is still locked first.
             rows = (
                 await session.execute(
-                    _lock_root_and_run(session.get_bind().dialect.name),
+                    _lock_root_and_run(session.get_bind().dialect.name, without_start=without_start),
                     {"b_root": root_id, "b_run": run_id, "b_parent": parent_id or run_id},
                 )
             ).all()
@@ -425,7 +433,19 @@ _LOCK_RUN = (
     select(Run).where(Run.id == bindparam("b_run"), Run.root_run_id == bindparam("b_root")).with_for_update()
 )
 LOCK_STEPS = STEPS.with_for_update()
-_LOCK_ROOTS: dict[str, Select[Run, datetime]] = {}
+_LOCK_ROOTS: dict[tuple[str, bool], Select[Run, datetime]] = {}
+# What a run started with and who started or cancelled it: read by its claim (the worker's
+# copy of the run) and by clients, never by the worker's writes that follow. An input can be
+# 256 KB, decoded again for every step if each of them loaded it (docs/performance.md). Left
+# out with ``raiseload``: a read of one of them on such a row fails loudly, never a lazy load.
+START_COLUMNS = (
+    Run.input,
+    Run.delegation_task,
+    Run.injected_memory_ids,
+    Run.injected_memories,
+    Run.started_by,
+    Run.cancelled_by,
+)
 _runs = Run.__table__
 _ROOT_OF_ITSELF = (
     update(_runs)
@@ -434,11 +454,11 @@ _ROOT_OF_ITSELF = (
 )
 
 
-def _lock_root_and_run(dialect: str) -> Select[Run, datetime]:
+def _lock_root_and_run(dialect: str, *, without_start: bool) -> Select[Run, datetime]:
     """The root row, the run's and its parent's (the same row for a root; the parent is the
     run itself when not asked for), locked in primary-key order, with the database's clock
-    (one statement per dialect)."""
-    statement = _LOCK_ROOTS.get(dialect)
+    (one statement per dialect, and one more without ``START_COLUMNS``)."""
+    statement = _LOCK_ROOTS.get((dialect, without_start))
     if statement is None:
         statement = (
             select(Run, now_sql(dialect))
@@ -449,7 +469,9 @@ def _lock_root_and_run(dialect: str) -> Select[Run, datetime]:
             .order_by(Run.id)
             .with_for_update()
         )
-        _LOCK_ROOTS[dialect] = statement
+        if without_start:
+            statement = statement.options(*(defer(column, raiseload=True) for column in START_COLUMNS))
+        _LOCK_ROOTS[(dialect, without_start)] = statement
     return statement
 
 
