@@ -12,7 +12,9 @@
 One in-process worker; MariaDB by default (a fresh schema, dropped afterwards); Redis at
 127.0.0.1:6379. Medians of ``--repeat`` rounds (each round's figures are printed too).
 ``--count`` adds one more round of (1) and (2) counting statements and commits per run,
-which the machine's load does not move.
+which the machine's load does not move. ``--result-kb N``: every leaf answers with about N KB
+of text (a child's outcome is the result of its parent's step), for trees whose children
+report back at length.
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ async def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--count", action="store_true",
                         help="then one more round of each, counting statements and commits per run")  # fmt: skip
+    parser.add_argument("--result-kb", type=int, default=0, help="each leaf's final answer: about this many KB")
     parser.add_argument("--budget", type=json.loads, default=None,
                         help='every agent\'s budget, JSON (docs/concepts/budgets.md): {"maxTokens": 1000000}')  # fmt: skip
     args = parser.parse_args()
@@ -143,7 +146,8 @@ async def main() -> None:
             workspace, _ = await auth.create_workspace(session, name="bench")
         principal = auth.Principal(workspace_id=workspace.id, role=Role.OPERATOR, token_id=0)
         budget = args.budget
-        leaf = await make_agent(rt, workspace.id, "leaf", [{"final": "done"}], budget)
+        answer = "done " * (args.result_kb * 200) if args.result_kb else "done"
+        leaf = await make_agent(rt, workspace.id, "leaf", [{"final": answer}], budget)
         await make_agent(rt, workspace.id, "mid", fan_out("leaf", 5), budget)
         root = await make_agent(rt, workspace.id, "root", fan_out("mid", 5), budget)
         wide = await make_agent(rt, workspace.id, "wide", fan_out("leaf", 50), budget)
@@ -159,6 +163,7 @@ async def main() -> None:
         report = {
             "database": "mariadb",
             "budget": budget,
+            "leaf_result_kb": args.result_kb,
             "plain_31_runs_s": round(p31, 3),
             "tree_5x5_31_runs_s": round(t31, 3),
             "ms_per_plain_run": round(p31 * 1000 / 31, 2),

@@ -65,6 +65,8 @@ TERMINAL_STEP = frozenset(
     {StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.DENIED, StepStatus.REJECTED, StepStatus.CANCELLED}
 )
 WAITING_STEP = frozenset({StepStatus.WAITING_APPROVAL, StepStatus.WAITING_CHILD})
+# Not finished: to run, running or waiting. The only steps that can still change.
+OPEN_STEP = frozenset(StepStatus) - TERMINAL_STEP
 
 RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.FAILED}),

@@ -328,7 +328,7 @@ class RunWrites:
         while we were working means there is more to do now, so we do not park."""
         async with self._tx() as tx:
             run = await tx.fenced_run(self.state.run_id, self.state.attempt)
-            status = waiting_status_for([StepStatus(s.status) for s in await tx.steps(run.id)])
+            status = waiting_status_for([StepStatus(s.status) for s in await tx.open_steps(run.id)])
             if status is None:
                 return False
             await tx.set_run_status(run, status)

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from app.db.orm import RunStep
+from app.domain.runs import TERMINAL_STEP
 from app.keys import sweeper_turn_key
 from app.services.runtime import open_runtime
 from tests.conftest import stop_worker
@@ -28,6 +30,7 @@ class Statements:
         self.kinds: Counter[str] = Counter()
         self.texts: list[str] = []
         self.commits = 0
+        self.engine: Any = None  # the worker's, for its writes
 
     def executed(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         self.kinds[statement.split(None, 1)[0].upper()] += 1
@@ -53,6 +56,7 @@ async def counted(settings: Any) -> AsyncIterator[Statements]:
     await rt.redis.set(turn, b"test", px=120_000)
     engine = rt.engine.sync_engine
     seen = Statements()
+    seen.engine = engine
     event.listen(engine, "before_cursor_execute", seen.executed)
     event.listen(engine, "commit", seen.committed)
     w = build_worker(settings, handle_signals=False, runtime=rt)
@@ -90,3 +94,37 @@ async def test_three_side_effecting_calls_cost_five_transactions_of_few_statemen
     # What the run started with (its input can be 256 KB) is read by the claim alone: the four
     # writes after it lock the run's row without it (tree_tx's ``without_start``).
     assert sum("agent_runs.input" in s for s in counted.texts) == 1, selects
+
+
+async def test_a_child_that_ends_reads_none_of_its_parents_finished_steps(
+    gql: Any, workspace: Any, counted: Statements
+) -> None:
+    """A fan-out's children end one by one, each in a transaction that hands its outcome to
+    the parent's step and looks at whether the parent can wake: that takes the parent's open
+    steps only, not every sibling's outcome again (a wide run's child ends would otherwise
+    read O(n^2) results). The parent's finished steps are read once: by its claim after the
+    wake, which gives them to the model."""
+    width = 4
+    leaf = await scripted_agent(gql, workspace.admin, steps=[{"final": "answered"}], tools=[])
+    leaf_name = (await gql.ok("query($id: ID!) { agent(id: $id) { name } }", {"id": leaf},
+                              token=workspace.admin))["agent"]["name"]  # fmt: skip
+    calls = [
+        {"call": "agents.delegate", "args": {"agent": leaf_name, "task": f"part {i}"}} for i in range(width)
+    ]
+    root = await scripted_agent(gql, workspace.admin, steps=[{"calls": calls}, {"final": "done"}],
+                                tools=["agents.*"])  # fmt: skip
+    finished_loads: Counter[int] = Counter()
+
+    def loaded(step: RunStep, context: Any) -> None:
+        # The worker's write sessions (tree transactions); not its reads, nor the API's.
+        if step.status in TERMINAL_STEP and context.session.get_bind() is counted.engine:
+            finished_loads[step.run_id] += 1
+
+    event.listen(RunStep, "load", loaded)
+    try:
+        run_id = await start_run(gql, workspace.operator, root)
+        run = await wait_run(gql, workspace.viewer, run_id, timeout_s=30)
+    finally:
+        event.remove(RunStep, "load", loaded)
+    assert run["status"] == "SUCCEEDED", run
+    assert list(finished_loads.values()) == [width], finished_loads  # the root's, by its claim

@@ -50,7 +50,7 @@ class StepWrites:
     if TYPE_CHECKING:  # provided by TreeTx; declared for type checkers only
         emit: Emit
 
-        async def steps(self, run_id: int) -> list[RunStep]: ...
+        async def open_steps(self, run_id: int) -> list[RunStep]: ...
 
     # -- new steps -----------------------------------------------------------------------
 
@@ -349,9 +349,7 @@ class StepWrites:
     async def close_open_work(self, run: Run, to: RunStatus, why: str | None) -> None:
         """A run ended: its open steps are cancelled and its pending approvals closed, so they
         can no longer be decided (the reason says why they were not approved)."""
-        for step in await self.steps(run.id):
-            if StepStatus(step.status) in TERMINAL_STEP:
-                continue
+        for step in await self.open_steps(run.id):
             message = f"run {to.value.lower()}: {why or ''}".strip().rstrip(":")
             result: dict[str, Any] = model_error(ModelErrorCode.RUN_ENDED, message)
             # RUNNING: its worker was executing the call when the run ended. The worker is
@@ -397,7 +395,7 @@ _REFUSED = (StepStatus.FAILED, StepStatus.DENIED, StepStatus.REJECTED)
 # Built once: statements with bound parameters are compiled once and cached, where values
 # inlined with .values(...) would be traversed for a cache key on every execution.
 _steps = RunStep.__table__
-# A run's steps in order (``TreeTx.steps`` locks them: ``LOCK_STEPS``).
+# A run's steps in order (``TreeTx.open_steps`` locks those not finished).
 STEPS = select(RunStep).where(RunStep.run_id == bindparam("b_run")).order_by(RunStep.seq)
 _INSERT_STEP = insert(_steps)
 _INSERT_STEPS_RETURNING = insert(_steps).returning(_steps.c.id, sort_by_parameter_order=True)

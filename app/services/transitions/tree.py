@@ -38,6 +38,7 @@ from app.domain.global_ids import to_global_id
 from app.domain.run_events import EventType
 from app.domain.runs import (
     CANCELLABLE_RUN,
+    OPEN_STEP,
     TERMINAL_RUN,
     WAITING_RUN,
     RunStatus,
@@ -51,7 +52,7 @@ from app.services.runtime import Runtime
 from app.services.transitions.creation import NewRun, RunCreation, insert_run
 from app.services.transitions.holds import release_quota
 from app.services.transitions.outbox import WakeUp, after_commit
-from app.services.transitions.steps import STEPS, StepWrites
+from app.services.transitions.steps import StepWrites
 from app.services.transitions.usage import UsageWrites
 
 log = logging.getLogger(__name__)
@@ -107,9 +108,15 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
             run.abandoned_claims = 0
         return run
 
-    async def steps(self, run_id: int) -> list[RunStep]:
+    async def open_steps(self, run_id: int) -> list[RunStep]:
+        """The run's steps that are not finished, locked, in order: what is to run, runs or
+        waits, all that decides whether the run waits and what its end closes. A finished
+        step never changes, and a wide run has many, each with its result: a fan-out's child
+        that ends would otherwise read every sibling's outcome again (docs/performance.md)."""
         await self._settle_awaits()
-        return list(await self.session.scalars(LOCK_STEPS, {"b_run": run_id}))
+        steps = await self.session.scalars(LOCK_OPEN_STEPS, {"b_run": run_id})
+        # A step this transaction finished is still open in the database until the flush.
+        return [step for step in steps if step.status in OPEN_STEP]
 
     async def _settle_awaits(self) -> None:
         if not await self.settle_awaits():
@@ -261,9 +268,9 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
         """A delegated child ended: its outcome is the result of the parent's tool call."""
         assert child.parent_run_id is not None and child.parent_step_id is not None
         parent = await self.run(child.parent_run_id)
-        # All the parent's steps, locked in one read: the delegation step among them, and
-        # what decides whether the parent can wake.
-        steps = await self.steps(parent.id)
+        # The parent's open steps, locked in one read: the delegation step among them while
+        # it waits, and what decides whether the parent can wake.
+        steps = await self.open_steps(parent.id)
         step = next((s for s in steps if s.id == child.parent_step_id), None)
         if step is None or StepStatus(step.status) is not StepStatus.WAITING_CHILD:
             return  # the parent already moved on
@@ -277,14 +284,14 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
 
     async def wake_if_unblocked(self, run: Run, steps: list[RunStep] | None = None) -> None:
         """Requeue a parked run once none of its steps waits any more (``steps``: the run's
-        steps, when the caller already holds them locked)."""
+        open steps, when the caller already holds them locked)."""
         status = RunStatus(run.status)
         if status not in WAITING_RUN or run.id in self._ending:
             return
         # Woken when what it parked for is resolved; if it must wait for something else
         # (a child, after its approval), the worker re-parks it after running what it can.
         if steps is None:
-            steps = await self.steps(run.id)
+            steps = await self.open_steps(run.id)
         still = waiting_status_for([StepStatus(s.status) for s in steps])
         if still is not status:
             await self.set_run_status(run, RunStatus.QUEUED)
@@ -432,7 +439,15 @@ _LIVE_CHILDREN = select(Run.id).where(
 _LOCK_RUN = (
     select(Run).where(Run.id == bindparam("b_run"), Run.root_run_id == bindparam("b_root")).with_for_update()
 )
-LOCK_STEPS = STEPS.with_for_update()
+LOCK_OPEN_STEPS = (
+    select(RunStep)
+    .where(
+        RunStep.run_id == bindparam("b_run"),
+        or_(*(RunStep.status == s.value for s in sorted(OPEN_STEP, key=lambda s: s.value))),
+    )
+    .order_by(RunStep.seq)
+    .with_for_update()
+)
 _LOCK_ROOTS: dict[tuple[str, bool], Select[Run, datetime]] = {}
 # What a run started with and who started or cancelled it: read by its claim (the worker's
 # copy of the run) and by clients, never by the worker's writes that follow. An input can be
