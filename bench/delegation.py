@@ -127,7 +127,9 @@ async def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--count", action="store_true",
                         help="then one more round of each, counting statements and commits per run")  # fmt: skip
-    parser.add_argument("--result-kb", type=int, default=0, help="each leaf's final answer: about this many KB")
+    parser.add_argument(
+        "--result-kb", type=int, default=0, help="each leaf's final answer: about this many KB"
+    )
     parser.add_argument("--budget", type=json.loads, default=None,
                         help='every agent\'s budget, JSON (docs/concepts/budgets.md): {"maxTokens": 1000000}')  # fmt: skip
     args = parser.parse_args()

@@ -128,3 +128,35 @@ async def test_a_child_that_ends_reads_none_of_its_parents_finished_steps(
         event.remove(RunStep, "load", loaded)
     assert run["status"] == "SUCCEEDED", run
     assert list(finished_loads.values()) == [width], finished_loads  # the root's, by its claim
+
+
+async def test_what_runs_started_with_is_read_by_their_claims_alone_at_any_depth(
+    gql: Any, workspace: Any, counted: Statements
+) -> None:
+    """A chain of delegations as deep as allowed (depth 3), whose deepest run makes a call:
+    its turn checks the budgets of its whole chain, locking its grandparent too. What each run
+    started with (input, task, memories) is read by its claims (each marked by the statement
+    that reads what a claim needs first), by no write after them."""
+    async with sink_server() as (sink, url):
+        post = {"call": "webhook.post", "args": {"url": url + "/hook", "payload": {"n": 1}}}
+        below = await scripted_agent(
+            gql, workspace.admin, steps=[post, {"final": "deepest"}], policy=ALLOW_WEBHOOK
+        )
+        for _ in range(3):
+            name = (await gql.ok("query($id: ID!) { agent(id: $id) { name } }", {"id": below},
+                                 token=workspace.admin))["agent"]["name"]  # fmt: skip
+            call = {"call": "agents.delegate", "args": {"agent": name, "task": "go deeper"}}
+            below = await scripted_agent(gql, workspace.admin, steps=[call, {"final": "{{ results[0].result }}"}],
+                                         tools=["agents.*"], policy=ALLOW_WEBHOOK)  # fmt: skip
+        run = await wait_run(
+            gql, workspace.viewer, await start_run(gql, workspace.operator, below), timeout_s=30
+        )
+    assert run["status"] == "SUCCEEDED", run
+    assert run["result"] == "deepest", run
+    assert len(sink.deliveries) == 1
+    claims = sum(s.startswith("SELECT agent_runs.injected_memory_ids") for s in counted.texts)
+    assert claims == 7  # three delegating runs claimed twice (started, woken), the deepest once
+    # The deepest run's claim checks its chain's budgets too: it locks its grandparent with
+    # all of the row, beyond the three its first statement locks (a claim's tree transaction
+    # is not the worker's writes, whose rows all leave it out).
+    assert sum("agent_runs.input" in s for s in counted.texts) == claims + 1

@@ -63,10 +63,14 @@ class LeaseLost(Exception):
 
 
 class TreeTx(StepWrites, RunCreation, UsageWrites):
-    def __init__(self, session: AsyncSession, root: Run, now: datetime) -> None:
+    def __init__(
+        self, session: AsyncSession, root: Run, now: datetime, *, without_start: bool = False
+    ) -> None:
         self.session = session
         self.root = root
         self.now = now
+        # The runs it locks leave out ``START_COLUMNS`` (``tree_tx``'s ``without_start``).
+        self._lock_run = _LOCK_RUN_WITHOUT_START if without_start else _LOCK_RUN
         # Events are numbered here and written in one multi-row INSERT just before commit;
         # after commit the same objects are published (plain messages, not ORM rows: a run
         # emits a dozen, and an ORM object costs its instrumentation for nothing here).
@@ -91,7 +95,7 @@ class TreeTx(StepWrites, RunCreation, UsageWrites):
         """The run, locked for this transaction. It must belong to this tree."""
         if run_id in self._runs:
             return self._runs[run_id]
-        run = await self.session.scalar(_LOCK_RUN, {"b_run": run_id, "b_root": self.root.id})
+        run = await self.session.scalar(self._lock_run, {"b_run": run_id, "b_root": self.root.id})
         if run is None:
             raise NotFound(f"run {run_id} is not part of tree {self.root.id}")
         self._runs[run_id] = run
@@ -310,7 +314,7 @@ async def tree_tx(
     know the root pass it: a run's root never changes). ``parent_id``: the run's parent, for
     a transaction that ends a child run (its outcome goes to the parent's step) or reads the
     run's chain (a claim's or a turn's budget check): locked with the root and the run, in
-    the same statement. ``without_start``: the rows locked first leave out what their runs
+    the same statement. ``without_start``: the rows it locks leave out what their runs
     started with (``START_COLUMNS``), for the executing worker's writes, which hold it from
     their claim.
 
@@ -335,7 +339,7 @@ async def tree_tx(
             locked = {row[0].id: row[0] for row in rows}
             root = locked.get(root_id)
             assert root is not None  # a root row is never deleted while its tree exists
-            tx = TreeTx(session, root, _utc(rows[0][1]))
+            tx = TreeTx(session, root, _utc(rows[0][1]), without_start=without_start)
             tx._runs.update(locked)
             yield tx
             await tx.write_events()
@@ -436,19 +440,6 @@ _LIVE_CHILDREN = select(Run.id).where(
     Run.parent_run_id == bindparam("b_parent"),
     or_(*(Run.status == s.value for s in sorted(CANCELLABLE_RUN, key=lambda s: s.value))),
 )
-_LOCK_RUN = (
-    select(Run).where(Run.id == bindparam("b_run"), Run.root_run_id == bindparam("b_root")).with_for_update()
-)
-LOCK_OPEN_STEPS = (
-    select(RunStep)
-    .where(
-        RunStep.run_id == bindparam("b_run"),
-        or_(*(RunStep.status == s.value for s in sorted(OPEN_STEP, key=lambda s: s.value))),
-    )
-    .order_by(RunStep.seq)
-    .with_for_update()
-)
-_LOCK_ROOTS: dict[tuple[str, bool], Select[Run, datetime]] = {}
 # What a run started with and who started or cancelled it: read by its claim (the worker's
 # copy of the run) and by clients, never by the worker's writes that follow. An input can be
 # 256 KB, decoded again for every step if each of them loaded it (docs/performance.md). Left
@@ -461,6 +452,21 @@ START_COLUMNS = (
     Run.started_by,
     Run.cancelled_by,
 )
+_WITHOUT_START = tuple(defer(column, raiseload=True) for column in START_COLUMNS)
+_LOCK_RUN = (
+    select(Run).where(Run.id == bindparam("b_run"), Run.root_run_id == bindparam("b_root")).with_for_update()
+)
+_LOCK_RUN_WITHOUT_START = _LOCK_RUN.options(*_WITHOUT_START)
+LOCK_OPEN_STEPS = (
+    select(RunStep)
+    .where(
+        RunStep.run_id == bindparam("b_run"),
+        or_(*(RunStep.status == s.value for s in sorted(OPEN_STEP, key=lambda s: s.value))),
+    )
+    .order_by(RunStep.seq)
+    .with_for_update()
+)
+_LOCK_ROOTS: dict[tuple[str, bool], Select[Run, datetime]] = {}
 _runs = Run.__table__
 _ROOT_OF_ITSELF = (
     update(_runs)
@@ -485,7 +491,7 @@ def _lock_root_and_run(dialect: str, *, without_start: bool) -> Select[Run, date
             .with_for_update()
         )
         if without_start:
-            statement = statement.options(*(defer(column, raiseload=True) for column in START_COLUMNS))
+            statement = statement.options(*_WITHOUT_START)
         _LOCK_ROOTS[(dialect, without_start)] = statement
     return statement
 
