@@ -3,9 +3,11 @@ GraphQL requests in progress are bounded, per verified token and per client addr
 next one waits, or is refused with 429 ``RATE_LIMITED`` when its client already has one
 waiting; ``/healthz`` and other clients are never held behind it (issue 20 item 1).
 
-A request is held in progress by sending its headers and only part of its body: admission
-happens before the body is read, so the request holds its client's place until the rest of
-the body comes. Every wait here ends on an event, not a timer.
+A request is held in progress by sending its headers with ``Expect: 100-continue`` and
+waiting for the server's ``100 Continue``: admission happens before the body is read, and the
+server asks for the body only once the request is admitted, so the answer proves the request
+holds its client's place (a refused one gets its 429 instead). It holds it until the body
+comes. Every wait here ends on an event, not a timer.
 """
 
 from __future__ import annotations
@@ -46,9 +48,9 @@ def api(settings: Settings) -> Iterator[str]:
 
 
 @asynccontextmanager
-async def held(base_url: str, body: bytes, token: str | None = None) -> AsyncIterator[asyncio.StreamReader]:
-    """A ``/graphql`` request with all but the last byte of its body sent: in progress until
-    the block ends, when the last byte goes and the answer is read."""
+async def held(base_url: str, body: bytes, token: str | None = None) -> AsyncIterator[None]:
+    """A ``/graphql`` request in progress until the block ends, when its body goes and its
+    answer is read. Enters once the server has admitted it (see the module docstring)."""
     address = urlsplit(base_url)
     assert address.hostname == "127.0.0.1"
     reader, writer = await asyncio.open_connection(address.hostname, address.port)
@@ -56,18 +58,18 @@ async def held(base_url: str, body: bytes, token: str | None = None) -> AsyncIte
     writer.write(
         (
             f"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{auth}"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n"
         ).encode()
-        + body[:-1]
     )
     await writer.drain()
     try:
-        yield reader
-        writer.write(body[-1:])
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        assert head == b"HTTP/1.1 100 Continue\r\n\r\n", f"the held request was not admitted: {head!r}"
+        yield
+        writer.write(body)
         await writer.drain()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-        assert head.startswith(b"HTTP/1.1 "), head
-        assert not head.startswith(b"HTTP/1.1 429"), head
+        assert head.startswith(b"HTTP/1.1 200 "), head
     finally:
         writer.close()
 
@@ -88,24 +90,17 @@ def _refused(response: httpx.Response) -> str:
     return message
 
 
-async def _until_held(
+async def _one_waits(
     client: httpx.AsyncClient, body: bytes, token: str | None = None
 ) -> asyncio.Task[httpx.Response]:
-    """Returns once the server has the held request: with two more requests of the same
-    client sent, one waits and the other is refused because of it. Returns the waiting one
-    (await it after the held request ends). Bounded."""
-    in_flight: set[asyncio.Task[httpx.Response]] = set()
-    for _ in range(50):
-        while len(in_flight) < 2:
-            in_flight.add(asyncio.create_task(_post(client, body, token)))
-        done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-        refused = [t.result() for t in done if t.result().status_code == 429]
-        if refused:
-            assert all("already waiting" in _refused(r) for r in refused)
-            assert len(in_flight) == 1, "refused with no request of the client waiting"
-            return in_flight.pop()
-        # Went through: the held request had not arrived yet.
-    raise AssertionError("the held request never held its client's place")
+    """With the client's one place held, sends two more of its requests: whichever arrives
+    first waits, and the other finds it waiting and is refused. Returns the waiting one (await
+    it after the held request ends)."""
+    sent = {asyncio.create_task(_post(client, body, token)) for _ in range(2)}
+    done, pending = await asyncio.wait(sent, return_when=asyncio.FIRST_COMPLETED)
+    assert len(done) == 1 and len(pending) == 1, "both requests were answered while one should wait"
+    assert "already waiting" in _refused(done.pop().result())
+    return pending.pop()
 
 
 async def test_a_flooding_address_waits_its_turn_and_holds_back_no_one(api: str, workspace: Any) -> None:
@@ -114,7 +109,7 @@ async def test_a_flooding_address_waits_its_turn_and_holds_back_no_one(api: str,
         assert (await _post(client, QUERY, workspace.viewer)).status_code == 200
         async with held(api, ANONYMOUS):
             # One more anonymous request waits (it is not refused); a third finds it waiting.
-            waiting = await _until_held(client, ANONYMOUS)
+            waiting = await _one_waits(client, ANONYMOUS)
             # Nobody else waits behind this address: /healthz, and a verified token.
             assert (await client.get("/healthz")).status_code in (200, 503)
             answer = await _post(client, QUERY, workspace.viewer)
@@ -129,7 +124,7 @@ async def test_a_token_over_its_share_waits_and_other_tokens_do_not(api: str, wo
         for token in (workspace.viewer, workspace.operator):
             assert (await _post(client, QUERY, token)).status_code == 200  # verified
         async with held(api, QUERY, workspace.viewer):
-            waiting = await _until_held(client, QUERY, workspace.viewer)
+            waiting = await _one_waits(client, QUERY, workspace.viewer)
             # Another token, and a request without one, are let in at once.
             assert (await _post(client, QUERY, workspace.operator)).json() == {
                 "data": {"viewer": {"role": "operator"}}
@@ -142,6 +137,6 @@ async def test_a_made_up_token_counts_against_its_address(api: str) -> None:
     # A fresh made-up token per request would otherwise be a fresh share per request.
     async with httpx.AsyncClient(base_url=api, timeout=60) as client:
         async with held(api, ANONYMOUS, token="made-up-0"):
-            waiting = await _until_held(client, ANONYMOUS, "made-up-1")
+            waiting = await _one_waits(client, ANONYMOUS, "made-up-1")
             assert "already waiting" in _refused(await _post(client, ANONYMOUS))
         assert (await waiting).status_code != 429
