@@ -71,8 +71,15 @@ def create_engine(
             echo=echo,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
             # A database file: statements on the event loop's thread (app.db.sqlite_driver).
+            # Sized like MariaDB's: SQLAlchemy's default for a file (5, and 10 more opened and
+            # closed again as needed) had a worker of 16 jobs open and close a connection,
+            # with its driver thread and its PRAGMAs, for many of its transactions.
             **(
-                {"async_creator": sqlite_driver.connector(file, SQLITE_BUSY_TIMEOUT_MS / 1000)}
+                {
+                    "async_creator": sqlite_driver.connector(file, SQLITE_BUSY_TIMEOUT_MS / 1000),
+                    "pool_size": pool_size,
+                    "max_overflow": pool_size,
+                }
                 if file
                 else {}
             ),

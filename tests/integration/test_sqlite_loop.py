@@ -14,11 +14,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import sqlite_checkpoint
 from app.db.session import create_sessionmaker
+from app.services.runtime import open_runtime
+from app.settings import Settings
 from tests.conftest import DB_KIND
 from tests.support.sqlite_files import own_database
 
@@ -206,3 +208,34 @@ async def test_a_killed_process_loses_nothing_it_committed(tmp_path: Path) -> No
     finally:
         raw.close()
     assert rows == committed
+
+
+async def test_a_worker_keeps_a_connection_for_each_of_its_jobs(settings: Settings, tmp_path: Path) -> None:
+    """A worker of 16 jobs has them all in a transaction at once, again and again: it opens a
+    connection (a driver thread, its PRAGMAs) for each once, not anew for every busy moment.
+    SQLAlchemy's default pool for a file keeps 5, closes the rest when they come back, and
+    opens no more than 15: the 16th job waited for one of the others to end."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'pool.db'}"
+    rt = await open_runtime(
+        settings.model_copy(update={"database_url": url, "worker_max_jobs": 16}), worker=True
+    )
+    opened = 0
+
+    def count(*_: object) -> None:
+        nonlocal opened
+        opened += 1
+
+    async def read(everyone_in: asyncio.Barrier) -> None:
+        async with rt.read_sessionmaker() as session:
+            await session.execute(text("SELECT 1"))
+            await everyone_in.wait()  # all 16 hold their connection at once
+
+    event.listen(rt.engine.sync_engine, "connect", count)
+    try:
+        for _ in range(3):
+            everyone_in = asyncio.Barrier(16)
+            async with asyncio.timeout(10):  # else a job waits for another's connection
+                await asyncio.gather(*(read(everyone_in) for _ in range(16)))
+        assert opened == 16
+    finally:
+        await rt.close()
