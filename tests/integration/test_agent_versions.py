@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from tests.integration.test_holds import PAUSE, RESUME
 from tests.support.graphql import create_memory, pk
-from tests.support.runs import DECIDE, scripted_agent, start_run, wait_run
+from tests.support.runs import DECIDE, agent_name, scripted_agent, start_run, wait_run
 from tests.support.servers import sink_server
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -126,8 +126,7 @@ async def test_versions_page_and_record_who_wrote_them(gql, workspace) -> None:
 async def test_a_child_created_after_an_update_pins_the_new_version(gql, workspace) -> None:
     async with sink_server() as (_sink, url):
         child_agent = await scripted_agent(gql, workspace.admin, steps=[{"final": "child v1"}], tools=[])
-        name = (await gql.ok("query($id: ID!) { agent(id: $id) { name } }", {"id": child_agent},
-                              token=workspace.viewer))["agent"]["name"]  # fmt: skip
+        name = await agent_name(gql, workspace.viewer, child_agent)
         parent = await scripted_agent(
             gql,
             workspace.admin,

@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.runs import DECIDE, get_run, scripted_agent, start_run, wait_run
+from tests.support.runs import DECIDE, agent_name, get_run, scripted_agent, start_run, wait_run
 from tests.support.servers import sink_server
 
 pytestmark = pytest.mark.usefixtures("worker")
 
 UPDATE_AGENT = "mutation($id: ID!, $input: UpdateAgentInput!) { updateAgent(id: $id, input: $input) { id } }"
-NAME = "query($id: ID!) { agent(id: $id) { name } }"
 DENY_HOOKS = {"rules": [{"tool": "webhook.*", "decision": "DENY"}]}
 ALLOW_HOOKS = {"rules": [{"tool": "webhook.*", "decision": "ALLOW"}]}
 
@@ -34,7 +33,7 @@ async def test_deny_set_while_a_tree_waits_stops_the_next_call_of_every_run_in_i
         child = await scripted_agent(
             gql, workspace.admin, steps=[_hook(url, 1), _hook(url, 2), {"final": "{{ results | length }}"}]
         )
-        child_name = (await gql.ok(NAME, {"id": child}, token=workspace.viewer))["agent"]["name"]
+        child_name = await agent_name(gql, workspace.viewer, child)
         parent = await scripted_agent(
             gql,
             workspace.admin,
@@ -46,7 +45,7 @@ async def test_deny_set_while_a_tree_waits_stops_the_next_call_of_every_run_in_i
             tools=["agents.delegate", "webhook.post"],
             policy=ALLOW_HOOKS,
         )
-        parent_name = (await gql.ok(NAME, {"id": parent}, token=workspace.viewer))["agent"]["name"]
+        parent_name = await agent_name(gql, workspace.viewer, parent)
         root = await start_run(gql, workspace.operator, parent)
         # The child waits for an approval of its first call: the whole tree waits.
         tree = await wait_run(gql, workspace.viewer, root, "WAITING_CHILD")

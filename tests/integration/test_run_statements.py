@@ -17,7 +17,7 @@ from app.domain.runs import TERMINAL_STEP
 from app.keys import sweeper_turn_key
 from app.services.runtime import open_runtime
 from tests.conftest import stop_worker
-from tests.support.runs import scripted_agent, start_run, wait_run
+from tests.support.runs import agent_name, scripted_agent, start_run, wait_run
 from tests.support.servers import sink_server
 
 ALLOW_WEBHOOK = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
@@ -106,8 +106,7 @@ async def test_a_child_that_ends_reads_none_of_its_parents_finished_steps(
     wake, which gives them to the model."""
     width = 4
     leaf = await scripted_agent(gql, workspace.admin, steps=[{"final": "answered"}], tools=[])
-    leaf_name = (await gql.ok("query($id: ID!) { agent(id: $id) { name } }", {"id": leaf},
-                              token=workspace.admin))["agent"]["name"]  # fmt: skip
+    leaf_name = await agent_name(gql, workspace.admin, leaf)
     calls = [
         {"call": "agents.delegate", "args": {"agent": leaf_name, "task": f"part {i}"}} for i in range(width)
     ]
@@ -143,8 +142,7 @@ async def test_what_runs_started_with_is_read_by_their_claims_alone_at_any_depth
             gql, workspace.admin, steps=[post, {"final": "deepest"}], policy=ALLOW_WEBHOOK
         )
         for _ in range(3):
-            name = (await gql.ok("query($id: ID!) { agent(id: $id) { name } }", {"id": below},
-                                 token=workspace.admin))["agent"]["name"]  # fmt: skip
+            name = await agent_name(gql, workspace.admin, below)
             call = {"call": "agents.delegate", "args": {"agent": name, "task": "go deeper"}}
             below = await scripted_agent(gql, workspace.admin, steps=[call, {"final": "{{ results[0].result }}"}],
                                          tools=["agents.*"], policy=ALLOW_WEBHOOK)  # fmt: skip

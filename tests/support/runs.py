@@ -61,6 +61,12 @@ async def scripted_agent(
     return str(agent["id"])
 
 
+async def agent_name(gql: Any, token: str, agent_id: str) -> str:
+    """The agent's name: what ``agents.delegate`` takes."""
+    data = await gql.ok("query($id: ID!) { agent(id: $id) { name } }", {"id": agent_id}, token=token)
+    return str(data["agent"]["name"])
+
+
 # The old name of scripted_agent, for tests that import it from here (it returned the id,
 # tests.support.graphql.create_agent returns the agent).
 create_agent = scripted_agent
