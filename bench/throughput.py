@@ -757,6 +757,10 @@ async def main() -> None:
     parser.add_argument("--budget", type=json.loads, default={},
                         help='every agent\'s budget, JSON (docs/concepts/budgets.md): {"maxTokens": 1000000}')  # fmt: skip
     args = parser.parse_args()
+    if args.input_kb and len(json.dumps(document(args.input_kb))) > runs.MAX_INPUT_BYTES:
+        parser.error(
+            f"--input-kb {args.input_kb}: startRun refuses an input over {runs.MAX_INPUT_BYTES} bytes"
+        )
     BUDGET.update(args.budget)
     args.port = args.port or _free_port()
     args.api_port = args.api_port or _free_port()
