@@ -58,7 +58,7 @@ def relay_app(redis_url: str, channel: str) -> Any:
     clients: set[asyncio.Queue[str]] = set()
 
     async def forward() -> None:
-        client = aioredis.from_url(redis_url)
+        client = aioredis.Redis.from_url(redis_url)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         await pubsub.subscribe(channel)
         while True:

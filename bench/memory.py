@@ -26,8 +26,10 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -66,7 +68,7 @@ def _words(rng: random.Random, k: int) -> list[str]:
 
 def _memory_row(
     rng: random.Random, *, workspace_id: int, agent_id: int, n: int, now: datetime
-) -> dict[str, object]:
+) -> dict[str, Any]:
     words = _words(rng, 12)
     tags = rng.sample(["processed", "excluded", "icp", "report", "decision"], k=rng.randint(0, 2))
     key = f"domain:{n}.example"
@@ -157,7 +159,7 @@ async def _load(engine: AsyncEngine, agent_memories: int, workspace_memories: in
                 rows.append(_memory_row(rng, workspace_id=workspace.id, agent_id=agent_id, n=n, now=now))
             terms = [t for r in rows for t in memory_term_rows(
                 r["id"], r["agent_id"], r["key"], r["value"], r["tags"], r["importance"], r["updated_at"],
-                r["injection_rank"])]  # type: ignore[arg-type]  # fmt: skip
+                r["injection_rank"])]  # fmt: skip
             async with engine.begin() as conn:
                 await conn.execute(insert(Memory), rows)
                 for chunk in range(0, len(terms), 20_000):
@@ -193,7 +195,7 @@ async def _measure(engine: AsyncEngine, workspace_id: int, target: int, samples:
     # The queries: two words drawn as the text draws them (the figure the target is for),
     # then the hard cases on their own: the most frequent word (in ~55% of the agent's
     # memories, like "the" in English text), and it with the second most frequent (~32%).
-    queries = {
+    queries: dict[str, Callable[[], str]] = {
         "memory_search": lambda: " ".join(_words(rng, 2)),
         "memory_search_most_frequent_word": lambda: RARE[0],
         "memory_search_two_most_frequent_words": lambda: f"{RARE[0]} {RARE[1]}",

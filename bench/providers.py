@@ -114,7 +114,7 @@ async def main(n: int, rev: str) -> None:
     an.responder = lambda body: anthropic_text(ANSWER)
     with serve_in_thread(openai_app(oa)) as oa_port, serve_in_thread(anthropic_app(an)) as an_port:
         oa_url, an_url = f"http://127.0.0.1:{oa_port}/v1", f"http://127.0.0.1:{an_port}"
-        settings = Settings(http_allow_private_networks=True, provider_keys={KEY: [oa_url, an_url]})
+        settings = Settings(http_allow_private_networks=True, provider_keys={KEY: (oa_url, an_url)})
         config = {"model": "m", "api_key_env": KEY}
         results: list[tuple[str, float]] = []
         async with guarded_sdk_client(settings, timeout_s=10, user_agent="bench") as sdk_http:

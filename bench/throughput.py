@@ -234,7 +234,7 @@ async def throughput(
     worker.allow_pick_jobs = True
     done = await watcher
     cpu_ms = (time.process_time() - cpu_started) * 1000 / max(len(done), 1)
-    if profiler is not None:
+    if profiler is not None and profile:
         profiler.disable()
         profiler.dump_stats(profile)
     if len(done) < n:
@@ -670,7 +670,7 @@ async def in_flight(
         await asyncio.gather(*(starter() for _ in range(width)))
         elapsed, used = time.perf_counter() - started, time.process_time() - cpu
     finally:
-        if profiler is not None:
+        if profiler is not None and profile:
             profiler.disable()
             profiler.dump_stats(profile)
         listener.cancel()
