@@ -28,11 +28,11 @@ import httpx
 from arq import Worker
 from arq.connections import create_pool
 from arq.worker import func
-from sqlalchemy.engine import make_url
 
 from app.keys import events_channel
 from app.services.runtime import redis_settings
 from app.settings import Settings
+from bench.support import asyncmy_login
 
 RUN_COLUMNS = (
     "id, workspace_id, agent_id, status, `trigger`, input, result, error, parent_run_id, root_run_id, depth, "
@@ -79,10 +79,8 @@ class RawRuns:
         self.channel = events_channel(settings.redis_prefix)
 
     async def open(self) -> None:
-        url = make_url(self.settings.effective_database_url)
         self.pool = await asyncmy.create_pool(
-            host=url.host, port=url.port or 3306, user=url.username, password=url.password or "",
-            db=url.database, maxsize=self.settings.worker_max_jobs + 4, autocommit=False, charset="utf8mb4",
+            **asyncmy_login(self.settings.effective_database_url), maxsize=self.settings.worker_max_jobs + 4,
             init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
         )  # fmt: skip
         self.http = httpx.AsyncClient(timeout=10, trust_env=False)

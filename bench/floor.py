@@ -22,9 +22,9 @@ from collections.abc import Awaitable, Callable
 import aiosqlite
 import asyncmy
 import httpx
-from sqlalchemy.engine import make_url
 
 from bench.cpu import CpuMeter, pids_named
+from bench.support import asyncmy_login
 
 CALLS_PER_RUN = 3
 TABLE = "bench_floor_calls"
@@ -82,10 +82,7 @@ async def mariadb_floor(
     """``n`` raw runs, ``width`` in flight (a connection each), on the MariaDB database of
     ``database_url``. Returns (runs/s, CPU ms per run of this process, mariadbd's CPU ms per
     run or None)."""
-    url = make_url(database_url)
-    login = {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password or "",
-             "db": url.database, "autocommit": False, "charset": "utf8mb4"}  # fmt: skip
-    conns = [await asyncmy.connect(**login) for _ in range(width)]
+    conns = [await asyncmy.connect(**asyncmy_login(database_url)) for _ in range(width)]
 
     def recorder(conn: asyncmy.Connection) -> Record:
         async def record(run: int, call: int, body: str) -> None:

@@ -1,4 +1,5 @@
-"""What the benchmarks share: a fresh, migrated MariaDB database for one run."""
+"""What the benchmarks share: a fresh, migrated MariaDB database for one run, and the login
+to it of a raw asyncmy script."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from app.db import migrate
 from app.db.session import create_engine
@@ -42,6 +44,14 @@ async def create_database(
         await server.dispose()
 
     return url, drop
+
+
+def asyncmy_login(database_url: str) -> dict[str, Any]:
+    """``asyncmy.connect``'s (or ``create_pool``'s) arguments for the database of a SQLAlchemy
+    URL, in one transaction per COMMIT and utf8mb4, as Enverif connects."""
+    url = make_url(database_url)
+    return {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password or "",
+            "db": url.database, "autocommit": False, "charset": "utf8mb4"}  # fmt: skip
 
 
 @contextlib.asynccontextmanager
