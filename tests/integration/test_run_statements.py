@@ -26,11 +26,11 @@ ALLOW_WEBHOOK = {"rules": [{"tool": "webhook.post", "decision": "ALLOW"}]}
 class Statements:
     """The worker's statements, by their first word, and its commits."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine: Any) -> None:
         self.kinds: Counter[str] = Counter()
         self.texts: list[str] = []
         self.commits = 0
-        self.engine: Any = None  # the worker's, for its writes
+        self.engine = engine  # the worker's, for its writes
 
     def executed(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         self.kinds[statement.split(None, 1)[0].upper()] += 1
@@ -55,8 +55,7 @@ async def counted(settings: Any) -> AsyncIterator[Statements]:
     rt = await open_runtime(settings, worker=True)
     await rt.redis.set(turn, b"test", px=120_000)
     engine = rt.engine.sync_engine
-    seen = Statements()
-    seen.engine = engine
+    seen = Statements(engine)
     event.listen(engine, "before_cursor_execute", seen.executed)
     event.listen(engine, "commit", seen.committed)
     w = build_worker(settings, handle_signals=False, runtime=rt)
