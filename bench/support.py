@@ -28,7 +28,7 @@ async def create_database(
     server = create_engine(server_url)
     async with server.begin() as conn:
         await conn.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
-    url = server_url.rsplit("/", 1)[0] + f"/{name}"
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
     engine = create_engine(url)
     try:
         await migrate.upgrade(engine)
@@ -48,10 +48,14 @@ async def create_database(
 
 def asyncmy_login(database_url: str) -> dict[str, Any]:
     """``asyncmy.connect``'s (or ``create_pool``'s) arguments for the database of a SQLAlchemy
-    URL, in one transaction per COMMIT and utf8mb4, as Enverif connects."""
+    URL, in one transaction per COMMIT and utf8mb4, as Enverif connects; through the URL's
+    ``unix_socket`` when it names one, as Enverif's engine does."""
     url = make_url(database_url)
-    return {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password or "",
-            "db": url.database, "autocommit": False, "charset": "utf8mb4"}  # fmt: skip
+    login: dict[str, Any] = {"host": url.host, "port": url.port or 3306, "user": url.username,
+                             "password": url.password or "", "db": url.database, "autocommit": False, "charset": "utf8mb4"}  # fmt: skip
+    if "unix_socket" in url.query:
+        login["unix_socket"] = url.query["unix_socket"]
+    return login
 
 
 @contextlib.asynccontextmanager
