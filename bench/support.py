@@ -51,8 +51,15 @@ def asyncmy_login(database_url: str) -> dict[str, Any]:
     URL, in one transaction per COMMIT and utf8mb4, as Enverif connects; through the URL's
     ``unix_socket`` when it names one, as Enverif's engine does."""
     url = make_url(database_url)
-    login: dict[str, Any] = {"host": url.host, "port": url.port or 3306, "user": url.username,
-                             "password": url.password or "", "db": url.database, "autocommit": False, "charset": "utf8mb4"}  # fmt: skip
+    login: dict[str, Any] = {
+        "host": url.host,
+        "port": url.port or 3306,
+        "user": url.username,
+        "password": url.password or "",
+        "db": url.database,
+        "autocommit": False,
+        "charset": "utf8mb4",
+    }
     if "unix_socket" in url.query:
         login["unix_socket"] = url.query["unix_socket"]
     return login
