@@ -79,20 +79,6 @@ class _Protocol(asyncio.Protocol):
         _wake(self.drain_waiter)
 
 
-async def _woken(
-    loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[bool], timeout_s: float | None
-) -> bool:
-    """Wait for ``waiter``; False when ``timeout_s`` passed first. One timer handle, no task
-    cancellation to undo (``asyncio.timeout`` would cancel the task and uncancel it); a
-    cancellation from outside propagates."""
-    timer = loop.call_later(timeout_s, _wake, waiter, False) if timeout_s is not None else None
-    try:
-        return await waiter
-    finally:
-        if timer is not None:
-            timer.cancel()
-
-
 class _Stream:
     """One connection, as httpcore's ``AsyncNetworkStream`` (of ``_core``)."""
 
@@ -103,15 +89,30 @@ class _Stream:
         self._protocol = protocol
         self._loop = asyncio.get_running_loop()
 
+    async def _woken(self, waiter: asyncio.Future[bool], timeout_s: float | None) -> bool:
+        """Wait for ``waiter``, which the protocol holds as its read or drain waiter; False
+        when ``timeout_s`` passed first. One timer handle, no task cancellation to undo
+        (``asyncio.timeout`` would cancel the task and uncancel it); a cancellation from
+        outside propagates. The protocol drops the waiter either way."""
+        loop = self._loop
+        timer = loop.call_later(timeout_s, _wake, waiter, False) if timeout_s is not None else None
+        try:
+            return await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            protocol = self._protocol
+            if protocol.read_waiter is waiter:
+                protocol.read_waiter = None
+            if protocol.drain_waiter is waiter:
+                protocol.drain_waiter = None
+
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109 - httpcore's interface
         protocol = self._protocol
         if not protocol.buffer and not protocol.eof:
             protocol.read_waiter = waiter = self._loop.create_future()
-            try:
-                if not await _woken(self._loop, waiter, timeout):
-                    raise self._core.ReadTimeout(f"no data within {timeout} s")
-            finally:
-                protocol.read_waiter = None
+            if not await self._woken(waiter, timeout):
+                raise self._core.ReadTimeout(f"no data within {timeout} s")
         buffer = protocol.buffer
         if buffer:
             if len(buffer) <= max_bytes:
@@ -137,11 +138,8 @@ class _Stream:
         self._transport.write(buffer)
         while protocol.writing_paused and not protocol.lost:
             protocol.drain_waiter = waiter = self._loop.create_future()
-            try:
-                if not await _woken(self._loop, waiter, timeout):
-                    raise self._core.WriteTimeout(f"the peer read nothing within {timeout} s")
-            finally:
-                protocol.drain_waiter = None
+            if not await self._woken(waiter, timeout):
+                raise self._core.WriteTimeout(f"the peer read nothing within {timeout} s")
         if protocol.lost:
             raise self._core.WriteError(str(protocol.error or "the connection was closed"))
 
