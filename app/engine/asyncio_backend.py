@@ -7,9 +7,12 @@ runs in flight that cost about 0.4 ms of CPU per request, 40 % of a small reques
 has already received without yielding, times a read or a write out with one timer, and keeps
 both directions bounded:
 
-- reading: the transport stops reading while more than ``READ_BUFFER_LIMIT`` bytes wait
-  unread, so a server that sends faster than a tool reads cannot fill the worker's memory;
-- writing: a write waits while the transport's buffer is over its high-water mark.
+- reading: the transport stops reading once more than ``READ_BUFFER_LIMIT`` bytes wait
+  unread, so a server that sends faster than a tool reads cannot fill the worker's memory,
+  and starts again when the reader has taken them down to half of it (not at every read
+  below the limit, which would pause and resume the transport for each chunk);
+- writing: a write waits while the transport's buffer is over its high-water mark, each
+  wait bounded by the write's timeout.
 
 Errors are httpcore's own (``core``: httpcore, or httpcore2 under httpx2): ConnectError and
 ConnectTimeout, ReadError and ReadTimeout, WriteError and WriteTimeout. A read that the
@@ -29,6 +32,7 @@ import httpcore2
 from httpcore._utils import is_socket_readable
 
 READ_BUFFER_LIMIT = 256 * 1024
+READ_RESUME_AT = READ_BUFFER_LIMIT // 2
 
 
 def _wake(waiter: asyncio.Future[bool] | None, value: bool = True) -> None:
@@ -121,7 +125,7 @@ class _Stream:
             else:
                 data = bytes(buffer[:max_bytes])
                 del buffer[:max_bytes]
-            if protocol.reading_paused and len(buffer) <= READ_BUFFER_LIMIT and not protocol.lost:
+            if protocol.reading_paused and len(buffer) <= READ_RESUME_AT and not protocol.lost:
                 protocol.reading_paused = False
                 self._transport.resume_reading()
             return data

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import trustme
 
-from app.engine.asyncio_backend import READ_BUFFER_LIMIT, AsyncioBackend
+from app.engine.asyncio_backend import READ_BUFFER_LIMIT, READ_RESUME_AT, AsyncioBackend
 from app.engine.net import guarded_client
 from app.settings import Settings
 
@@ -146,11 +146,29 @@ async def test_a_server_that_sends_faster_than_the_client_reads_is_held_back() -
         await asyncio.sleep(0.5)  # the client reads nothing meanwhile
         buffered = len(stream._protocol.buffer)  # type: ignore[attr-defined]
         assert 0 < buffered <= READ_BUFFER_LIMIT + 1024 * 1024  # the limit and one socket read
+        # Reading starts again only once the reader has drained the buffer to half the limit.
+        protocol = stream._protocol  # type: ignore[attr-defined]
+        resumed_at: list[int] = []
+
+        class Watched:
+            def __init__(self, transport: Any) -> None:
+                self.transport = transport
+
+            def resume_reading(self) -> None:
+                resumed_at.append(len(protocol.buffer))
+                self.transport.resume_reading()
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.transport, name)
+
+        stream._transport = Watched(stream._transport)  # type: ignore[attr-defined]
         received = 0
         while data := await stream.read(65536, timeout=5.0):
             received += len(data)
-            assert len(stream._protocol.buffer) <= READ_BUFFER_LIMIT + 1024 * 1024  # type: ignore[attr-defined]
+            assert len(protocol.buffer) <= READ_BUFFER_LIMIT + 1024 * 1024
         assert received == sent
+        assert resumed_at, "the flood never paused the transport"
+        assert max(resumed_at) <= READ_RESUME_AT, resumed_at
         await stream.aclose()
 
 
