@@ -33,6 +33,13 @@ from httpcore._utils import is_socket_readable
 
 READ_BUFFER_LIMIT = 256 * 1024
 READ_RESUME_AT = READ_BUFFER_LIMIT // 2
+# httpcore's names for what a stream tells about itself, and asyncio's.
+_TRANSPORT_INFO = {
+    "ssl_object": "ssl_object",
+    "client_addr": "sockname",
+    "server_addr": "peername",
+    "socket": "socket",
+}
 
 
 def _wake(waiter: asyncio.Future[bool] | None, value: bool = True) -> None:
@@ -93,29 +100,34 @@ class _Stream:
         self._protocol = protocol
         self._loop = asyncio.get_running_loop()
 
-    async def _woken(self, waiter: asyncio.Future[bool], timeout_s: float | None) -> bool:
-        """Wait for ``waiter``, which the protocol holds as its read or drain waiter; False
-        when ``timeout_s`` passed first. One timer handle, no task cancellation to undo
+    async def _woken(self, timeout_s: float | None, *, drain: bool = False) -> bool:
+        """Wait until the protocol wakes this stream (data or EOF; with ``drain``, room to
+        write); False when ``timeout_s`` passed first. The waiter is the protocol's read or
+        drain waiter for just this wait. One timer handle, no task cancellation to undo
         (``asyncio.timeout`` would cancel the task and uncancel it); a cancellation from
-        outside propagates. The protocol drops the waiter either way."""
+        outside propagates."""
         loop = self._loop
+        protocol = self._protocol
+        waiter: asyncio.Future[bool] = loop.create_future()
+        if drain:
+            protocol.drain_waiter = waiter
+        else:
+            protocol.read_waiter = waiter
         timer = loop.call_later(timeout_s, _wake, waiter, False) if timeout_s is not None else None
         try:
             return await waiter
         finally:
             if timer is not None:
                 timer.cancel()
-            protocol = self._protocol
-            if protocol.read_waiter is waiter:
-                protocol.read_waiter = None
-            if protocol.drain_waiter is waiter:
+            if drain:
                 protocol.drain_waiter = None
+            else:
+                protocol.read_waiter = None
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109 - httpcore's interface
         protocol = self._protocol
         if not protocol.buffer and not protocol.eof:
-            protocol.read_waiter = waiter = self._loop.create_future()
-            if not await self._woken(waiter, timeout):
+            if not await self._woken(timeout):
                 raise self._core.ReadTimeout(f"no data within {timeout} s")
         buffer = protocol.buffer
         if buffer:
@@ -141,8 +153,7 @@ class _Stream:
             raise self._core.WriteError("the connection is closed")
         self._transport.write(buffer)
         while protocol.writing_paused and not protocol.lost:
-            protocol.drain_waiter = waiter = self._loop.create_future()
-            if not await self._woken(waiter, timeout):
+            if not await self._woken(timeout, drain=True):
                 raise self._core.WriteTimeout(f"the peer read nothing within {timeout} s")
         if protocol.lost:
             raise self._core.WriteError(str(protocol.error or "the connection was closed"))
@@ -180,14 +191,8 @@ class _Stream:
 
     def get_extra_info(self, info: str) -> Any:
         transport = self._transport
-        if info == "ssl_object":
-            return transport.get_extra_info("ssl_object")
-        if info == "client_addr":
-            return transport.get_extra_info("sockname")
-        if info == "server_addr":
-            return transport.get_extra_info("peername")
-        if info == "socket":
-            return transport.get_extra_info("socket")
+        if info in _TRANSPORT_INFO:
+            return transport.get_extra_info(_TRANSPORT_INFO[info])
         if info == "is_readable":
             # An idle connection with something to read has been closed or broken by the
             # server: httpcore then drops it instead of sending a request on it.
