@@ -214,8 +214,8 @@ async def test_tls_verifies_the_server_and_its_name(authority: trustme.CA, monke
                 assert (response.status_code, response.text) == (200, "ok")
             assert response.extensions["network_stream"].get_extra_info("ssl_object") is not None
 
-    # A certificate for another name, from the trusted authority: refused.
-    async with serving(answer_each_request, server_context(authority, "other.test")) as (port, _):
+    # A certificate for another (loopback) address, from the trusted authority: refused.
+    async with serving(answer_each_request, server_context(authority, "127.0.0.2")) as (port, _):
         async with client() as http:
             with pytest.raises(httpx.ConnectError, match=r"(?i)certificate|hostname|match"):
                 await http.get(f"https://127.0.0.1:{port}/")
